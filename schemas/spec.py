@@ -1,0 +1,255 @@
+"""The model/memory spec: what a model's layers hold and how much GPU memory it may use.
+
+A spec file has three top-level sections: ``model`` (required), ``memory`` and
+``offload`` (optional). Layers are listed in execution order; a layer whose name
+holds ``{i}`` and has ``repeat: N`` expands to N layers. ``expand_layers`` gives
+the expanded, fully resolved view that the planner works on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+
+from schemas.dtypes import canonical_dtype, itemsize
+from schemas.sizes import Size
+
+REPEAT_TOKEN = "{i}"
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors, so a misspelled key never silently does nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_dotted_name(value: str, what: str) -> str:
+    if not value or value != value.strip():
+        raise ValueError(f"{what} must be a non-empty name without surrounding spaces")
+    if any(not part for part in value.split(".")):
+        raise ValueError(f"{what} '{value}' has an empty segment (leading, trailing or double dot)")
+    return value
+
+
+class ParamSpec(StrictModel):
+    """One tensor of a layer: a shape list, or ``{shape, dtype, stride, buffer}``."""
+
+    shape: list[NonNegativeInt]
+    dtype: str | None = Field(default=None, description="defaults to model.dtype")
+    stride: list[NonNegativeInt] | None = Field(
+        default=None, description="element strides, for tensors that are not contiguous"
+    )
+    buffer: bool = Field(default=False, description="a registered buffer rather than a parameter")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shape_list(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return {"shape": list(value)}
+        return value
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str | None) -> str | None:
+        return None if value is None else canonical_dtype(value)
+
+    @model_validator(mode="after")
+    def _stride_rank(self) -> ParamSpec:
+        if self.stride is not None and len(self.stride) != len(self.shape):
+            raise ValueError(
+                f"stride has {len(self.stride)} entries but shape has {len(self.shape)}"
+            )
+        return self
+
+
+class LayerSpec(StrictModel):
+    """A module in execution order, or a template of ``repeat`` modules named with ``{i}``."""
+
+    name: str
+    repeat: PositiveInt | None = Field(default=None, description="expand {i} in name to 0..repeat-1")
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    tied: dict[str, str] = Field(
+        default_factory=dict,
+        description="param name -> full name of the param whose storage it shares",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_dotted_name(value.replace(REPEAT_TOKEN, "0"), "layer name") and value
+
+    @field_validator("params", "tied")
+    @classmethod
+    def _param_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            _check_dotted_name(key, "param name")
+        return value
+
+    @model_validator(mode="after")
+    def _repeat_and_token(self) -> LayerSpec:
+        has_token = REPEAT_TOKEN in self.name
+        if self.repeat is not None and not has_token:
+            raise ValueError(f"layer '{self.name}' has repeat but its name has no {REPEAT_TOKEN}")
+        if has_token and self.repeat is None:
+            raise ValueError(f"layer '{self.name}' has {REPEAT_TOKEN} in its name but no repeat")
+        both = sorted(set(self.params) & set(self.tied))
+        if both:
+            raise ValueError(f"{', '.join(both)} listed under both params and tied")
+        return self
+
+
+class ModelSection(StrictModel):
+    name: str = Field(min_length=1)
+    dtype: str = Field(description="default dtype of every param")
+    layers: list[LayerSpec] = Field(min_length=1, description="in execution order")
+
+    _expanded: tuple[Layer, ...] = PrivateAttr(default=())
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str) -> str:
+        return canonical_dtype(value)
+
+    @model_validator(mode="after")
+    def _expand_and_check(self) -> ModelSection:
+        self._expanded = _expand(self)
+        return self
+
+    def expanded(self) -> tuple[Layer, ...]:
+        return self._expanded
+
+
+class MemorySection(StrictModel):
+    gpu_budget: Size | None = Field(default=None, description="GPU bytes for weights plus offload buffers")
+    cpu_budget: Size | None = Field(default=None, description="cap on pinned host bytes")
+
+
+Backend = Literal["auto", "prefetch", "uva", "none"]
+Strategy = Literal["budget", "group"]
+
+
+class OffloadSection(StrictModel):
+    backend: Backend = "auto"
+    strategy: Strategy = "budget"
+    group_size: PositiveInt | None = Field(
+        default=None, description="strategy group: offload the last num_in_group of every group_size layers"
+    )
+    num_in_group: PositiveInt | None = None
+    prefetch_step: PositiveInt | None = Field(
+        default=None, description="prefetch: how many offloaded layers ahead the copy stream runs"
+    )
+    params: list[str] | None = Field(
+        default=None, description="dot-separated name segments eligible for offload (default: all)"
+    )
+
+    @field_validator("params")
+    @classmethod
+    def _segments(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("params is empty: list at least one name segment, or leave it out")
+            for item in value:
+                _check_dotted_name(item, "param segment")
+        return value
+
+    @model_validator(mode="after")
+    def _group(self) -> OffloadSection:
+        if self.strategy == "group" and self.group_size is None:
+            raise ValueError("strategy 'group' needs group_size")
+        if self.group_size is not None and (self.num_in_group or 1) > self.group_size:
+            raise ValueError(
+                f"num_in_group ({self.num_in_group}) is larger than group_size ({self.group_size})"
+            )
+        return self
+
+
+class SpecFile(StrictModel):
+    """A whole spec file."""
+
+    model: ModelSection
+    memory: MemorySection = Field(default_factory=MemorySection)
+    offload: OffloadSection = Field(default_factory=OffloadSection)
+
+
+# ---------------------------------------------------------------------------
+# The expanded view: concrete layers and tensors, sizes computed.
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str  # relative to its layer
+    shape: tuple[int, ...]
+    dtype: str
+    stride: tuple[int, ...] | None
+    buffer: bool
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    index: int
+    params: tuple[Tensor, ...]
+    tied: dict[str, str] = field(default_factory=dict)  # relative name -> full name of owner
+    template: str | None = None  # the {i} name this layer was expanded from
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.params)
+
+
+def storage_elements(shape: tuple[int, ...], stride: tuple[int, ...] | None) -> int:
+    """Elements a tensor's storage must span: numel when contiguous, else the strided extent."""
+    if stride is None or any(s == 0 for s in shape):
+        return math.prod(shape)
+    return 1 + sum((size - 1) * st for size, st in zip(shape, stride))
+
+
+def _tensor(name: str, spec: ParamSpec, default_dtype: str) -> Tensor:
+    dtype = spec.dtype or default_dtype
+    shape = tuple(spec.shape)
+    stride = None if spec.stride is None else tuple(spec.stride)
+    nbytes = storage_elements(shape, stride) * itemsize(dtype)
+    return Tensor(name, shape, dtype, stride, spec.buffer, nbytes)
+
+
+def _expand(model: ModelSection) -> tuple[Layer, ...]:
+    layers: list[Layer] = []
+    where: dict[str, int] = {}
+    for pos, spec in enumerate(model.layers):
+        names = (
+            [spec.name.replace(REPEAT_TOKEN, str(i)) for i in range(spec.repeat)]
+            if spec.repeat
+            else [spec.name]
+        )
+        params = tuple(_tensor(k, v, model.dtype) for k, v in spec.params.items())
+        for i, name in enumerate(names):
+            if name in where:
+                raise ValueError(
+                    f"duplicate layer name '{name}' (layers[{where[name]}] and layers[{pos}])"
+                )
+            where[name] = pos
+            tied = {k: v.replace(REPEAT_TOKEN, str(i)) for k, v in spec.tied.items()}
+            template = spec.name if spec.repeat else None
+            layers.append(Layer(name, len(layers), params, tied, template))
+    owners = {f"{layer.name}.{t.name}" for layer in layers for t in layer.params}
+    for layer in layers:
+        for rel, target in layer.tied.items():
+            if target not in owners:
+                raise ValueError(
+                    f"layer '{layer.name}': tied param '{rel}' points to '{target}', "
+                    "which is not a param of any layer"
+                )
+    return tuple(layers)
