@@ -1,0 +1,225 @@
+"""Bad input as one clean message: ``file:line: field.path: what is wrong (did you mean ...?)``.
+
+``InputError`` is what every loader raises for a file it cannot use. It is built
+from a YAML problem, a pydantic ``ValidationError`` (whose ``loc`` paths are mapped
+back to lines with the map from ``schemas.yaml_lines``) or a plain message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+MAX_LISTED = 10
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input: where (source, line, field path) and what."""
+
+    text: str
+    source: str | None = None
+    line: int | None = None
+    field: str = ""
+
+    def __str__(self) -> str:
+        where = ""
+        if self.source:
+            where = f"{self.source}:{self.line}: " if self.line else f"{self.source}: "
+        field = f"{self.field}: " if self.field else ""
+        return f"{where}{field}{self.text}"
+
+
+class InputError(Exception):
+    """Input the planner cannot use. ``str()`` is the message to show, one problem a line."""
+
+    def __init__(self, problems: Problem | str | Sequence[Problem]) -> None:
+        if isinstance(problems, (str, Problem)):
+            problems = [problems if isinstance(problems, Problem) else Problem(problems)]
+        self.problems = list(problems)
+        shown = [str(p) for p in self.problems[:MAX_LISTED]]
+        if len(self.problems) > MAX_LISTED:
+            shown.append(f"... and {len(self.problems) - MAX_LISTED} more problems")
+        self.message = "\n".join(shown)
+        super().__init__(self.message)
+
+
+# ---------------------------------------------------------------------------
+# field paths
+
+
+def format_path(loc: Sequence[Any]) -> str:
+    """``('model', 'layers', 1, 'params', 'mlp.w1', 'shape', 0)`` -> ``model.layers[1].params['mlp.w1'].shape[0]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and ("." in part or not part or " " in part):
+            out += f"['{part}']"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def line_of(loc: Sequence[Any], data: Any, lines: Mapping[tuple[Any, ...], int]) -> int | None:
+    """The line of the deepest node of ``data`` that ``loc`` reaches.
+
+    A ``loc`` component that names a field the YAML did not spell out (``shape`` of a
+    param written as a bare list) is passed over.
+    """
+    path: tuple[Any, ...] = ()
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            path += (part,)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            path += (part,)
+        elif isinstance(node, list) and isinstance(part, str):
+            continue  # a shorthand: the list stands for {part: list}
+        else:
+            break
+    while path not in lines and path:
+        path = path[:-1]
+    return lines.get(path)
+
+
+# ---------------------------------------------------------------------------
+# walking the pydantic model classes along a loc, for the keys valid at a place
+
+
+def _strip_optional(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return _strip_optional(args[0])
+    if origin is typing.Annotated:
+        return _strip_optional(typing.get_args(tp)[0])
+    return tp
+
+
+def model_at(root: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The model class whose fields are the keys valid at ``loc`` (None when not a model)."""
+    tp: Any = root
+    for part in loc:
+        tp = _strip_optional(tp)
+        origin = typing.get_origin(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = tp.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                return None
+            tp = field.annotation
+        elif origin in (list, tuple, Sequence) and isinstance(part, int):
+            tp = typing.get_args(tp)[0]
+        elif origin in (dict, Mapping):
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    tp = _strip_optional(tp)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# ---------------------------------------------------------------------------
+# one pydantic error -> one readable sentence
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if value is None:
+        return "nothing (null)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unknown_key(key: Any, loc: Sequence[Any], root: type[BaseModel] | None) -> str:
+    model = model_at(root, loc[:-1]) if root is not None else None
+    if model is None:
+        return "unknown key"
+    valid = list(model.model_fields)
+    hint = suggest(str(key), valid)
+    return f"unknown key{hint}" if hint else f"unknown key; expected one of: {', '.join(valid)}"
+
+
+def _literal(err: Mapping[str, Any]) -> str:
+    expected = str(err.get("ctx", {}).get("expected", ""))
+    options = re.findall(r"'([^']*)'", expected)
+    hint = suggest(str(err["input"]), options) if isinstance(err["input"], str) else ""
+    return f"expected {expected} (got {_got(err['input'])}){hint}"
+
+
+_SIZE_HINT = "expected a size such as 20GB, 12 GiB, 1.5TB or a number of bytes"
+
+# error type -> sentence; {got} is the offending value, other fields come from pydantic's ctx
+_TEMPLATES: dict[str, str] = {
+    "missing": "required key is missing",
+    "greater_than": "must be > {gt} (got {got})",
+    "greater_than_equal": "must be >= {ge} (got {got})",
+    "too_short": "must have at least {min_length} item(s) (got {got})",
+    "string_too_short": "must not be empty (got {got})",
+    "byte_size": _SIZE_HINT + " (got {got})",
+    "byte_size_unit": _SIZE_HINT + " (got {got})",
+    "int_parsing": "expected a whole number (got {got})",
+    "int_type": "expected a whole number (got {got})",
+    "int_from_float": "expected a whole number (got {got})",
+    "model_type": "expected a mapping of keys (got {got})",
+    "dict_type": "expected a mapping of keys (got {got})",
+    "model_attributes_type": "expected a mapping of keys (got {got})",
+    "list_type": "expected a list (got {got})",
+    "string_type": "expected a string (got {got})",
+}
+
+
+def _sentence(err: Mapping[str, Any], root: type[BaseModel] | None) -> str:
+    kind, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
+    loc = err["loc"]
+    if kind == "extra_forbidden":
+        return _unknown_key(loc[-1] if loc else "?", loc, root)
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"])).removeprefix("Value error, ")
+    if kind == "literal_error":
+        return _literal(err)
+    if kind.startswith("byte_size") and str(value).strip().startswith("-"):
+        return f"a size must be positive (got {_got(value)})"
+    if kind in _TEMPLATES:
+        return _TEMPLATES[kind].format(got=_got(value), **ctx)
+    msg = str(err["msg"])
+    return f"{msg[:1].lower()}{msg[1:]} (got {_got(value)})"
+
+
+def problems_from_validation(
+    err: ValidationError,
+    source: str | None = None,
+    data: Any = None,
+    lines: Mapping[tuple[Any, ...], int] | None = None,
+    root: type[BaseModel] | None = None,
+    prefix: Sequence[Any] = (),
+) -> list[Problem]:
+    """Each error of ``err`` as a Problem; ``prefix`` is prepended to the field paths."""
+    out = []
+    for e in err.errors(include_url=False):
+        loc = tuple(e["loc"])
+        line = line_of(loc, data, lines) if lines else None
+        out.append(Problem(_sentence(e, root), source, line, format_path(tuple(prefix) + loc)))
+    out.sort(key=lambda p: (p.line is None, p.line or 0))
+    return out
+
+
+def input_error_from_validation(err: ValidationError, **kwargs: Any) -> InputError:
+    return InputError(problems_from_validation(err, **kwargs))
