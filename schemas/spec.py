@@ -65,6 +65,19 @@ class ParamSpec(StrictModel):
     def _dtype(cls, value: str | None) -> str | None:
         return None if value is None else canonical_dtype(value)
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
+        """The JSON Schema accepts the shape-list shorthand too, as validation does."""
+        ref = handler(core_schema)
+        target = handler.resolve_ref_schema(ref)
+        mapping = dict(target)
+        target.clear()
+        target["anyOf"] = [
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "description": "the shape"},
+            mapping,
+        ]
+        return ref
+
     @model_validator(mode="after")
     def _stride_rank(self) -> ParamSpec:
         if self.stride is not None and len(self.stride) != len(self.shape):
