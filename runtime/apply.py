@@ -1,0 +1,174 @@
+"""``apply(plan, model)``: execute an offload plan on a real module; ``Handle.remove()`` undoes it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from runtime.check import check_model, meta_params
+from runtime.errors import ApplyError
+from runtime.offloader import Offloaded, Offloader, make_offloader
+from runtime.placement import Placement
+from runtime.progress import Progress
+from runtime.tensors import plan_refs, resolve
+from schemas import Plan, format_bytes, load_plan
+
+log = logging.getLogger("runtime")
+
+
+class Handle:
+    """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
+
+    def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement,
+                 unplanned: list) -> None:
+        self.plan, self.model, self.offloader = plan, model, offloader
+        self._placement = placement
+        self._unplanned = unplanned
+        self.active = True
+
+    def stats(self) -> dict:
+        """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
+        if self.offloader.device.type == "cuda":
+            torch.cuda.synchronize(self.offloader.device)
+        forwards = [f.summary() for f in self.offloader.forward_stats()]
+        return {"backend": self.offloader.name, "forwards": forwards,
+                "pinned_host_bytes": self._placement.host_bytes}
+
+    def remove(self) -> None:
+        if not self.active:
+            return
+        self.offloader.remove()
+        self._placement.restore()
+        for t, device in self._unplanned:
+            t.data = t.data.to(device)
+        self.active = False
+        log.info("offload removed: %d tensors restored to their original devices", len(self._placement.entries))
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device = "cuda", *,
+          stats: bool = False, progress: bool | None = None) -> Handle:
+    """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
+
+    ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
+    machine without a GPU, with synchronous copies). ``stats=True`` records CUDA events
+    around copies and waits (see ``Handle.stats``); off, the hot path records nothing.
+    """
+    if not isinstance(plan, Plan):
+        plan = load_plan(plan)
+    device = _device(device)
+    meta = meta_params(model)
+    if meta:
+        raise ApplyError(f"{len(meta)} params are on the meta device and hold no data: "
+                         f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
+    check_model(plan, model)
+    refs = plan_refs(plan, model)
+    _check_device_memory(plan, refs, device)
+
+    placement = Placement()
+    pin = device.type == "cuda"
+    moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
+    unplanned: list = []
+    offloader = None
+    try:
+        for layer in plan.layers:  # ties first, so an alias moves with its owner
+            for rel, owner in layer.tied.items():
+                oref = _owner_ref(plan, model, owner)
+                placement.alias(oref, refs[f"{layer.name}.{rel}"])
+        offloaded: list[Offloaded] = []
+        for layer in plan.layers:  # offload first: frees GPU memory when the model starts there
+            if layer.offloaded:
+                offloaded += placement.offload_layer([refs[f"{layer.name}.{r}"] for r in layer.offloaded], pin)
+                moved.advance(layer.offloaded_bytes)
+        for layer in plan.layers:
+            for rel in layer.params:
+                if rel not in layer.offloaded:
+                    moved.advance(placement.move(refs[f"{layer.name}.{rel}"], device))
+        _move_unplanned(model, placement, device, unplanned)
+        offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
+                                   offloaded=offloaded, collect_stats=stats)
+        offloader.wrap_modules()
+        offloader.post_init()
+    except BaseException:
+        if offloader is not None:
+            offloader.remove()
+        placement.restore()
+        for t, dev in unplanned:
+            t.data = t.data.to(dev)
+        raise
+    finally:
+        moved.close()
+    s = plan.summary
+    log.info("offload applied (%s): %d params resident on %s (%s), %d offloaded to %s host memory (%s), "
+             "buffer pool %s, %d unplanned tensors moved", offloader.name,
+             sum(len(layer.params) - len(layer.offloaded) for layer in plan.layers), device,
+             format_bytes(s.resident_bytes), len(offloaded), "pinned" if pin else "plain",
+             format_bytes(placement.host_bytes), format_bytes(s.buffer_bytes), len(unplanned))
+    return Handle(plan, model, offloader, placement, unplanned)
+
+
+def _device(device: str | torch.device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ApplyError("the plan is for a CUDA device but CUDA is not available here; "
+                             "pass device='cpu' to exercise the plan on the CPU")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        raise ApplyError(f"unsupported device '{device}': use 'cuda', 'cuda:N' or 'cpu'")
+    return device
+
+
+def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
+    if device.type != "cuda":
+        return
+    offloaded = {f"{layer.name}.{r}" for layer in plan.layers for r in layer.offloaded}
+    need = plan.summary.buffer_bytes
+    seen: set[int] = set()
+    for full, ref in refs.items():
+        t = ref.get()
+        if full in offloaded or id(t) in seen or t.device == device:
+            continue
+        seen.add(id(t))
+        need += t.numel() * t.element_size()
+    free, _total = torch.cuda.mem_get_info(device)
+    if need > free:
+        raise ApplyError(f"the plan needs {format_bytes(need)} more on {device} but only "
+                         f"{format_bytes(free)} is free")
+
+
+def _owner_ref(plan: Plan, model: nn.Module, owner: str):
+    names = sorted((layer.name for layer in plan.layers if owner.startswith(layer.name + ".")), key=len)
+    layer = names[-1]
+    return resolve(model, layer, owner[len(layer) + 1:])
+
+
+def _move_unplanned(model: nn.Module, placement: Placement, device: torch.device, moved: list) -> None:
+    """Tensors the plan does not name (rotary tables, say) go to the device too; remembered
+    so remove() can bring them back."""
+    known = {id(e.tensor) for e in placement.entries.values()}
+    known |= {id(a) for e in placement.entries.values() for a in e.aliases}
+    unplanned_params = 0
+    for module in model.modules():
+        for store in (module._parameters, module._buffers):
+            for t in store.values():
+                if t is None or id(t) in known:
+                    continue
+                known.add(id(t))
+                if isinstance(t, nn.Parameter):
+                    unplanned_params += t.numel() * t.element_size()
+                if t.device != device:
+                    t.data, old = t.data.to(device), t.device
+                    moved.append((t, old))
+    if unplanned_params:
+        log.warning("the model has %s of parameters the plan does not name; they were put on %s "
+                    "and are not in the plan's memory accounting", format_bytes(unplanned_params), device)

@@ -1,0 +1,85 @@
+"""Exact-size pinned host memory.
+
+PyTorch's caching host allocator (``pin_memory()``, ``torch.empty(pin_memory=True)``)
+rounds every block up to a power of two, which can nearly double the host memory an
+offloader needs. Instead we allocate ordinary host memory of the exact size and
+page-lock it with ``cudaHostRegister``: one registration per offloaded layer (its
+params packed at 256-byte aligned offsets), released again by ``close()``.
+
+Without CUDA (CPU-only machines, CI) the arena is plain host memory: the same
+layout and bookkeeping, no page locking.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+log = logging.getLogger("runtime")
+
+ALIGN = 256  # bytes; keeps every param's start aligned for vectorised copies and kernels
+_REGISTER_PORTABLE_MAPPED = 1 | 2  # cudaHostRegisterPortable | cudaHostRegisterMapped
+
+
+def aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class HostArena:
+    """One block of host memory holding several tensors, page-locked when CUDA is present."""
+
+    def __init__(self, nbytes: int, pin: bool) -> None:
+        self.nbytes = nbytes
+        self.storage = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+        self.registered = False
+        self.pinned = False
+        if pin and nbytes > 0:
+            rc = int(torch.cuda.cudart().cudaHostRegister(self.storage.data_ptr(), nbytes, _REGISTER_PORTABLE_MAPPED))
+            if rc == 0:
+                self.registered = self.pinned = True
+            else:  # e.g. the range shares a page with another registration: use PyTorch's pinned allocator
+                torch.cuda.synchronize()  # clear the sticky-free error state before the fallback
+                log.debug("cudaHostRegister failed (%d) for %d bytes; using pin_memory()", rc, nbytes)
+                self.storage = self.storage.pin_memory()
+                self.pinned = True
+
+    def view(self, offset: int, like: torch.Tensor) -> torch.Tensor:
+        """A tensor with ``like``'s shape, stride and dtype at ``offset`` bytes into the arena."""
+        span = _span_elements(like)
+        flat = self.storage[offset: offset + span * like.element_size()].view(like.dtype)
+        return flat.as_strided(like.shape, like.stride())
+
+    def close(self) -> None:
+        if self.registered:
+            rc = int(torch.cuda.cudart().cudaHostUnregister(self.storage.data_ptr()))
+            if rc != 0:
+                raise RuntimeError(f"cudaHostUnregister failed with CUDA error {rc}")
+            self.registered = False
+        self.pinned = False
+        self.storage = torch.empty(0, dtype=torch.uint8)
+
+
+def _span_elements(t: torch.Tensor) -> int:
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
+def pack(tensors: list[torch.Tensor], pin: bool) -> tuple[HostArena, list[torch.Tensor]]:
+    """Copy ``tensors`` into one new arena; return it and a host view per tensor (same strides).
+
+    Only the elements each tensor spans are copied; strides are kept, so a
+    non-contiguous param comes back exactly as it was.
+    """
+    offsets, total = [], 0
+    for t in tensors:
+        offsets.append(total)
+        total += aligned(_span_elements(t) * t.element_size())
+    arena = HostArena(total, pin)
+    views = []
+    for t, off in zip(tensors, offsets):
+        v = arena.view(off, t)
+        v.copy_(t)  # synchronous device->host (or host->host) copy
+        views.append(v)
+    return arena, views

@@ -1,0 +1,94 @@
+"""Moving a model's tensors for a plan, and putting them back exactly.
+
+``Placement`` remembers, per tensor the plan touches, its original device, and, once
+it is offloaded, the host view that holds its true value. ``restore()`` is both the
+rollback of a failed ``apply`` and ``Handle.remove()``: every tensor goes back to its
+original device with bit-identical values and its own storage, and the host arenas
+(pinned memory) are released layer by layer, so restoring needs at most one layer of
+extra host memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from runtime.offloader import Offloaded
+from runtime.pinned import HostArena, pack
+from runtime.tensors import TensorRef
+
+
+@dataclass(eq=False)
+class _Entry:
+    ref: TensorRef
+    tensor: torch.Tensor  # the nn.Parameter / buffer object (identity kept)
+    device: torch.device  # where it was before apply
+    host: torch.Tensor | None = None  # host view holding its value while offloaded
+    aliases: list[torch.Tensor] = field(default_factory=list)  # other objects sharing its storage
+
+
+@dataclass(eq=False)
+class Placement:
+    entries: dict[int, _Entry] = field(default_factory=dict)  # id(tensor) -> entry
+    arenas: list[tuple[HostArena, list[_Entry]]] = field(default_factory=list)
+
+    def track(self, ref: TensorRef) -> _Entry:
+        t = ref.get()
+        entry = self.entries.get(id(t))
+        if entry is None:
+            entry = self.entries[id(t)] = _Entry(ref, t, t.device)
+        return entry
+
+    def alias(self, owner: TensorRef, other: TensorRef) -> None:
+        """``other`` is a distinct object sharing ``owner``'s storage: keep them together."""
+        o, t = owner.get(), other.get()
+        if o is not t:
+            entry = self.track(owner)
+            if all(a is not t for a in entry.aliases):
+                entry.aliases.append(t)
+                self.entries.pop(id(t), None)
+
+    def _set(self, entry: _Entry, data: torch.Tensor) -> None:
+        entry.tensor.data = data
+        for a in entry.aliases:
+            a.data = data
+
+    def offload_layer(self, refs: list[TensorRef], pin: bool) -> list[Offloaded]:
+        """Copy these tensors (one layer's) into one host arena and point them at it."""
+        entries = [self.track(r) for r in refs]
+        arena, views = pack([e.tensor.data for e in entries], pin)
+        for e, v in zip(entries, views):
+            e.host = v
+            self._set(e, v)  # frees the device copy, if that was the only reference
+        self.arenas.append((arena, entries))
+        return [Offloaded(e.ref, v) for e, v in zip(entries, views)]
+
+    def move(self, ref: TensorRef, device: torch.device) -> int:
+        """Move a resident tensor to ``device``; returns bytes moved."""
+        entry = self.track(ref)
+        t = entry.tensor
+        if t.device == device:
+            return 0
+        self._set(entry, t.data.to(device))
+        return t.numel() * t.element_size()
+
+    def restore(self) -> None:
+        """Put every tracked tensor back on its original device, values bit-identical."""
+        for entry in self.entries.values():
+            if entry.host is None and entry.tensor.device != entry.device:
+                self._set(entry, entry.tensor.data.to(entry.device))
+        for arena, entries in self.arenas:
+            for e in entries:
+                fresh = torch.empty_strided(e.host.shape, e.host.stride(), dtype=e.host.dtype, device=e.device)
+                fresh.copy_(e.host)
+                self._set(e, fresh)
+                e.host = None
+            if any(e.device.type == "cuda" for e in entries):
+                torch.cuda.synchronize()
+            arena.close()
+        self.arenas.clear()
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(a.nbytes for a, _ in self.arenas)

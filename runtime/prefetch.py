@@ -1,0 +1,253 @@
+"""Prefetch offloader: a copy stream fills a static GPU buffer pool ahead of the compute stream.
+
+Everything that can be decided at apply time is: per offloaded layer the (host,
+slot buffer) pairs to copy, its slot and its copy-done event; per layer position the
+offloaded layers whose copy starts there. The hooks then only look these up.
+
+Ordering, per the plan's schedule (docs/DESIGN.md):
+- where the copy stream waits: ``start_copies`` records an event on the compute stream
+  just before the trigger layer runs and the copy stream waits on it, so a slot is
+  written only after every earlier layer (its previous user included) has run;
+- where the compute stream waits: ``wait_copy`` waits on the layer's copy-done event;
+- ``join_after_forward`` makes the compute stream wait for the copy stream, so a
+  forward ends with no copy in flight (required to end a CUDA graph capture).
+Eager calls also track which layer each slot holds; a layer that finds someone else's
+weights in its slot (after an interrupted forward, say) gets a synchronous copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from runtime import ops
+from runtime.buffer_pool import BufferPool
+from runtime.offloader import Offloader
+from runtime.stats import ForwardStats
+
+
+@dataclass(eq=False)
+class _Layer:
+    name: str
+    position: int
+    slot: int
+    pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (host, slot buffer)
+    nbytes: int
+    use_order: int = 0
+    done: object = None  # torch.cuda.Event under CUDA
+
+
+def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a
+    for a in kwargs.values():
+        if isinstance(a, torch.Tensor):
+            return a
+    return None
+
+
+@dataclass(eq=False)
+class PrefetchOffloader(Offloader):
+    name = "prefetch"
+
+    pool: BufferPool | None = None
+    layers: list[_Layer] = field(default_factory=list)
+    triggers: dict[int, list[int]] = field(default_factory=dict)
+    slot_owner: dict[int, int] = field(default_factory=dict)
+    issued: set[int] = field(default_factory=set)
+    handle_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.cuda = self.device.type == "cuda"
+        self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.history: list[ForwardStats] = []
+        self.current = ForwardStats()
+        self._trigger_events: dict[int, object] = {}
+
+    # -- set-up -----------------------------------------------------------------------
+    def wrap_modules(self) -> None:
+        plan = self.plan
+        self.pool = BufferPool(plan.buffer_pool, self.device)
+        position = {layer.name: i for i, layer in enumerate(plan.layers)}
+        host_of = {o.ref.full: o for o in self.offloaded}
+        n_layers = len(plan.layers)
+        for pl in plan.layers:
+            if pl.prefetch is None:
+                continue
+            pairs, nbytes = [], 0
+            for rel in pl.offloaded:
+                o = host_of[f"{pl.name}.{rel}"]
+                pairs.append((o.host, self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)))
+                nbytes += pl.params[rel].bytes
+            pos = position[pl.name]
+            trig = position[pl.prefetch.copy_before]
+            # the forward in which this layer uses what the trigger copies
+            use = pos + (n_layers if pl.prefetch.previous_forward else 0)
+            self.layers.append(_Layer(pl.name, pos, pl.prefetch.slot, pairs, nbytes, use))
+            self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
+        for trig, js in self.triggers.items():
+            js.sort(key=lambda j: self.layers[j].use_order)
+        if self.cuda:
+            for layer in self.layers:
+                layer.done = torch.cuda.Event()
+            self._trigger_events = {t: torch.cuda.Event() for t in self.triggers}
+        self.handle_id = ops.register(self)
+        offloaded_at = {layer.position: j for j, layer in enumerate(self.layers)}
+        for pos, pl in enumerate(plan.layers):
+            trig = pos in self.triggers
+            j = offloaded_at.get(pos)
+            if not trig and j is None:
+                continue
+            module = self.model.get_submodule(pl.name)
+            self.hooks.append(module.register_forward_pre_hook(self._pre_hook(pos, trig, j), with_kwargs=True))
+        self.hooks.append(self.model.register_forward_hook(self._post_hook()))
+
+    def _pre_hook(self, pos: int, trigger: bool, j: int | None):
+        hid = self.handle_id
+        start = torch.ops.offload_planner.start_copies
+        wait = torch.ops.offload_planner.wait_copy
+
+        def hook(_module: nn.Module, args: tuple, kwargs: dict):
+            x = _first_tensor(args, kwargs)
+            if x is None:  # no tensor input to order against: eager only
+                if trigger:
+                    self.start_copies(pos)
+                if j is not None:
+                    self.wait_copy(j)
+                return None
+            if trigger:
+                start(x, hid, pos)
+            if j is not None:
+                wait(x, hid, j)
+            return None
+
+        return hook
+
+    def _post_hook(self):
+        hid = self.handle_id
+        join = torch.ops.offload_planner.join
+
+        def hook(_module: nn.Module, _args: tuple, output):
+            x = output if isinstance(output, torch.Tensor) else _first_in(output)
+            if x is None:
+                self.join_after_forward()
+            else:
+                join(x, hid)
+            return None
+
+        return hook
+
+    def post_init(self) -> None:
+        """Point every offloaded param at its slot buffer, then prime the slots the plan
+        fills during the previous forward, so the first forward finds them ready."""
+        host_of = {o.ref.full: o for o in self.offloaded}
+        for pl in self.plan.layers:
+            if pl.prefetch is None:
+                continue
+            for rel in pl.offloaded:
+                ref = host_of[f"{pl.name}.{rel}"].ref
+                ref.get().data = self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)
+        for j, layer in enumerate(self.layers):
+            if self.plan.layers[layer.position].prefetch.previous_forward:
+                self._copy_now(j)
+        self.sync_prev_onload()
+        self.current = ForwardStats()
+
+    # -- the hot path -----------------------------------------------------------------
+    def start_copies(self, position: int) -> None:
+        js = self.triggers[position]
+        if not self.cuda:
+            for j in js:
+                self._copy_now(j)
+            return
+        compute = torch.cuda.current_stream(self.device)
+        event = self._trigger_events[position]
+        event.record(compute)
+        stream = self.copy_stream
+        stream.wait_event(event)
+        timed = self.collect_stats and not torch.cuda.is_current_stream_capturing()
+        with torch.cuda.stream(stream):
+            for j in js:
+                layer = self.layers[j]
+                if timed:
+                    t0 = torch.cuda.Event(enable_timing=True)
+                    t0.record(stream)
+                for host, buf in layer.pairs:
+                    buf.copy_(host, non_blocking=True)
+                layer.done.record(stream)
+                if timed:
+                    t1 = torch.cuda.Event(enable_timing=True)
+                    t1.record(stream)
+                    self.current.copies.append((t0, t1, layer.nbytes))
+                self.current.bytes += layer.nbytes
+                self.slot_owner[layer.slot] = j
+                self.issued.add(j)
+
+    def wait_copy(self, j: int) -> None:
+        layer = self.layers[j]
+        if self.slot_owner.get(layer.slot) != j:  # not what the schedule left there: copy now
+            self._copy_now(j)
+            return
+        if not self.cuda:
+            return
+        capturing = torch.cuda.is_current_stream_capturing()
+        if capturing and j not in self.issued:
+            return  # copied in the previous forward, which was joined before this one began
+        compute = torch.cuda.current_stream(self.device)
+        if self.collect_stats and not capturing:
+            t0 = torch.cuda.Event(enable_timing=True)
+            t0.record(compute)
+            compute.wait_event(layer.done)
+            t1 = torch.cuda.Event(enable_timing=True)
+            t1.record(compute)
+            self.current.stalls.append((t0, t1))
+        else:
+            compute.wait_event(layer.done)
+
+    def join_after_forward(self) -> None:
+        if self.cuda and self.issued:
+            torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
+        self.issued.clear()
+        if self.current.bytes or self.current.stalls:
+            self.history.append(self.current)
+            del self.history[:-100]
+            self.current = ForwardStats()
+
+    def _copy_now(self, j: int) -> None:
+        """Synchronous-order copy on the compute stream (priming, recovery, CPU)."""
+        layer = self.layers[j]
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
+        for host, buf in layer.pairs:
+            buf.copy_(host, non_blocking=self.cuda)
+        if self.cuda:
+            layer.done.record(torch.cuda.current_stream(self.device))
+        self.current.bytes += layer.nbytes
+        self.slot_owner[layer.slot] = j
+
+    def sync_prev_onload(self) -> None:
+        if self.cuda:
+            self.copy_stream.synchronize()
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def forward_stats(self) -> list[ForwardStats]:
+        return list(self.history)
+
+    def remove(self) -> None:
+        self.sync_prev_onload()
+        super().remove()
+        ops.unregister(self.handle_id)
+        if self.pool is not None:
+            self.pool.close()
+
+
+def _first_in(output) -> torch.Tensor | None:
+    from torch.utils._pytree import tree_leaves
+
+    for leaf in tree_leaves(output):
+        if isinstance(leaf, torch.Tensor):
+            return leaf
+    return None

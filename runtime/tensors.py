@@ -1,0 +1,81 @@
+"""Finding a plan's params in a module tree, and swapping the data behind them.
+
+A param is swapped by assigning ``tensor.data``: the ``nn.Parameter`` object (and any
+reference an optimizer or a tied module holds) stays the same, only its storage moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from schemas import Plan
+
+DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, name)
+    for name in (
+        "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "int64", "int32",
+        "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool", "float8_e4m3fn",
+        "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
+    )
+    if hasattr(torch, name)
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(eq=False)
+class TensorRef:
+    """One param or buffer the plan names: where it lives and what the plan says it is."""
+
+    layer: str
+    rel: str  # name relative to the layer
+    module: nn.Module  # the module that owns the attribute
+    attr: str  # attribute name on that module
+    is_buffer: bool
+
+    @property
+    def full(self) -> str:
+        return f"{self.layer}.{self.rel}"
+
+    def get(self) -> torch.Tensor:
+        store = self.module._buffers if self.is_buffer else self.module._parameters
+        return store[self.attr]
+
+
+def resolve(model: nn.Module, layer: str, rel: str) -> TensorRef | None:
+    """Find ``layer.rel`` as a param or buffer; None when absent."""
+    path = f"{layer}.{rel}" if layer else rel
+    mod_path, _, attr = path.rpartition(".")
+    try:
+        module = model.get_submodule(mod_path) if mod_path else model
+    except AttributeError:
+        return None
+    if attr in module._parameters and module._parameters[attr] is not None:
+        return TensorRef(layer, rel, module, attr, is_buffer=False)
+    if attr in module._buffers and module._buffers[attr] is not None:
+        return TensorRef(layer, rel, module, attr, is_buffer=True)
+    return None
+
+
+def plan_refs(plan: Plan, model: nn.Module) -> dict[str, TensorRef]:
+    """All params and tied params of the plan, by full name (missing ones are skipped)."""
+    refs: dict[str, TensorRef] = {}
+    for layer in plan.layers:
+        for rel in list(layer.params) + list(layer.tied):
+            ref = resolve(model, layer.name, rel)
+            if ref is not None:
+                refs[ref.full] = ref
+    return refs
+
+
+def storage_nbytes(t: torch.Tensor) -> int:
+    """Bytes the tensor's elements span (what the plan counts), not its whole storage."""
+    if t.numel() == 0:
+        return 0
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return span * t.element_size()

@@ -1,0 +1,104 @@
+"""UVA offloader: offloaded params stay in pinned host memory and GPU kernels read them in place.
+
+A CUDA tensor can point straight at page-locked host memory: with unified virtual
+addressing the host address is valid on the device. We build such a tensor without a
+compiled extension by handing ``torch.as_tensor`` an object that exposes the
+``__cuda_array_interface__`` of the host bytes. There is nothing to schedule: no
+hooks, no copies, no buffers. Each use reads the weight over PCIe, so UVA suits
+small batches; the prefetch offloader is better when weights are reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+from runtime.offloader import Offloader
+
+log = logging.getLogger("runtime")
+
+
+class _HostBytes:
+    """Exposes host bytes as a CUDA array; keeps the host tensor alive while viewed."""
+
+    def __init__(self, host: torch.Tensor, nbytes: int) -> None:
+        self._host = host
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (host.data_ptr(), False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+def device_view(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A tensor on ``device`` that reads ``host`` (pinned) in place: same shape, stride, dtype."""
+    if not host.is_pinned():
+        raise ValueError("a UVA view needs pinned host memory")
+    span = 0 if host.numel() == 0 else 1 + sum((s - 1) * st for s, st in zip(host.shape, host.stride()))
+    nbytes = max(span * host.element_size(), 1)
+    with torch.cuda.device(device):
+        raw = torch.as_tensor(_HostBytes(host, nbytes), device=device)
+    return raw[: span * host.element_size()].view(host.dtype).as_strided(host.shape, host.stride())
+
+
+def uva_supported(device: torch.device) -> bool:
+    try:
+        probe = torch.arange(64, dtype=torch.int32).pin_memory()
+        view = device_view(probe, device)
+        return bool(torch.equal(view.cpu(), probe))
+    except Exception as exc:  # noqa: BLE001 - any failure means "not supported here"
+        log.debug("UVA probe failed: %s", exc)
+        return False
+
+
+class UvaOffloader(Offloader):
+    """Points each offloaded param at a device view of its pinned host copy."""
+
+    name = "uva"
+
+    def post_init(self) -> None:
+        device = self.device
+        if device.type != "cuda":
+            for ref, host in self.offloaded_pairs():  # CPU-only: the host copy is the param
+                ref.get().data = host
+            return
+        if not uva_supported(device):
+            warnings.warn(
+                "UVA (GPU reads of pinned host memory) is not available on this device; "
+                "offloaded params are copied to the GPU before each layer instead (slower)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self.fallback_copy = True
+            self._install_copy_fallback()
+            return
+        for ref, host in self.offloaded_pairs():
+            ref.get().data = device_view(host, device)
+
+    def _install_copy_fallback(self) -> None:
+        """Copy a layer's offloaded params in before it runs and drop them after (eager only)."""
+        placeholder = {}
+        for ref, host in self.offloaded_pairs():
+            placeholder[ref.full] = torch.empty(0, dtype=host.dtype, device=self.device)
+            ref.get().data = placeholder[ref.full]
+        by_layer: dict[str, list] = {}
+        for ref, host in self.offloaded_pairs():
+            by_layer.setdefault(ref.layer, []).append((ref, host))
+
+        for layer, pairs in by_layer.items():
+            module = self.model.get_submodule(layer)
+
+            def pre(_m, _args, pairs=pairs):
+                for ref, host in pairs:
+                    ref.get().data = host.to(self.device, non_blocking=True)
+
+            def post(_m, _args, _out, pairs=pairs):
+                for ref, _host in pairs:
+                    ref.get().data = placeholder[ref.full]
+
+            self.hooks.append(module.register_forward_pre_hook(pre))
+            self.hooks.append(module.register_forward_hook(post))
