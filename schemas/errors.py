@@ -203,6 +203,36 @@ def _sentence(err: Mapping[str, Any], root: type[BaseModel] | None) -> str:
     return f"{msg[:1].lower()}{msg[1:]} (got {_got(value)})"
 
 
+def _layer_entry(data: Any, loc: tuple[Any, ...], layer: str) -> tuple[Any, ...] | None:
+    """The loc of the entry of ``<loc>.layers`` that is (or expands to) the layer named ``layer``."""
+    node = data
+    for part in loc:
+        node = node.get(part) if isinstance(node, dict) else None
+    entries = node.get("layers") if isinstance(node, dict) else None
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and re.fullmatch(re.escape(name).replace(r"\{i\}", r"\d+"), layer):
+            return loc + ("layers", i)
+    return None
+
+
+def _refine(loc: tuple[Any, ...], err: Mapping[str, Any], data: Any,
+            lines: Mapping[tuple[Any, ...], int] | None) -> tuple[Any, ...]:
+    """A model validator's error sits on the whole model; when its message names a list entry
+    below it (``layers[2]`` or ``layer 'model.layers.3'``), point at that entry instead."""
+    if err["type"] != "value_error" or not lines:
+        return loc
+    msg = str(err["msg"])
+    for name, index in reversed(re.findall(r"(\w+)\[(\d+)\]", msg)):
+        deeper = loc + (name, int(index))
+        if deeper in lines:
+            return deeper
+    named = re.match(r"(?:Value error, )?layer '([^']+)'", msg)
+    if named:
+        return _layer_entry(data, loc, named.group(1)) or loc
+    return loc
+
+
 def problems_from_validation(
     err: ValidationError,
     source: str | None = None,
@@ -214,7 +244,7 @@ def problems_from_validation(
     """Each error of ``err`` as a Problem; ``prefix`` is prepended to the field paths."""
     out = []
     for e in err.errors(include_url=False):
-        loc = tuple(e["loc"])
+        loc = _refine(tuple(e["loc"]), e, data, lines)
         line = line_of(loc, data, lines) if lines else None
         out.append(Problem(_sentence(e, root), source, line, format_path(tuple(prefix) + loc)))
     out.sort(key=lambda p: (p.line is None, p.line or 0))

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from schemas.errors import InputError, Problem, input_error_from_validation
+from schemas.errors import InputError, Problem, format_path, input_error_from_validation
 from schemas.plan import Plan
 from schemas.spec import SpecFile
 from schemas.yaml_lines import YamlProblem, load_with_lines
@@ -66,7 +66,7 @@ def parse_text(text: str, name: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     try:
         data, lines = load_with_lines(text)
     except YamlProblem as err:
-        raise InputError(Problem(err.message, name, err.line)) from None
+        raise InputError(Problem(err.message, name, err.line, format_path(err.path))) from None
     if data is None:
         raise InputError(f"{name}: the file is empty; expected a YAML or JSON mapping")
     if not isinstance(data, dict):
@@ -96,6 +96,15 @@ def load_spec(path: str | Path) -> SpecFile:
 
 def load_plan(path: str | Path) -> Plan:
     return load_model(Plan, path)
+
+
+def load_spec_or_plan(path: str | Path) -> SpecFile | Plan:
+    """A spec or a plan, told apart by the top-level keys (a spec when unclear)."""
+    name = source_name(path)
+    text = read_text(path)
+    data, _ = parse_text(text, name)
+    cls: type[SpecFile] | type[Plan] = Plan if guess_kind(data) == "plan" else SpecFile
+    return load_model(cls, path, text)
 
 
 class _FlowListDumper(yaml.SafeDumper):

@@ -27,6 +27,7 @@ class YamlProblem(Exception):
     message: str
     line: int | None = None
     column: int | None = None
+    path: Path_ = ()
 
     def __str__(self) -> str:
         return self.message
@@ -50,7 +51,7 @@ class _Builder:
             raise YamlProblem(f"document too large: more than {MAX_NODES} nodes (alias bomb?)")
         if id(node) in self.open:
             raise YamlProblem("an alias refers to a node that contains it (recursive structure)",
-                              _line(node), node.start_mark.column + 1)
+                              self.lines.get(path, _line(node)))
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
             self.open.add(id(node))
             try:
@@ -62,7 +63,7 @@ class _Builder:
     def _collection(self, node: yaml.Node, path: Path_) -> Any:
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
-        self._check_duplicates(node)
+        self._check_duplicates(node, path)
         self.loader.flatten_mapping(node)  # resolves `<<` merge keys; explicit keys come last and win
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -71,7 +72,7 @@ class _Builder:
             out[key] = self.build(value_node, path + (key,))
         return out
 
-    def _check_duplicates(self, node: yaml.MappingNode) -> None:
+    def _check_duplicates(self, node: yaml.MappingNode, path: Path_) -> None:
         first: dict[Any, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -81,7 +82,8 @@ class _Builder:
                 raise YamlProblem("a mapping key must be a plain scalar, not a list or mapping", *where)
             key = self.loader.construct_object(key_node, deep=True)
             if key in first:
-                raise YamlProblem(f"duplicate key '{key}' (first defined on line {first[key]})", *where)
+                raise YamlProblem(f"duplicate key (first defined on line {first[key]})", *where,
+                                  path=path + (key,))
             first[key] = where[0]
 
 
@@ -100,6 +102,9 @@ def _problem_from_yaml(err: yaml.YAMLError, text: str) -> YamlProblem:
     if "\t" in src[: max(mark.column, 1) + 1] and "'\\t'" in problem:
         return YamlProblem("malformed YAML: a tab character; YAML indents with spaces only", line, column)
     context = getattr(err, "context", None)
+    started = getattr(err, "context_mark", None)
+    if context and started is not None and started.line != mark.line:
+        context += f" started on line {started.line + 1}"
     detail = f"{context}: {problem.removeprefix('but ')}" if context else problem
     return YamlProblem(f"malformed YAML: {detail}", line, column)
 

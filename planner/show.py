@@ -1,0 +1,110 @@
+"""`planner show`: a plan as a per-layer table (rich) or as JSON rows, with totals."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from schemas.plan import Plan
+from schemas.sizes import format_bytes
+
+
+def layer_rows(plan: Plan) -> list[dict[str, Any]]:
+    """One row a layer, in execution order: what stays, what moves, where it lands and when."""
+    rows = []
+    for i, layer in enumerate(plan.layers):
+        pf = layer.prefetch
+        rows.append({
+            "index": i,
+            "name": layer.name,
+            "resident_bytes": layer.resident_bytes,
+            "offloaded_bytes": layer.offloaded_bytes,
+            "offloaded": list(layer.offloaded),
+            "slot": None if pf is None else pf.slot,
+            "copy_before": None if pf is None else pf.copy_before,
+            "previous_forward": False if pf is None else pf.previous_forward,
+        })
+    return rows
+
+
+def totals(plan: Plan) -> dict[str, Any]:
+    s = plan.summary
+    return {
+        "layers": len(plan.layers),
+        "offloaded_layers": sum(1 for layer in plan.layers if layer.offloaded),
+        "resident_bytes": sum(layer.resident_bytes for layer in plan.layers),
+        "offloaded_bytes": sum(layer.offloaded_bytes for layer in plan.layers),
+        "buffer_bytes": s.buffer_bytes,
+        "peak_gpu_bytes": s.peak_gpu_bytes,
+        "pinned_host_bytes": s.pinned_host_bytes,
+        "gpu_budget_bytes": s.gpu_budget_bytes,
+    }
+
+
+def describe(doc: Any) -> str:
+    """One line for `planner validate`: which kind of file it is and its key facts."""
+    from schemas.spec import SpecFile
+
+    if isinstance(doc, SpecFile):
+        layers = doc.model.expanded()
+        total = sum(layer.nbytes for layer in layers)
+        mem, off = doc.memory, doc.offload
+        budget = f", gpu_budget {format_bytes(mem.gpu_budget)}" if mem.gpu_budget is not None else ""
+        return (f"valid spec: model {doc.model.name}, {len(layers)} layers "
+                f"({len(doc.model.layers)} entries), {format_bytes(total)} of weights in {doc.model.dtype} by default"
+                f"{budget}, backend {off.backend}, strategy {off.strategy}")
+    s = doc.summary
+    step = f", prefetch_step {s.prefetch_step}" if s.prefetch_step is not None else ""
+    return (f"valid plan: model {s.model}, backend {s.backend}, strategy {s.strategy}{step}, "
+            f"{s.offloaded_layers} of {s.layers} layers offloaded, peak GPU {format_bytes(s.peak_gpu_bytes)}, "
+            f"pinned host {format_bytes(s.pinned_host_bytes)}")
+
+
+def render_json(plan: Plan) -> str:
+    s = plan.summary
+    head = {"model": s.model, "backend": s.backend, "strategy": s.strategy, "prefetch_step": s.prefetch_step}
+    return json.dumps({**head, "layers": layer_rows(plan), "totals": totals(plan)}, indent=2) + "\n"
+
+
+def _trigger(row: dict[str, Any]) -> str:
+    if row["copy_before"] is None:
+        return ""
+    return row["copy_before"] + (" (previous forward)" if row["previous_forward"] else "")
+
+
+def render_table(plan: Plan, console: Any) -> None:
+    """Print the summary, the per-layer table and the totals on a rich Console."""
+    from rich.table import Table
+
+    s = plan.summary
+    step = f", prefetch_step {s.prefetch_step}" if s.prefetch_step is not None else ""
+    console.print(f"[bold]{s.model}[/bold]: backend [cyan]{s.backend}[/cyan] ({s.backend_reason}), "
+                  f"strategy {s.strategy}{step}", highlight=False, markup=True)
+    prefetch = s.backend == "prefetch"
+    table = Table(show_footer=True, header_style="bold", footer_style="bold")
+    t = totals(plan)
+    table.add_column("#", justify="right", footer="")
+    table.add_column("layer", footer=f"{t['layers']} layers, {t['offloaded_layers']} offloaded")
+    table.add_column("resident", justify="right", footer=format_bytes(t["resident_bytes"]))
+    table.add_column("offloaded", justify="right", footer=format_bytes(t["offloaded_bytes"]))
+    table.add_column("offloaded params")
+    if prefetch:
+        table.add_column("slot", justify="right")
+        table.add_column("copy before")
+    for row in layer_rows(plan):
+        cells = [str(row["index"]), row["name"], format_bytes(row["resident_bytes"]),
+                 format_bytes(row["offloaded_bytes"]) if row["offloaded_bytes"] else "-",
+                 ", ".join(row["offloaded"])]
+        if prefetch:
+            cells += ["" if row["slot"] is None else str(row["slot"]), _trigger(row)]
+        table.add_row(*cells, style=None if row["offloaded"] else "dim")
+    console.print(table)
+    budget = format_bytes(s.gpu_budget_bytes) if s.gpu_budget_bytes is not None else "none"
+    console.print(
+        f"peak GPU {format_bytes(s.peak_gpu_bytes)} (resident {format_bytes(s.resident_bytes)} "
+        f"+ buffers {format_bytes(s.buffer_bytes)}) of budget {budget}; "
+        f"pinned host {format_bytes(s.pinned_host_bytes)}",
+        highlight=False, markup=False,
+    )
+    for note in s.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
