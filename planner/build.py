@@ -1,0 +1,340 @@
+"""spec -> Plan: apply overrides, pick what to offload and the backend, schedule, assemble the file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
+from schemas.sizes import format_bytes
+from schemas.spec import Layer, MemorySection, OffloadSection, SpecFile, Tensor
+
+from planner.buffer_pool import signature
+from planner.cost import Candidate, Cost, evaluate
+from planner.errors import InfeasibleError, PlanningError
+from planner.graph import build_graph, find_block_stack, layers_in_order, tied_edges, tied_owners
+from planner.names import join_names
+from planner.schedule import Trigger, num_slots, schedule
+from planner.select import eligible_params, group_rule, spread
+from planner.select_budget import search
+
+WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
+
+
+def spec_sha256(spec: SpecFile) -> str:
+    """sha256 of the canonical JSON of the spec as loaded (before any override)."""
+    text = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class _Model:
+    """The spec's layers, block stack and offload candidates, plus the merged settings."""
+
+    layers: list[Layer]
+    stack: list[str]
+    candidates: list[Candidate]
+    total_bytes: int
+    memory: MemorySection
+    offload: OffloadSection
+    tied: list[tuple[str, str, list[tuple[str, str]]]]
+
+    def size(self, n: int) -> str:
+        """A size for a note, in the unit family of the gpu_budget (GB when it is a whole number of MB)."""
+        gpu = self.memory.gpu_budget
+        if gpu is not None and gpu % 10**6 == 0 and gpu % 2**20 != 0:
+            return f"{n / 10**9:.2f} GB" if n >= 10**9 else f"{n / 10**6:.2f} MB"
+        return format_bytes(n)
+
+    def evaluate(self, chosen: list[int], backend: str) -> Cost:
+        return evaluate(self.candidates, chosen, total_bytes=self.total_bytes, num_layers=len(self.layers),
+                        backend=backend, step=self.offload.prefetch_step)
+
+
+@dataclass
+class _Outcome:
+    backend: str
+    reason: str
+    cost: Cost | None  # None: nothing offloaded
+    notes: list[str] = field(default_factory=list)
+
+
+def _merge(spec: SpecFile, memory: dict, offload: dict) -> tuple[MemorySection, OffloadSection]:
+    mem = spec.memory.model_dump()
+    mem.update({k: v for k, v in memory.items() if v is not None})
+    off = spec.offload.model_dump()
+    off.update({k: v for k, v in offload.items() if v is not None})
+    return MemorySection.model_validate(mem), OffloadSection.model_validate(off)
+
+
+def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection) -> _Model:
+    graph = build_graph(spec.model.expanded())
+    layers = layers_in_order(graph)
+    stack = find_block_stack(graph)
+    shared = tied_owners(graph)
+    by_name = {layer.name: layer for layer in layers}
+    candidates = []
+    interned: dict = {}  # one signature object per distinct param set: the pool builder groups by identity
+    for name in stack:
+        eligible = eligible_params(by_name[name], offload.params, shared.get(name, set()))
+        if eligible:
+            candidates.append(Candidate(by_name[name].index, tuple(t.name for t in eligible),
+                                        sum(t.nbytes for t in eligible),
+                                        interned.setdefault(signature(eligible), signature(eligible))))
+    total = sum(layer.nbytes for layer in layers)
+    return _Model(layers, stack, candidates, total, memory, offload, tied_edges(graph))
+
+
+# ---------------------------------------------------------------------------
+# Deciding what to offload and with which backend.
+
+
+def _fits(cost: Cost, budget: int | None) -> bool:
+    return budget is None or cost.peak_gpu_bytes <= budget
+
+
+def _infeasible(what: str, m: _Model, lowest: dict[str, Cost]) -> InfeasibleError:
+    gpu = m.memory.gpu_budget
+    best = min(lowest.values(), key=lambda c: c.peak_gpu_bytes)
+    details = "; ".join(
+        f"{backend} needs at least {m.size(c.peak_gpu_bytes)} ({c.peak_gpu_bytes} bytes, "
+        f"{len(c.chosen)} layers offloaded)" for backend, c in sorted(lowest.items()))
+    cpu = f" within the {m.size(m.memory.cpu_budget)} cpu_budget" if m.memory.cpu_budget else ""
+    return InfeasibleError(
+        f"{what} fits the {m.size(gpu)} gpu_budget{cpu}: {details}; "
+        f"the smallest feasible gpu_budget is {best.peak_gpu_bytes} bytes", best.peak_gpu_bytes)
+
+
+def _decide_none(m: _Model) -> _Outcome:
+    gpu = m.memory.gpu_budget
+    if gpu is not None and m.total_bytes > gpu:
+        raise InfeasibleError(
+            f"backend none keeps the whole model ({m.size(m.total_bytes)}) on the GPU, which exceeds the "
+            f"{m.size(gpu)} gpu_budget; the smallest feasible gpu_budget is {m.total_bytes} bytes",
+            m.total_bytes)
+    return _Outcome("none", "backend none requested: nothing is offloaded", None,
+                    ["backend none: every param stays on the GPU"])
+
+
+def _choose_backend(m: _Model, costs: dict[str, Cost]) -> _Outcome:
+    """Pick among plans of the same layers: the requested backend, or auto's preference."""
+    gpu = m.memory.gpu_budget
+    requested = m.offload.backend
+    if requested != "auto":
+        cost = costs[requested]
+        if not _fits(cost, gpu):
+            raise _infeasible(f"no {requested} plan", m, {requested: cost})
+        return _Outcome(requested, f"{requested} requested", cost)
+    pf, uva = costs["prefetch"], costs["uva"]
+    pool = f"with a {m.size(pf.buffer_bytes)} buffer pool"
+    if gpu is None:
+        return _Outcome("prefetch", f"auto: no gpu_budget given, prefetch {pool}; {WHY_PREFETCH}", pf)
+    if _fits(pf, gpu):
+        return _Outcome("prefetch", f"auto: prefetch fits {m.size(gpu)} {pool}; {WHY_PREFETCH}", pf)
+    if _fits(uva, gpu):
+        return _Outcome("uva", f"auto: no prefetch plan fits {m.size(gpu)} (its buffer pool needs "
+                               f"{m.size(pf.buffer_bytes)}); UVA fits with no buffer pool", uva)
+    raise _infeasible("no plan", m, costs)
+
+
+def _params_desc(m: _Model) -> str:
+    segs = m.offload.params
+    return "all params" if segs is None else "the params matching " + ", ".join(segs)
+
+
+def _decide_group(m: _Model) -> _Outcome:
+    if not m.stack:
+        raise PlanningError("strategy group needs a block stack (layers named <prefix>.<int>, e.g. "
+                            "model.layers.{i} with repeat), and this spec has none")
+    g, k = m.offload.group_size, m.offload.num_in_group or 1
+    stack_index = {m.layers[c.position].name: i for i, c in enumerate(m.candidates)}
+    picked = [m.stack[i] for i in group_rule(len(m.stack), g, k)]
+    chosen = sorted(stack_index[name] for name in picked if name in stack_index)
+    rule = f"group rule: the last {k} of every {g} block-stack layers"
+    if not chosen:
+        out = _Outcome("none", f"{rule} selects no layer with eligible params: nothing is offloaded", None)
+        _check_budget_none(m)
+        return out
+    out = _choose_backend(m, {b: m.evaluate(chosen, b) for b in ("prefetch", "uva")})
+    out.notes.append(f"{rule}: offloaded {_params_desc(m)} of {len(chosen)} of {len(m.stack)} layers "
+                     f"({join_names(m.layers[m.candidates[i].position].name for i in chosen)})")
+    return out
+
+
+def _check_budget_none(m: _Model) -> None:
+    gpu = m.memory.gpu_budget
+    if gpu is not None and m.total_bytes > gpu:
+        raise InfeasibleError(f"nothing can be offloaded and the model ({m.size(m.total_bytes)}) exceeds "
+                              f"the {m.size(gpu)} gpu_budget", m.total_bytes)
+
+
+def _decide_budget(m: _Model) -> _Outcome:
+    gpu = m.memory.gpu_budget
+    if gpu is None:
+        return _Outcome("none", "no gpu_budget given: nothing is offloaded", None,
+                        ["strategy budget without a gpu_budget: nothing offloaded (give --gpu-budget)"])
+    if m.total_bytes <= gpu:
+        return _Outcome("none", f"the whole model ({m.size(m.total_bytes)}) fits the {m.size(gpu)} gpu_budget",
+                        None, [f"the whole model ({m.size(m.total_bytes)}) fits the {m.size(gpu)} gpu_budget: "
+                               "nothing offloaded"])
+    if not m.candidates:
+        where = "no block stack" if not m.stack else f"no block-stack layer has {_params_desc(m)}"
+        raise InfeasibleError(f"the model ({m.size(m.total_bytes)}) exceeds the {m.size(gpu)} gpu_budget and "
+                              f"nothing can be offloaded ({where}); the smallest feasible gpu_budget is "
+                              f"{m.total_bytes} bytes", m.total_bytes)
+    backends = ["prefetch", "uva"] if m.offload.backend == "auto" else [m.offload.backend]
+    lowest: dict[str, Cost] = {}
+    for backend in backends:
+        found = search(m.candidates, total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
+                       step=m.offload.prefetch_step, gpu_budget=gpu, cpu_budget=m.memory.cpu_budget)
+        if found.fit is not None:
+            out = _Outcome(backend, _budget_reason(m, found.fit, lowest), found.fit)
+            out.notes.append(_budget_note(m, found.fit))
+            return out
+        lowest[backend] = found.lowest
+    raise _infeasible("no plan", m, lowest)
+
+
+def _budget_reason(m: _Model, fit: Cost, lowest: dict[str, Cost]) -> str:
+    gpu = m.size(m.memory.gpu_budget)
+    if m.offload.backend != "auto":
+        return f"{fit.backend} requested"
+    if fit.backend == "prefetch":
+        return f"auto: prefetch fits {gpu} with a {m.size(fit.buffer_bytes)} buffer pool; {WHY_PREFETCH}"
+    return (f"auto: no prefetch plan fits {gpu} (the lowest prefetch peak is "
+            f"{m.size(lowest['prefetch'].peak_gpu_bytes)}); UVA fits with no buffer pool")
+
+
+def _budget_note(m: _Model, cost: Cost) -> str:
+    n, total = len(cost.chosen), len(m.candidates)
+    fewer = m.evaluate(spread(total, n - 1), cost.backend)
+    names = join_names(m.layers[m.candidates[i].position].name for i in cost.chosen)
+    return (f"budget: offloaded {_params_desc(m)} of {n} of {total} block-stack layers, spread evenly and ending "
+            f"at the last one ({names}): the fewest that fit the {m.size(m.memory.gpu_budget)} gpu_budget "
+            f"(peak {m.size(cost.peak_gpu_bytes)}; {n - 1} layers would peak at {m.size(fewer.peak_gpu_bytes)})")
+
+
+# ---------------------------------------------------------------------------
+# Assembling the plan file.
+
+
+def _plan_param(t: Tensor, cache: dict[Tensor, PlanParam]) -> PlanParam:
+    """One (immutable) PlanParam per distinct tensor description: repeated layers share them."""
+    param = cache.get(t)
+    if param is None:
+        param = cache[t] = PlanParam(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes,
+                                     stride=None if t.stride is None else list(t.stride), buffer=t.buffer)
+    return param
+
+
+def _schedule_notes(m: _Model, cost: Cost, triggers: list[Trigger]) -> list[str]:
+    names = [m.layers[m.candidates[i].position].name for i in cost.chosen]
+    notes = []
+    if m.offload.prefetch_step is None:
+        notes.append(f"prefetch_step {cost.step}: the longest run of consecutive offloaded layers is "
+                     f"{cost.longest_run}, so no copy waits behind a layer of its own run")
+    elif cost.step < cost.longest_run:
+        notes.append(f"prefetch_step {cost.step} is shorter than the longest run of {cost.longest_run} "
+                     f"consecutive offloaded layers: layers late in such runs will stall waiting for their "
+                     f"copies (prefetch_step {cost.longest_run} would avoid it)")
+    wrapped = [name for name, t in zip(names, triggers) if t.previous_forward]
+    if wrapped:
+        notes.append(f"wrap-around: {join_names(wrapped, 8)} {'starts its' if len(wrapped) == 1 else 'start their'} copy in the "
+                     "previous forward; the runtime fills those slots at apply time")
+    delayed = [name for name, t in zip(names, triggers) if t.trigger > t.desired]
+    if delayed:
+        k = len({t.slot for t in triggers})
+        notes.append(f"{join_names(delayed, 8)}: the copy starts later than {cost.step} offloaded layers ahead "
+                     f"because {len(names)} offloaded layers is not a multiple of the {k} slots; less overlap, "
+                     "no slot is overwritten while in use")
+    return notes
+
+
+def _tied_note(m: _Model) -> list[str]:
+    pairs = [f"{layer}.{rel} shares {target}" for layer, _, items in m.tied for rel, target in items]
+    if not pairs:
+        return []
+    more = f" and {len(pairs) - 5} more" if len(pairs) > 5 else ""
+    return [f"tied params are never offloaded and stay resident, counted once at their owner: "
+            f"{'; '.join(pairs[:5])}{more}"]
+
+
+def _assemble(m: _Model, out: _Outcome, sha: str, model_name: str) -> Plan:
+    cost = out.cost
+    chosen = {} if cost is None else {m.candidates[i].position: m.candidates[i] for i in cost.chosen}
+    prefetch: dict[int, Prefetch] = {}
+    notes = list(out.notes)
+    if cost is not None and out.backend == "prefetch":
+        positions = sorted(chosen)
+        triggers = schedule(positions, len(m.layers), cost.step)
+        for p, t in zip(positions, triggers):
+            prefetch[p] = Prefetch(slot=t.slot, copy_before=m.layers[t.copy_before(len(m.layers))].name,
+                                   previous_forward=t.previous_forward)
+        notes += _schedule_notes(m, cost, triggers)
+    notes += _tied_note(m)
+    owner_of = {f"{layer.name}.{t.name}": t for layer in m.layers for t in layer.params}
+    plan_layers = []
+    cache: dict[Tensor, PlanParam] = {}
+    for layer in m.layers:
+        off = set(chosen[layer.index].params) if layer.index in chosen else set()
+        params = {t.name: _plan_param(t, cache) for t in layer.params}
+        params |= {rel: _plan_param(owner_of[target], cache) for rel, target in layer.tied.items()}
+        off_bytes = sum(t.nbytes for t in layer.params if t.name in off)
+        plan_layers.append(PlanLayer(
+            name=layer.name, params=params, tied=dict(layer.tied),
+            offloaded=[t.name for t in layer.params if t.name in off],
+            resident_bytes=layer.nbytes - off_bytes, offloaded_bytes=off_bytes,
+            prefetch=prefetch.get(layer.index)))
+    pool = None
+    if cost is not None and out.backend == "prefetch":
+        keys = [BufferKey(param=e.key[0], shape=list(e.key[1]), dtype=e.key[2],
+                          stride=None if e.key[3] is None else list(e.key[3]), bytes=e.nbytes, slots=list(e.slots))
+                for e in cost.pool]
+        pool = BufferPool(slots=num_slots(len(positions), cost.step), keys=keys, bytes=cost.buffer_bytes)
+    offloaded = 0 if cost is None else cost.offloaded_bytes
+    buffer = pool.bytes if pool else 0
+    summary = Summary(
+        model=model_name, backend=out.backend, backend_reason=out.reason, strategy=m.offload.strategy,
+        prefetch_step=cost.step if pool else None, gpu_budget_bytes=m.memory.gpu_budget,
+        cpu_budget_bytes=m.memory.cpu_budget, total_bytes=m.total_bytes, resident_bytes=m.total_bytes - offloaded,
+        offloaded_bytes=offloaded, buffer_bytes=buffer, peak_gpu_bytes=m.total_bytes - offloaded + buffer,
+        pinned_host_bytes=offloaded, layers=len(m.layers), offloaded_layers=len(chosen), spec_sha256=sha,
+        notes=notes)
+    return Plan(summary=summary, layers=plan_layers, buffer_pool=pool)
+
+
+def plan(
+    spec: SpecFile,
+    *,
+    gpu_budget: int | None = None,
+    cpu_budget: int | None = None,
+    backend: str | None = None,
+    strategy: str | None = None,
+    group_size: int | None = None,
+    num_in_group: int | None = None,
+    prefetch_step: int | None = None,
+    params: list[str] | None = None,
+) -> Plan:
+    """Plan ``spec``; keyword arguments override its memory/offload sections (None keeps the file's).
+
+    Raises pydantic.ValidationError for invalid merged settings, InfeasibleError when nothing fits
+    the budgets, PlanningError for a request that cannot apply to this spec.
+    """
+    sha = spec_sha256(spec)
+    memory, offload = _merge(
+        spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget},
+        {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
+         "prefetch_step": prefetch_step, "params": params})
+    m = _model(spec, memory, offload)
+    if offload.backend == "none":
+        out = _decide_none(m)
+    elif offload.strategy == "group":
+        out = _decide_group(m)
+    else:
+        out = _decide_budget(m)
+    cpu = memory.cpu_budget
+    if out.cost is not None and cpu is not None and out.cost.offloaded_bytes > cpu:
+        raise InfeasibleError(f"the plan pins {m.size(out.cost.offloaded_bytes)} of host memory, more than the "
+                              f"{m.size(cpu)} cpu_budget", None)
+    return _assemble(m, out, sha, spec.model.name)

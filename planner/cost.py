@@ -1,0 +1,56 @@
+"""What a choice of offloaded layers costs: resident, pinned and buffer bytes, peak, step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes
+from planner.schedule import num_slots
+from planner.select import longest_run
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A block-stack layer that has params eligible for offload."""
+
+    position: int  # in execution order
+    params: tuple[str, ...]  # eligible param names, in spec order
+    nbytes: int  # bytes of those params
+    signature: Signature
+
+
+@dataclass(frozen=True)
+class Cost:
+    backend: str  # prefetch | uva
+    chosen: tuple[int, ...]  # indices into the candidate list
+    resident_bytes: int
+    offloaded_bytes: int
+    buffer_bytes: int
+    longest_run: int
+    step: int | None  # prefetch step used (None for uva)
+    pool: tuple[PoolEntry, ...]
+
+    @property
+    def peak_gpu_bytes(self) -> int:
+        return self.resident_bytes + self.buffer_bytes
+
+
+def evaluate(
+    candidates: Sequence[Candidate],
+    chosen: Sequence[int],
+    *,
+    total_bytes: int,
+    num_layers: int,
+    backend: str,
+    step: int | None,
+) -> Cost:
+    """Cost of offloading ``chosen`` candidates (sorted) with ``backend``; ``step`` None = automatic."""
+    picked = [candidates[i] for i in chosen]
+    offloaded = sum(c.nbytes for c in picked)
+    run = longest_run([c.position for c in picked], num_layers)
+    if backend != "prefetch" or not picked:
+        return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, 0, run, None, ())
+    used = step if step is not None else max(1, run)
+    pool = build_pool([c.signature for c in picked], num_slots(len(picked), used))
+    return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, used, tuple(pool))

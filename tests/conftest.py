@@ -1,0 +1,36 @@
+"""Shared fixtures: the bundled examples and a small spec builder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from schemas import SpecFile, load_spec  # noqa: E402
+
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="session")
+def llama8b() -> SpecFile:
+    return load_spec(EXAMPLES / "llama-3-8b.yaml")
+
+
+def make_spec(blocks: list[dict[str, list[int]]], *, head: bool = True, offload: dict | None = None,
+              memory: dict | None = None, dtype: str = "bfloat16") -> SpecFile:
+    """A spec: optional ``embed`` layer, one ``model.layers.<i>`` per dict of params, optional ``norm``."""
+    layers = [{"name": "embed", "params": {"weight": [64, 16]}}] if head else []
+    layers += [{"name": f"model.layers.{i}", "params": params} for i, params in enumerate(blocks)]
+    if head:
+        layers.append({"name": "norm", "params": {"weight": [16]}})
+    data = {"model": {"name": "toy", "dtype": dtype, "layers": layers}}
+    if offload:
+        data["offload"] = offload
+    if memory:
+        data["memory"] = memory
+    return SpecFile.model_validate(data)
