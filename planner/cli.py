@@ -8,6 +8,7 @@ schemas, networkx and the planner core are imported inside the commands.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -78,9 +79,11 @@ def _is(exc: BaseException, module: str, name: str) -> bool:
     return isinstance(cls, type) and isinstance(exc, cls)
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def _fail(message: str, code: int, hint: Optional[str] = None) -> NoReturn:
     for line in str(message).splitlines() or [""]:
         typer.echo(f"error: {line}", err=True)
+    if hint:
+        typer.echo(f"hint: {hint}", err=True)
     raise typer.Exit(code)
 
 
@@ -89,10 +92,12 @@ def _handle(exc: Exception) -> NoReturn:
     if _is(exc, "planner.errors", "InfeasibleError"):
         message = exc.message  # type: ignore[attr-defined]
         need = exc.min_gpu_budget  # type: ignore[attr-defined]
+        hint = None
         if need is not None:
-            message += (f"\nthe smallest feasible GPU budget is {need} bytes "
-                        f"(rerun with --gpu-budget {_gib_up(need)})")
-        _fail(message, EXIT_INFEASIBLE)
+            if str(need) not in message:
+                message += f"\nthe smallest feasible GPU budget is {need} bytes"
+            hint = f"rerun with --gpu-budget {_gib_up(need)} or more"
+        _fail(message, EXIT_INFEASIBLE, hint)
     if _is(exc, "schemas.errors", "InputError") or _is(exc, "planner.errors", "PlanningError"):
         _fail(exc.message, EXIT_BAD_INPUT)  # type: ignore[attr-defined]
     if _is(exc, "pydantic", "ValidationError"):
@@ -255,7 +260,10 @@ def show_command(
         return
     from rich.console import Console
 
-    show.render_table(plan, Console(highlight=False))
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, width=160)  # piped or captured: no need to squeeze
+    show.render_table(plan, console)
 
 
 @app.command("diff", epilog=(

@@ -69,7 +69,7 @@ def render_json(plan: Plan) -> str:
 def _trigger(row: dict[str, Any]) -> str:
     if row["copy_before"] is None:
         return ""
-    return row["copy_before"] + (" (previous forward)" if row["previous_forward"] else "")
+    return row["copy_before"] + (" (prev. forward)" if row["previous_forward"] else "")
 
 
 def render_table(plan: Plan, console: Any) -> None:
@@ -83,14 +83,14 @@ def render_table(plan: Plan, console: Any) -> None:
     prefetch = s.backend == "prefetch"
     table = Table(show_footer=True, header_style="bold", footer_style="bold")
     t = totals(plan)
-    table.add_column("#", justify="right", footer="")
-    table.add_column("layer", footer=f"{t['layers']} layers, {t['offloaded_layers']} offloaded")
-    table.add_column("resident", justify="right", footer=format_bytes(t["resident_bytes"]))
-    table.add_column("offloaded", justify="right", footer=format_bytes(t["offloaded_bytes"]))
-    table.add_column("offloaded params")
+    table.add_column("#", justify="right", footer="", no_wrap=True)
+    table.add_column("layer", footer="total", no_wrap=True)
+    table.add_column("resident", justify="right", footer=format_bytes(t["resident_bytes"]), no_wrap=True)
+    table.add_column("offloaded", justify="right", footer=format_bytes(t["offloaded_bytes"]), no_wrap=True)
+    table.add_column("offloaded params", overflow="fold", ratio=1)
     if prefetch:
-        table.add_column("slot", justify="right")
-        table.add_column("copy before")
+        table.add_column("slot", justify="right", no_wrap=True)
+        table.add_column("copy before", overflow="fold")
     for row in layer_rows(plan):
         cells = [str(row["index"]), row["name"], format_bytes(row["resident_bytes"]),
                  format_bytes(row["offloaded_bytes"]) if row["offloaded_bytes"] else "-",
@@ -101,7 +101,7 @@ def render_table(plan: Plan, console: Any) -> None:
     console.print(table)
     budget = format_bytes(s.gpu_budget_bytes) if s.gpu_budget_bytes is not None else "none"
     console.print(
-        f"peak GPU {format_bytes(s.peak_gpu_bytes)} (resident {format_bytes(s.resident_bytes)} "
+        f"{t['layers']} layers, {t['offloaded_layers']} offloaded; peak GPU {format_bytes(s.peak_gpu_bytes)} (resident {format_bytes(s.resident_bytes)} "
         f"+ buffers {format_bytes(s.buffer_bytes)}) of budget {budget}; "
         f"pinned host {format_bytes(s.pinned_host_bytes)}",
         highlight=False, markup=False,
