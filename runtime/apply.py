@@ -42,6 +42,7 @@ class Handle:
             return
         self.offloader.remove()
         self._placement.restore()
+        _reset_compiled_code()
         for t, device in self._unplanned:
             t.data = t.data.to(device)
         self.active = False
@@ -64,6 +65,7 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
     """
     if not isinstance(plan, Plan):
         plan = load_plan(plan)
+    _reset_compiled_code()
     device = _device(device)
     meta = meta_params(model)
     if meta:
@@ -113,6 +115,16 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
              format_bytes(s.resident_bytes), len(offloaded), "pinned" if pin else "plain",
              format_bytes(placement.host_bytes), format_bytes(s.buffer_bytes), len(unplanned))
     return Handle(plan, model, offloader, placement, unplanned)
+
+
+def _reset_compiled_code() -> None:
+    """torch.compile does not guard on module hooks: code compiled for this model class before
+    apply() (or remove()) would run without (or with stale) offload hooks. Drop it."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()
+        log.info("torch.compile caches reset so compiled code sees the offload hooks")
 
 
 def _device(device: str | torch.device) -> torch.device:
