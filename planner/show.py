@@ -49,7 +49,8 @@ def describe(doc: Any) -> str:
         layers = doc.model.expanded()
         total = sum(layer.nbytes for layer in layers)
         mem, off = doc.memory, doc.offload
-        budget = f", gpu_budget {format_bytes(mem.gpu_budget)}" if mem.gpu_budget is not None else ""
+        budget = (f", gpu_budget {int(mem.gpu_budget)} bytes ({format_bytes(mem.gpu_budget)})"
+                  if mem.gpu_budget is not None else "")
         return (f"valid spec: model {doc.model.name}, {len(layers)} layers "
                 f"({len(doc.model.layers)} entries), {format_bytes(total)} of weights in {doc.model.dtype} by default"
                 f"{budget}, backend {off.backend}, strategy {off.strategy}")
