@@ -143,6 +143,8 @@ def load_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
         if fallback is not None:
             return fallback
         raise _problem_from_yaml(err, text) from None
+    except RecursionError:
+        raise YamlProblem("nested too deeply to read") from None
     finally:
         if loader is not None:
             loader.dispose()

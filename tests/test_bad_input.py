@@ -100,6 +100,7 @@ CASES = [
     Case("missing-model", "memory: {gpu_budget: 1GB}\n", expect=("bad.yaml:1:", "model", "required key is missing")),
     Case("multiple-documents", TINY_SPEC + "---\nmodel: {}\n", expect=("bad.yaml:21:", "single document")),
     Case("recursive-alias", "model: &m\n  name: x\n  self: *m\n", expect=("bad.yaml:3:", "recursive")),
+    Case("nested-too-deeply", "model: " + "[" * 5000 + "]" * 5000 + "\n", expect=("bad.yaml", "nested too deeply")),
     Case("empty-file", "", expect=("bad.yaml", "empty")),
     Case("comments-only-file", "# nothing here\n", expect=("bad.yaml", "empty")),
     Case("top-level-list", "- model\n- memory\n", expect=("bad.yaml:1:", "top level is a list")),
@@ -173,6 +174,16 @@ def test_many_errors_are_listed_one_a_line_and_capped(tmp_path: Path) -> None:
     assert len(lines) == 11 and lines[-1].endswith("more problems")
     assert lines[0].startswith(f"error: {f}:6: model.layers[0].repeat: must be > 0")
     assert lines[1].startswith(f"error: {f}:8: model.layers[1].repeat")
+
+
+def test_tab_indented_json_is_read_as_json(tmp_path: Path) -> None:
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps(yaml.safe_load(TINY_SPEC), indent="\t"))
+    result = invoke("validate", str(f))
+    assert result.exit_code == 0, result.output
+    f.write_text(json.dumps({"model": {"name": "x"}}, indent="\t").replace('"x"', '"x",'))
+    result = invoke("validate", str(f))
+    assert result.exit_code == 2 and "Traceback" not in result.output
 
 
 def test_json_input_errors_name_the_line(tmp_path: Path) -> None:
