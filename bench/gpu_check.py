@@ -79,10 +79,20 @@ def h2d_gbps(nbytes: int = 1 << 30) -> float:
     return nbytes / ms / 1e6
 
 
+def budget_plan(spec, frac: float, **kw):
+    """A budget plan at frac of the model's bytes, or at the smallest feasible budget above it."""
+    from planner.errors import InfeasibleError
+
+    total = sum(layer.nbytes for layer in spec.model.expanded())
+    try:
+        return planner.plan(spec, gpu_budget=int(total * frac), **kw)
+    except InfeasibleError as exc:
+        return planner.plan(spec, gpu_budget=exc.min_gpu_budget, **kw)
+
+
 def spec_budget(model, frac: float, **kw):
     spec = runtime.describe(model, name="llama-test")
-    total = sum(layer.nbytes for layer in spec.model.expanded())
-    return spec, planner.plan(spec, gpu_budget=int(total * frac), **kw)
+    return spec, budget_plan(spec, frac, **kw)
 
 
 # ---------------------------------------------------------------------------------------
@@ -157,12 +167,12 @@ def correct(modes=("eager", "graph", "compile")):
     spec = runtime.describe(base, name="llama-18")
     total = sum(layer.nbytes for layer in spec.model.expanded())
     plans = {
-        "prefetch_budget": planner.plan(spec, gpu_budget=int(total * 0.55), backend="prefetch"),
-        "prefetch_g3k2_s2": planner.plan(spec, strategy="group", group_size=3, num_in_group=2, prefetch_step=2,
+        "prefetch_budget": budget_plan(spec, 0.55, backend="prefetch"),
+        "prefetch_g4k3_s2": planner.plan(spec, strategy="group", group_size=4, num_in_group=3, prefetch_step=2,
                                          backend="prefetch"),
         "prefetch_all_s4": planner.plan(spec, strategy="group", group_size=1, num_in_group=1, prefetch_step=4,
                                         backend="prefetch"),
-        "uva_budget": planner.plan(spec, gpu_budget=int(total * 0.55), backend="uva"),
+        "uva_budget": budget_plan(spec, 0.55, backend="uva"),
     }
     for pname, plan in plans.items():
         s = plan.summary
@@ -202,7 +212,7 @@ def memory():
     base = make_llama(cfg)
     spec = runtime.describe(base, name="llama-mem")
     total = sum(layer.nbytes for layer in spec.model.expanded())
-    plan = planner.plan(spec, gpu_budget=int(total * 0.5), backend="prefetch")
+    plan = budget_plan(spec, 0.5, backend="prefetch")
     s = plan.summary
     ids = torch.randint(0, 8000, (1, 16), device="cuda")
     # activations: the unoffloaded model's forward peak minus its weights
@@ -295,7 +305,7 @@ def speed():
     record("speed", "full_gpu_decode", None, ms=round(full_ms, 3), model_gb=round(total / 1e9, 2),
            h2d_gbps=round(bw, 1))
     for frac in (0.6, 0.3):
-        plan = planner.plan(spec, gpu_budget=int(total * frac), backend="prefetch")
+        plan = budget_plan(spec, frac, backend="prefetch")
         s = plan.summary
         h = runtime.apply(plan, model, "cuda")
         with torch.no_grad():
@@ -315,15 +325,30 @@ def speed():
                bytes=st["bytes_copied"])
         hs.remove()
         # same plan through UVA, and a prefill, for the docs
-        uplan = planner.plan(spec, gpu_budget=int(total * frac), backend="uva")
+        uplan = budget_plan(spec, frac, backend="uva")
         hu = runtime.apply(uplan, model, "cuda")
         with torch.no_grad():
             ums = cuda_time(lambda: model(ids))
         record("speed", f"uva_decode_budget{frac}", None, ms=round(ums, 3),
                offloaded_gb=round(uplan.summary.offloaded_bytes / 1e9, 2))
         hu.remove()
+    # prefill (512 tokens): prefetch copies each weight once, UVA reads it once per tile pass
+    pids = torch.randint(0, 32000, (1, 512), device="cuda")
+    with torch.no_grad():
+        full_p = cuda_time(lambda: model(pids), iters=5)
+        plan = budget_plan(spec, 0.6, backend="prefetch")
+        h = runtime.apply(plan, model, "cuda")
+        pre_p = cuda_time(lambda: model(pids), iters=5)
+        h.remove()
+        uplan = budget_plan(spec, 0.6, backend="uva")
+        h = runtime.apply(uplan, model, "cuda")
+        uva_p = cuda_time(lambda: model(pids), iters=5)
+        h.remove()
+    record("speed", "prefill512", None, full_gpu_ms=round(full_p, 2), prefetch_ms=round(pre_p, 2),
+           uva_ms=round(uva_p, 2), prefetch_offloaded_gb=round(plan.summary.offloaded_bytes / 1e9, 2),
+           uva_offloaded_gb=round(uplan.summary.offloaded_bytes / 1e9, 2))
     # graph replay decode
-    plan = planner.plan(spec, gpu_budget=int(total * 0.6), backend="prefetch")
+    plan = budget_plan(spec, 0.6, backend="prefetch")
     h = runtime.apply(plan, model, "cuda")
     static = ids.clone()
     with torch.no_grad():

@@ -19,6 +19,7 @@ import torch
 log = logging.getLogger("runtime")
 
 ALIGN = 256  # bytes; keeps every param's start aligned for vectorised copies and kernels
+PAGE = 4096  # arenas are page-aligned whole pages, so no two registrations ever share a page
 _REGISTER_PORTABLE_MAPPED = 1 | 2  # cudaHostRegisterPortable | cudaHostRegisterMapped
 
 
@@ -31,18 +32,25 @@ class HostArena:
 
     def __init__(self, nbytes: int, pin: bool) -> None:
         self.nbytes = nbytes
-        self.storage = torch.empty(max(nbytes, 1), dtype=torch.uint8)
         self.registered = False
         self.pinned = False
-        if pin and nbytes > 0:
-            rc = int(torch.cuda.cudart().cudaHostRegister(self.storage.data_ptr(), nbytes, _REGISTER_PORTABLE_MAPPED))
-            if rc == 0:
-                self.registered = self.pinned = True
-            else:  # e.g. the range shares a page with another registration: use PyTorch's pinned allocator
-                torch.cuda.synchronize()  # clear the sticky-free error state before the fallback
-                log.debug("cudaHostRegister failed (%d) for %d bytes; using pin_memory()", rc, nbytes)
-                self.storage = self.storage.pin_memory()
-                self.pinned = True
+        if not (pin and nbytes > 0):
+            self.storage = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+            return
+        size = (nbytes + PAGE - 1) // PAGE * PAGE
+        raw = torch.empty(size + PAGE, dtype=torch.uint8)
+        skip = -raw.data_ptr() % PAGE
+        self.storage = raw[skip: skip + size]
+        self.nbytes = size
+        rc = int(torch.cuda.cudart().cudaHostRegister(self.storage.data_ptr(), size, _REGISTER_PORTABLE_MAPPED))
+        if rc == 0:
+            self.registered = self.pinned = True
+            return
+        _clear_cuda_error()  # a failed runtime call leaves an error that the next kernel launch would report
+        log.warning("cudaHostRegister failed (CUDA error %d) for %d bytes; falling back to pin_memory(), "
+                    "which rounds the block up to a power of two", rc, size)
+        self.storage = self.storage.pin_memory()
+        self.pinned = True
 
     def view(self, offset: int, like: torch.Tensor) -> torch.Tensor:
         """A tensor with ``like``'s shape, stride and dtype at ``offset`` bytes into the arena."""
@@ -58,6 +66,19 @@ class HostArena:
             self.registered = False
         self.pinned = False
         self.storage = torch.empty(0, dtype=torch.uint8)
+
+
+def _clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last-error state (PyTorch does not expose cudaGetLastError)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart" in line}
+        for path in paths:
+            ctypes.CDLL(path).cudaGetLastError()
+    except OSError:
+        pass
 
 
 def _span_elements(t: torch.Tensor) -> int:

@@ -36,7 +36,10 @@ class _Layer:
     pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (host, slot buffer)
     nbytes: int
     use_order: int = 0
-    done: object = None  # torch.cuda.Event under CUDA
+    # copy-done events, one set for eager/compiled runs and one for CUDA graph capture: an
+    # event last recorded inside a capture must not be waited on outside it
+    done: object = None
+    done_captured: object = None
 
 
 def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
@@ -92,8 +95,9 @@ class PrefetchOffloader(Offloader):
             js.sort(key=lambda j: self.layers[j].use_order)
         if self.cuda:
             for layer in self.layers:
-                layer.done = torch.cuda.Event()
+                layer.done, layer.done_captured = torch.cuda.Event(), torch.cuda.Event()
             self._trigger_events = {t: torch.cuda.Event() for t in self.triggers}
+            self._trigger_events_captured = {t: torch.cuda.Event() for t in self.triggers}
         self.handle_id = ops.register(self)
         offloaded_at = {layer.position: j for j, layer in enumerate(self.layers)}
         for pos, pl in enumerate(plan.layers):
@@ -164,11 +168,12 @@ class PrefetchOffloader(Offloader):
                 self._copy_now(j)
             return
         compute = torch.cuda.current_stream(self.device)
-        event = self._trigger_events[position]
+        capturing = torch.cuda.is_current_stream_capturing()
+        event = (self._trigger_events_captured if capturing else self._trigger_events)[position]
         event.record(compute)
         stream = self.copy_stream
         stream.wait_event(event)
-        timed = self.collect_stats and not torch.cuda.is_current_stream_capturing()
+        timed = self.collect_stats and not capturing
         with torch.cuda.stream(stream):
             for j in js:
                 layer = self.layers[j]
@@ -177,7 +182,7 @@ class PrefetchOffloader(Offloader):
                     t0.record(stream)
                 for host, buf in layer.pairs:
                     buf.copy_(host, non_blocking=True)
-                layer.done.record(stream)
+                (layer.done_captured if capturing else layer.done).record(stream)
                 if timed:
                     t1 = torch.cuda.Event(enable_timing=True)
                     t1.record(stream)
@@ -197,7 +202,9 @@ class PrefetchOffloader(Offloader):
         if capturing and j not in self.issued:
             return  # copied in the previous forward, which was joined before this one began
         compute = torch.cuda.current_stream(self.device)
-        if self.collect_stats and not capturing:
+        if capturing:
+            compute.wait_event(layer.done_captured)
+        elif self.collect_stats:
             t0 = torch.cuda.Event(enable_timing=True)
             t0.record(compute)
             compute.wait_event(layer.done)
@@ -220,11 +227,13 @@ class PrefetchOffloader(Offloader):
         """Synchronous-order copy on the compute stream (priming, recovery, CPU)."""
         layer = self.layers[j]
         if self.cuda:
-            torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_stream(self.copy_stream)
         for host, buf in layer.pairs:
             buf.copy_(host, non_blocking=self.cuda)
         if self.cuda:
-            layer.done.record(torch.cuda.current_stream(self.device))
+            capturing = torch.cuda.is_current_stream_capturing()
+            (layer.done_captured if capturing else layer.done).record(compute)
         self.current.bytes += layer.nbytes
         self.slot_owner[layer.slot] = j
 
