@@ -180,7 +180,11 @@ def correct(modes=("eager", "graph", "compile")):
             model = copy.deepcopy(base).to(origin)
             before = {k: v.clone().cpu() for k, v in model.state_dict().items()}
             h = runtime.apply(plan, model, "cuda")
-            out = run_modes(model, ids, modes if origin == "cpu" else ("eager",))
+            try:
+                out = run_modes(model, ids, modes if origin == "cpu" else ("eager",))
+            except Exception:
+                h.remove()
+                raise
             for mode, outs in out.items():
                 same = all(torch.equal(a, b) for a, b in zip(outs, ref[mode]))
                 maxdiff = max((a.float() - b.float()).abs().max().item() for a, b in zip(outs, ref[mode]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 
 import torch
@@ -18,6 +19,8 @@ from schemas import Plan, format_bytes, load_plan
 
 log = logging.getLogger("runtime")
 
+_ACTIVE: dict[int, Handle] = {}
+
 
 class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
@@ -28,6 +31,10 @@ class Handle:
         self._placement = placement
         self._unplanned = unplanned
         self.active = True
+        # the model keeps its handle alive: host memory is never released (unpinned) while
+        # params still point at it, even if the caller drops the handle without remove()
+        _ACTIVE[id(self)] = self
+        self._finalizer = weakref.finalize(model, _ACTIVE.pop, id(self), None)
 
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
@@ -40,6 +47,8 @@ class Handle:
     def remove(self) -> None:
         if not self.active:
             return
+        self._finalizer.detach()
+        _ACTIVE.pop(id(self), None)
         self.offloader.remove()
         self._placement.restore()
         _reset_compiled_code()

@@ -13,8 +13,11 @@ layout and bookkeeping, no page locking.
 from __future__ import annotations
 
 import logging
+import weakref
 
 import torch
+
+from runtime import cudart
 
 log = logging.getLogger("runtime")
 
@@ -45,8 +48,10 @@ class HostArena:
         rc = int(torch.cuda.cudart().cudaHostRegister(self.storage.data_ptr(), size, _REGISTER_PORTABLE_MAPPED))
         if rc == 0:
             self.registered = self.pinned = True
+            # unregister even if close() is never called, before the memory goes back to malloc
+            self._finalizer = weakref.finalize(self, _unregister, self.storage)
             return
-        _clear_cuda_error()  # a failed runtime call leaves an error that the next kernel launch would report
+        cudart.clear_last_error()  # a failed runtime call leaves an error that the next kernel launch would report
         log.warning("cudaHostRegister failed (CUDA error %d) for %d bytes; falling back to pin_memory(), "
                     "which rounds the block up to a power of two", rc, size)
         self.storage = self.storage.pin_memory()
@@ -60,7 +65,8 @@ class HostArena:
 
     def close(self) -> None:
         if self.registered:
-            rc = int(torch.cuda.cudart().cudaHostUnregister(self.storage.data_ptr()))
+            self._finalizer.detach()
+            rc = _unregister(self.storage)
             if rc != 0:
                 raise RuntimeError(f"cudaHostUnregister failed with CUDA error {rc}")
             self.registered = False
@@ -68,17 +74,8 @@ class HostArena:
         self.storage = torch.empty(0, dtype=torch.uint8)
 
 
-def _clear_cuda_error() -> None:
-    """Reset the CUDA runtime's last-error state (PyTorch does not expose cudaGetLastError)."""
-    import ctypes
-
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcudart" in line}
-        for path in paths:
-            ctypes.CDLL(path).cudaGetLastError()
-    except OSError:
-        pass
+def _unregister(storage: torch.Tensor) -> int:
+    return int(torch.cuda.cudart().cudaHostUnregister(storage.data_ptr()))
 
 
 def _span_elements(t: torch.Tensor) -> int:

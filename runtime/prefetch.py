@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from runtime import ops
+from runtime import cudart, ops
 from runtime.buffer_pool import BufferPool
 from runtime.offloader import Offloader
 from runtime.stats import ForwardStats
@@ -35,6 +35,7 @@ class _Layer:
     slot: int
     pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (host, slot buffer)
     nbytes: int
+    copies: tuple = ()  # (dst pointer, src pointer, bytes) for cudaMemcpyAsync, computed at apply
     use_order: int = 0
     # copy-done events, one set for eager/compiled runs and one for CUDA graph capture: an
     # event last recorded inside a capture must not be waited on outside it
@@ -94,8 +95,16 @@ class PrefetchOffloader(Offloader):
         for trig, js in self.triggers.items():
             js.sort(key=lambda j: self.layers[j].use_order)
         if self.cuda:
+            if not cudart.available():
+                raise RuntimeError("the CUDA runtime library (libcudart) could not be found in this process")
             for layer in self.layers:
                 layer.done, layer.done_captured = torch.cuda.Event(), torch.cuda.Event()
+                for host, buf in layer.pairs:
+                    if not host.is_pinned():  # asynchronous copies must only ever read pinned memory
+                        raise RuntimeError(f"{layer.name}: host copy is not in pinned memory")
+                    assert buf.is_cuda and buf.stride() == host.stride() and buf.dtype == host.dtype
+                layer.copies = tuple((buf.data_ptr(), host.data_ptr(), _span_bytes(host))
+                                     for host, buf in layer.pairs)
             self._trigger_events = {t: torch.cuda.Event() for t in self.triggers}
             self._trigger_events_captured = {t: torch.cuda.Event() for t in self.triggers}
         self.handle_id = ops.register(self)
@@ -174,14 +183,15 @@ class PrefetchOffloader(Offloader):
         stream = self.copy_stream
         stream.wait_event(event)
         timed = self.collect_stats and not capturing
+        handle = stream.cuda_stream
         with torch.cuda.stream(stream):
             for j in js:
                 layer = self.layers[j]
                 if timed:
                     t0 = torch.cuda.Event(enable_timing=True)
                     t0.record(stream)
-                for host, buf in layer.pairs:
-                    buf.copy_(host, non_blocking=True)
+                for dst, src, n in layer.copies:
+                    cudart.memcpy_h2d_async(dst, src, n, handle)
                 (layer.done_captured if capturing else layer.done).record(stream)
                 if timed:
                     t1 = torch.cuda.Event(enable_timing=True)
@@ -226,12 +236,14 @@ class PrefetchOffloader(Offloader):
     def _copy_now(self, j: int) -> None:
         """Synchronous-order copy on the compute stream (priming, recovery, CPU)."""
         layer = self.layers[j]
-        if self.cuda:
+        if not self.cuda:
+            for host, buf in layer.pairs:
+                buf.copy_(host)
+        else:
             compute = torch.cuda.current_stream(self.device)
             compute.wait_stream(self.copy_stream)
-        for host, buf in layer.pairs:
-            buf.copy_(host, non_blocking=self.cuda)
-        if self.cuda:
+            for dst, src, n in layer.copies:
+                cudart.memcpy_h2d_async(dst, src, n, compute.cuda_stream)
             capturing = torch.cuda.is_current_stream_capturing()
             (layer.done_captured if capturing else layer.done).record(compute)
         self.current.bytes += layer.nbytes
@@ -251,6 +263,12 @@ class PrefetchOffloader(Offloader):
         ops.unregister(self.handle_id)
         if self.pool is not None:
             self.pool.close()
+
+
+def _span_bytes(t: torch.Tensor) -> int:
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))) * t.element_size()
 
 
 def _first_in(output) -> torch.Tensor | None:
