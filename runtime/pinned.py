@@ -13,6 +13,8 @@ layout and bookkeeping, no page locking.
 from __future__ import annotations
 
 import logging
+import mmap
+import warnings
 import weakref
 
 import torch
@@ -41,9 +43,12 @@ class HostArena:
             self.storage = torch.empty(max(nbytes, 1), dtype=torch.uint8)
             return
         size = (nbytes + PAGE - 1) // PAGE * PAGE
-        raw = torch.empty(size + PAGE, dtype=torch.uint8)
-        skip = -raw.data_ptr() % PAGE
-        self.storage = raw[skip: skip + size]
+        # anonymous mmap: page-aligned pages of our own, so the tensor's storage starts exactly
+        # where the registration does (torch's is_pinned() looks at the storage's start)
+        self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # frombuffer warns that the buffer is shared: intended
+            self.storage = torch.frombuffer(self._map, dtype=torch.uint8)
         self.nbytes = size
         rc = int(torch.cuda.cudart().cudaHostRegister(self.storage.data_ptr(), size, _REGISTER_PORTABLE_MAPPED))
         if rc == 0:
