@@ -14,10 +14,11 @@ from planner.buffer_pool import signature
 from planner.cost import Candidate, Cost, evaluate
 from planner.errors import InfeasibleError, PlanningError
 from planner.graph import build_graph, find_block_stack, layers_in_order, tied_edges, tied_owners
+from planner.kinds import classify, param_kind
 from planner.names import join_names
 from planner.schedule import Trigger, num_slots, schedule
-from planner.select import eligible_params, group_rule, spread
-from planner.select_budget import search
+from planner.select import eligible_params, group_rule
+from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
 
 WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
 
@@ -39,6 +40,12 @@ class _Model:
     memory: MemorySection
     offload: OffloadSection
     tied: list[tuple[str, str, list[tuple[str, str]]]]
+    tiers: list[Tier]  # the budget search's ladder (one tier without offload.prefer)
+
+    @property
+    def by_kind(self) -> bool:
+        """The selection used kinds (offload.kinds or offload.prefer): the plan records each param's kind."""
+        return self.offload.kinds is not None or self.offload.prefer is not None
 
     def size(self, n: int) -> str:
         """A size for a note, in the unit family of the gpu_budget (GB when it is a whole number of MB)."""
@@ -76,14 +83,18 @@ def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection) -> _M
     by_name = {layer.name: layer for layer in layers}
     candidates = []
     interned: dict = {}  # one signature object per distinct param set: the pool builder groups by identity
+    kinded = []  # (position, eligible tensors, their kinds), for the prefer ladder
     for name in stack:
-        eligible = eligible_params(by_name[name], offload.params, shared.get(name, set()))
+        eligible = eligible_params(by_name[name], offload.params, shared.get(name, set()), offload.kinds)
         if eligible:
             candidates.append(Candidate(by_name[name].index, tuple(t.name for t in eligible),
                                         sum(t.nbytes for t in eligible),
                                         interned.setdefault(signature(eligible), signature(eligible))))
+            if offload.prefer is not None:
+                kinded.append((by_name[name].index, eligible, [param_kind(name, t.name, t.kind) for t in eligible]))
+    tiers = [single_tier(candidates)] if offload.prefer is None else prefer_tiers(kinded, offload.prefer)
     total = sum(layer.nbytes for layer in layers)
-    return _Model(layers, stack, candidates, total, memory, offload, tied_edges(graph))
+    return _Model(layers, stack, candidates, total, memory, offload, tied_edges(graph), tiers)
 
 
 # ---------------------------------------------------------------------------
@@ -139,8 +150,12 @@ def _choose_backend(m: _Model, costs: dict[str, Cost]) -> _Outcome:
 
 
 def _params_desc(m: _Model) -> str:
-    segs = m.offload.params
-    return "all params" if segs is None else "the params matching " + ", ".join(segs)
+    segs, kinds = m.offload.params, m.offload.kinds
+    if segs is None and kinds is None:
+        return "all params"
+    of_kind = "" if kinds is None else " of kind " + ", ".join(kinds)
+    matching = "" if segs is None else " matching " + ", ".join(segs)
+    return f"the params{of_kind}{matching}"
 
 
 def _decide_group(m: _Model) -> _Outcome:
@@ -186,11 +201,12 @@ def _decide_budget(m: _Model) -> _Outcome:
     backends = ["prefetch", "uva"] if m.offload.backend == "auto" else [m.offload.backend]
     lowest: dict[str, Cost] = {}
     for backend in backends:
-        found = search(m.candidates, total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
+        found = search(m.tiers, total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
                        step=m.offload.prefetch_step, gpu_budget=gpu, cpu_budget=m.memory.cpu_budget)
         if found.fit is not None:
             out = _Outcome(backend, _budget_reason(m, found.fit, lowest), found.fit)
-            out.notes.append(_budget_note(m, found.fit))
+            out.notes.append(_budget_note(m, found.fit, found.state))
+            out.notes += _prefer_notes(m)
             return out
         lowest[backend] = found.lowest
     raise _infeasible("no plan", m, lowest)
@@ -206,30 +222,67 @@ def _budget_reason(m: _Model, fit: Cost, lowest: dict[str, Cost]) -> str:
             f"{m.size(lowest['prefetch'].peak_gpu_bytes)}); UVA fits with no buffer pool")
 
 
-def _budget_note(m: _Model, cost: Cost) -> str:
-    n, total = len(cost.chosen), len(m.candidates)
-    fewer = m.evaluate(spread(total, n - 1), cost.backend)
-    names = join_names(m.layers[m.candidates[i].position].name for i in cost.chosen)
-    return (f"budget: offloaded {_params_desc(m)} of {n} of {total} block-stack layers, spread evenly and ending "
-            f"at the last one ({names}): the fewest that fit the {m.size(m.memory.gpu_budget)} gpu_budget "
-            f"(peak {m.size(cost.peak_gpu_bytes)}; {n - 1} layers would peak at {m.size(fewer.peak_gpu_bytes)})")
+def _state_cost(m: _Model, state: tuple[int, int], backend: str) -> Cost:
+    picked = m.tiers[state[0]].pick(state[1])
+    return evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
+                    backend=backend, step=m.offload.prefetch_step)
+
+
+def _budget_note(m: _Model, cost: Cost, state: tuple[int, int] | None) -> str:
+    assert state is not None
+    t, n = state
+    tier = m.tiers[t]
+    total = len(tier.members)
+    names = join_names(m.layers[tier.full[i].position].name for i in tier.chosen(n))  # type: ignore[union-attr]
+    fewer_state = previous_state(m.tiers, t, n)
+    fewer = ""
+    if fewer_state is not None:
+        peak = m.size(_state_cost(m, fewer_state, cost.backend).peak_gpu_bytes)
+        fewer = f"; {n - 1} layers would peak at {peak}" if n > 1 or not tier.kinds else \
+            f"; without {_tier_label(m, tier)} it would peak at {peak}"
+    budget = f"the fewest that fit the {m.size(m.memory.gpu_budget)} gpu_budget (peak {m.size(cost.peak_gpu_bytes)}{fewer})"
+    if not tier.kinds:
+        return (f"budget: offloaded {_params_desc(m)} of {n} of {total} block-stack layers, spread evenly and "
+                f"ending at the last one ({names}): {budget}")
+    order = ", then ".join(_tier_label(m, tr) for tr in m.tiers)
+    done = [f"{_tier_label(m, m.tiers[i])} of all {len(m.tiers[i].members)} block-stack layers holding it"
+            for i in range(t)]
+    this = (f"{_tier_label(m, tier)} of {n} of the {total} block-stack layers holding it, spread evenly and "
+            f"ending at the last one ({names})")
+    return f"budget by kind ({order}; among {_params_desc(m)}): offloaded {'; then '.join(done + [this])}: {budget}"
+
+
+def _tier_label(m: _Model, tier: Tier) -> str:
+    if len(tier.kinds) == 1 and tier.kinds[0] in (m.offload.prefer or ()):
+        return tier.kinds[0]
+    return f"the other kinds ({', '.join(tier.kinds)})"
+
+
+def _prefer_notes(m: _Model) -> list[str]:
+    present = {k for tier in m.tiers for k in tier.kinds}
+    missing = [k for k in m.offload.prefer or () if k not in present]
+    if not missing:
+        return []
+    return [f"prefer: no eligible block-stack param is of kind {', '.join(missing)}; "
+            f"{'it was' if len(missing) == 1 else 'they were'} skipped"]
 
 
 # ---------------------------------------------------------------------------
 # Assembling the plan file.
 
 
-def _plan_param(t: Tensor, cache: dict[Tensor, PlanParam]) -> PlanParam:
-    """One (immutable) PlanParam per distinct tensor description: repeated layers share them."""
-    param = cache.get(t)
+def _plan_param(t: Tensor, cache: dict[tuple[Tensor, str | None], PlanParam], kind: str | None) -> PlanParam:
+    """One (immutable) PlanParam per distinct tensor description and kind: repeated layers share them."""
+    param = cache.get((t, kind))
     if param is None:
-        param = cache[t] = PlanParam(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes,
-                                     stride=None if t.stride is None else list(t.stride), buffer=t.buffer)
+        param = cache[(t, kind)] = PlanParam(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes,
+                                             stride=None if t.stride is None else list(t.stride),
+                                             buffer=t.buffer, kind=kind)
     return param
 
 
 def _schedule_notes(m: _Model, cost: Cost, triggers: list[Trigger]) -> list[str]:
-    names = [m.layers[m.candidates[i].position].name for i in cost.chosen]
+    names = [m.layers[c.position].name for c in cost.picked]
     notes = []
     if m.offload.prefetch_step is None:
         notes.append(f"prefetch_step {cost.step}: the longest run of consecutive offloaded layers is "
@@ -262,7 +315,7 @@ def _tied_note(m: _Model) -> list[str]:
 
 def _assemble(m: _Model, out: _Outcome, sha: str, model_name: str) -> Plan:
     cost = out.cost
-    chosen = {} if cost is None else {m.candidates[i].position: m.candidates[i] for i in cost.chosen}
+    chosen = {} if cost is None else {c.position: c for c in cost.picked}
     prefetch: dict[int, Prefetch] = {}
     notes = list(out.notes)
     if cost is not None and out.backend == "prefetch":
@@ -275,11 +328,16 @@ def _assemble(m: _Model, out: _Outcome, sha: str, model_name: str) -> Plan:
     notes += _tied_note(m)
     owner_of = {f"{layer.name}.{t.name}": t for layer in m.layers for t in layer.params}
     plan_layers = []
-    cache: dict[Tensor, PlanParam] = {}
+    cache: dict[tuple[Tensor, str | None], PlanParam] = {}
     for layer in m.layers:
         off = set(chosen[layer.index].params) if layer.index in chosen else set()
-        params = {t.name: _plan_param(t, cache) for t in layer.params}
-        params |= {rel: _plan_param(owner_of[target], cache) for rel, target in layer.tied.items()}
+        if m.by_kind:
+            params = {t.name: _plan_param(t, cache, param_kind(layer.name, t.name, t.kind)) for t in layer.params}
+            params |= {rel: _plan_param(owner_of[target], cache, owner_of[target].kind or classify(target))
+                       for rel, target in layer.tied.items()}
+        else:
+            params = {t.name: _plan_param(t, cache, None) for t in layer.params}
+            params |= {rel: _plan_param(owner_of[target], cache, None) for rel, target in layer.tied.items()}
         off_bytes = sum(t.nbytes for t in layer.params if t.name in off)
         plan_layers.append(PlanLayer(
             name=layer.name, params=params, tied=dict(layer.tied),
@@ -315,6 +373,8 @@ def plan(
     num_in_group: int | None = None,
     prefetch_step: int | None = None,
     params: list[str] | None = None,
+    kinds: list[str] | None = None,
+    prefer: list[str] | None = None,
 ) -> Plan:
     """Plan ``spec``; keyword arguments override its memory/offload sections (None keeps the file's).
 
@@ -325,7 +385,7 @@ def plan(
     memory, offload = _merge(
         spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget},
         {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
-         "prefetch_step": prefetch_step, "params": params})
+         "prefetch_step": prefetch_step, "params": params, "kinds": kinds, "prefer": prefer})
     m = _model(spec, memory, offload)
     if offload.backend == "none":
         out = _decide_none(m)

@@ -201,6 +201,12 @@ def plan_command(
     params: Annotated[Optional[str], typer.Option(
         "--params", help="Comma-separated name segments eligible for offload, e.g. mlp,self_attn.",
         show_default=False)] = None,
+    kinds: Annotated[Optional[str], typer.Option(
+        "--kinds", help="Comma-separated param kinds eligible for offload, e.g. routed_experts,shared_experts "
+        "(with --params: both must match).", show_default=False)] = None,
+    prefer: Annotated[Optional[str], typer.Option(
+        "--prefer", help="Strategy budget: offload these kinds in order, e.g. routed_experts,dense_mlp,attention.",
+        show_default=False)] = None,
 ) -> None:
     """Make an offload plan from a spec. Flags override the spec file's memory and offload sections."""
     from pydantic import ValidationError
@@ -219,6 +225,8 @@ def plan_command(
         "num_in_group": num_in_group,
         "prefetch_step": prefetch_step,
         "params": _segments(params),
+        "kinds": _segments(kinds),
+        "prefer": _segments(prefer),
     }
     spec_file = load_spec(spec)
     try:

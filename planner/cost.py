@@ -30,6 +30,7 @@ class Cost:
     longest_run: int
     step: int | None  # prefetch step used (None for uva)
     pool: tuple[PoolEntry, ...]
+    picked: tuple[Candidate, ...] = ()  # the chosen candidates: the offloaded layers and their params
 
     @property
     def peak_gpu_bytes(self) -> int:
@@ -50,7 +51,8 @@ def evaluate(
     offloaded = sum(c.nbytes for c in picked)
     run = longest_run([c.position for c in picked], num_layers)
     if backend != "prefetch" or not picked:
-        return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, 0, run, None, ())
+        return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, 0, run, None, (), tuple(picked))
     used = step if step is not None else max(1, run)
     pool = build_pool([c.signature for c in picked], num_slots(len(picked), used))
-    return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, used, tuple(pool))
+    return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, used, tuple(pool),
+                tuple(picked))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from planner.kinds import param_kind
 from schemas.spec import Layer, Tensor
 
 
@@ -14,11 +15,16 @@ def matches_segments(name: str, segment: str) -> bool:
     return any(parts[i:i + n] == want for i in range(len(parts) - n + 1))
 
 
-def eligible_params(layer: Layer, segments: Sequence[str] | None, shared: set[str]) -> tuple[Tensor, ...]:
-    """The layer's own params that may be offloaded (``shared``: params another param is tied to)."""
+def eligible_params(layer: Layer, segments: Sequence[str] | None, shared: set[str],
+                    kinds: Sequence[str] | None = None) -> tuple[Tensor, ...]:
+    """The layer's own params that may be offloaded (``shared``: params another param is tied to).
+
+    A param must match one of ``segments`` and be of one of ``kinds``, each when given.
+    """
     return tuple(
         t for t in layer.params
         if t.name not in shared and (segments is None or any(matches_segments(t.name, s) for s in segments))
+        and (kinds is None or param_kind(layer.name, t.name, t.kind) in kinds)
     )
 
 

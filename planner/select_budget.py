@@ -1,23 +1,120 @@
-"""The budget strategy's search: the fewest evenly spread stack layers whose plan fits the budget."""
+"""The budget strategy's search: the fewest evenly spread stack layers whose plan fits the budget.
+
+The search climbs a ladder of tiers. Without ``offload.prefer`` there is one tier: all
+eligible params of a layer move together, and step ``n`` offloads ``n`` candidates spread
+evenly (``spread``). With ``prefer``, tier ``t`` offloads the params of the ``t``-th kind:
+every layer keeps the params of the earlier tiers offloaded (those tiers are exhausted)
+and ``n`` of the layers holding the tier's kind, spread evenly, offload that kind too.
+States are tried in ladder order (tier, then n) and the first that fits wins.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.buffer_pool import signature
 from planner.cost import Candidate, Cost, evaluate
 from planner.select import spread
+from schemas.spec import Tensor
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One rung set of the ladder.
+
+    ``base[i]``/``full[i]``: what stack layer ``i`` (of those with eligible params) offloads
+    before this tier / with this tier's params added (None: nothing). ``members``: the
+    layers that hold params of this tier, in execution order.
+    """
+
+    kinds: tuple[str, ...]  # the kinds this tier moves; () = every eligible param at once (no prefer)
+    base: tuple[Candidate | None, ...]
+    full: tuple[Candidate | None, ...]
+    members: tuple[int, ...]
+
+    def chosen(self, n: int) -> list[int]:
+        """The layers (indices into base/full) that offload this tier's params at step n."""
+        return [self.members[j] for j in spread(len(self.members), n)]
+
+    def pick(self, n: int) -> list[Candidate]:
+        """The offloaded layers at step n, in execution order."""
+        if not any(self.base):
+            return [self.full[i] for i in self.chosen(n)]  # type: ignore[misc]
+        on = set(self.chosen(n))
+        out = []
+        for i, (base, full) in enumerate(zip(self.base, self.full)):
+            c = full if i in on else base
+            if c is not None:
+                out.append(c)
+        return out
+
+    def base_bytes(self) -> int:
+        return sum(c.nbytes for c in self.base if c is not None)
+
+    def member_bytes(self) -> list[int]:
+        return [self.full[i].nbytes - (self.base[i].nbytes if self.base[i] else 0)  # type: ignore[union-attr]
+                for i in self.members]
+
+
+def single_tier(candidates: Sequence[Candidate]) -> Tier:
+    """The ladder without prefer: each candidate's eligible params move together."""
+    return Tier((), (None,) * len(candidates), tuple(candidates), tuple(range(len(candidates))))
+
+
+def prefer_tiers(layers: Sequence[tuple[int, Sequence[Tensor], Sequence[str]]],
+                 prefer: Sequence[str]) -> list[Tier]:
+    """The ladder with prefer: one tier per preferred kind present, in order, then one for the other kinds.
+
+    ``layers``: (position, eligible tensors, their kinds) for each block-stack layer with eligible params.
+    """
+    rest = len(prefer)
+
+    def rank(kind: str) -> int:
+        return prefer.index(kind) if kind in prefer else rest
+
+    ranks = [[rank(k) for k in kinds] for _, _, kinds in layers]
+    present = sorted({r for rs in ranks for r in rs})
+    interned: dict = {}  # one signature object per distinct param set: the pool builder groups by identity
+
+    def candidate(position: int, tensors: Sequence[Tensor], rs: list[int], upto: int) -> Candidate | None:
+        chosen = [t for t, r in zip(tensors, rs) if r <= upto]
+        if not chosen:
+            return None
+        sig = signature(chosen)
+        return Candidate(position, tuple(t.name for t in chosen), sum(t.nbytes for t in chosen),
+                         interned.setdefault(sig, sig))
+
+    tiers = []
+    for i, r in enumerate(present):
+        below = present[i - 1] if i else -1
+        base = tuple(candidate(p, ts, rs, below) for (p, ts, _), rs in zip(layers, ranks))
+        full = tuple(candidate(p, ts, rs, r) for (p, ts, _), rs in zip(layers, ranks))
+        members = tuple(j for j, rs in enumerate(ranks) if r in rs)
+        kinds = (prefer[r],) if r < rest else tuple(sorted({k for _, _, ks in layers for k in ks if rank(k) == rest}))
+        tiers.append(Tier(kinds, base, full, members))
+    return tiers
 
 
 @dataclass(frozen=True)
 class Search:
     backend: str
     fit: Cost | None  # the plan with the fewest offloaded layers that fits, or None
-    lowest: Cost  # the lowest peak seen (over every n when nothing fits) within the cpu budget
+    lowest: Cost  # the lowest peak seen (over every state when nothing fits) within the cpu budget
+    state: tuple[int, int] | None = None  # (tier, n) of the fit
+
+
+def previous_state(tiers: Sequence[Tier], tier: int, n: int) -> tuple[int, int] | None:
+    """The state just below (tier, n) on the ladder (None below the bottom)."""
+    if n > 1 or (n == 1 and tier == 0):
+        return tier, n - 1
+    if tier == 0:
+        return None
+    return tier - 1, len(tiers[tier - 1].members)
 
 
 def search(
-    candidates: Sequence[Candidate],
+    tiers: Sequence[Tier],
     *,
     total_bytes: int,
     num_layers: int,
@@ -26,36 +123,39 @@ def search(
     gpu_budget: int,
     cpu_budget: int | None,
 ) -> Search:
-    """Try n = 0, 1, ... offloaded layers (``spread`` over the candidates) and stop at the first fit.
+    """Try the states (t, n) in ladder order (n = 0 only on the first tier) and stop at the first fit.
 
-    The n whose resident bytes alone exceed the budget whatever layers are picked are skipped.
-
+    The states whose resident bytes alone exceed the budget whatever layers are picked are skipped.
     A plan fits when its peak is within ``gpu_budget`` and its pinned bytes within ``cpu_budget``.
     """
-    m = len(candidates)
     common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
     lowest: Cost | None = None
-    first = _fewest_possible(candidates, total_bytes, gpu_budget)
-    for n in range(first, m + 1):
-        cost = evaluate(candidates, spread(m, n), **common)
-        if cpu_budget is not None and cost.offloaded_bytes > cpu_budget:
-            continue
-        lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
-        if cost.peak_gpu_bytes <= gpu_budget:
-            return Search(backend, cost, lowest)
-    for n in range(first):  # nothing fits: the lowest peak over every n, for the error message
-        cost = evaluate(candidates, spread(m, n), **common)
+    skipped: list[tuple[int, int]] = []
+    for t, tier in enumerate(tiers):
+        first = _fewest_possible(tier.member_bytes(), total_bytes - tier.base_bytes(), gpu_budget)
+        bottom = 0 if t == 0 else 1
+        skipped += [(t, n) for n in range(bottom, first)]
+        for n in range(max(first, bottom), len(tier.members) + 1):
+            picked = tier.pick(n)
+            cost = evaluate(picked, range(len(picked)), **common)
+            if cpu_budget is not None and cost.offloaded_bytes > cpu_budget:
+                continue
+            lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
+            if cost.peak_gpu_bytes <= gpu_budget:
+                return Search(backend, cost, lowest, (t, n))
+    for t, n in skipped:  # nothing fits: the lowest peak over every state, for the error message
+        picked = tiers[t].pick(n)
+        cost = evaluate(picked, range(len(picked)), **common)
         if cpu_budget is None or cost.offloaded_bytes <= cpu_budget:
             lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
-    assert lowest is not None  # n = 0 pins nothing
+    assert lowest is not None  # (0, 0) pins nothing
     return Search(backend, None, lowest)
 
 
-def _fewest_possible(candidates: Sequence[Candidate], total_bytes: int, gpu_budget: int) -> int:
-    """A lower bound on n: even the n largest candidates leave more than the budget resident below it."""
-    resident = total_bytes
-    for n, nbytes in enumerate(sorted((c.nbytes for c in candidates), reverse=True)):
+def _fewest_possible(member_bytes: Sequence[int], resident: int, gpu_budget: int) -> int:
+    """A lower bound on n: even the n largest members leave more than the budget resident below it."""
+    for n, nbytes in enumerate(sorted(member_bytes, reverse=True)):
         if resident <= gpu_budget:
             return n
         resident -= nbytes
-    return len(candidates)
+    return len(member_bytes)

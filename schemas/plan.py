@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from schemas.spec import StrictModel
+from schemas.spec import ParamKind, StrictModel
 
 PLAN_VERSION = 1
 
@@ -26,6 +26,9 @@ class PlanParam(StrictModel):
     bytes: NonNegativeInt
     stride: list[NonNegativeInt] | None = None
     buffer: bool = False
+    kind: ParamKind | None = Field(
+        default=None, description="what the param is; written when the offload selection used kinds"
+    )
 
 
 class Prefetch(StrictModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -27,6 +27,11 @@ from schemas.dtypes import canonical_dtype, itemsize
 from schemas.sizes import Size
 
 REPEAT_TOKEN = "{i}"
+
+# What a param is, for selection by kind (rules in planner/kinds.py and docs/DESIGN.md, "Kinds").
+ParamKind = Literal["attention", "dense_mlp", "shared_experts", "routed_experts", "router", "norm", "scale",
+                    "embedding", "other"]
+PARAM_KINDS: tuple[str, ...] = get_args(ParamKind)
 
 
 class StrictModel(BaseModel):
@@ -52,6 +57,9 @@ class ParamSpec(StrictModel):
         default=None, description="element strides, for tensors that are not contiguous"
     )
     buffer: bool = Field(default=False, description="a registered buffer rather than a parameter")
+    kind: ParamKind | None = Field(
+        default=None, description="what the param is, for offload.kinds/prefer (default: from its name)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -166,6 +174,16 @@ class OffloadSection(StrictModel):
     params: list[str] | None = Field(
         default=None, description="dot-separated name segments eligible for offload (default: all)"
     )
+    kinds: list[ParamKind] | None = Field(
+        default=None,
+        description="param kinds eligible for offload (default: all); routed_experts excludes shared "
+        "experts, routers and scales. With params too, a param must match both (intersection)",
+    )
+    prefer: list[ParamKind] | None = Field(
+        default=None,
+        description="strategy budget: offload params of these kinds in this order, the first kind across "
+        "the block stack before any of the next; eligible params of unlisted kinds come last",
+    )
 
     @field_validator("params")
     @classmethod
@@ -176,6 +194,30 @@ class OffloadSection(StrictModel):
             for item in value:
                 _check_dotted_name(item, "param segment")
         return value
+
+    @field_validator("kinds", "prefer")
+    @classmethod
+    def _kind_list(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("the list is empty: name at least one kind, or leave it out")
+            twice = sorted({k for k in value if value.count(k) > 1})
+            if twice:
+                raise ValueError(f"{', '.join(twice)} listed more than once")
+        return value
+
+    @model_validator(mode="after")
+    def _prefer(self) -> OffloadSection:
+        if self.prefer is not None:
+            if self.strategy != "budget":
+                raise ValueError("prefer orders the budget strategy's offloading; strategy "
+                                 f"'{self.strategy}' does not use it (drop prefer or use strategy budget)")
+            if self.kinds is not None:
+                left_out = [k for k in self.prefer if k not in self.kinds]
+                if left_out:
+                    raise ValueError(f"prefer names {', '.join(left_out)}, which kinds leaves out "
+                                     "(add it to kinds or drop it from prefer)")
+        return self
 
     @model_validator(mode="after")
     def _group(self) -> OffloadSection:
@@ -208,6 +250,7 @@ class Tensor:
     stride: tuple[int, ...] | None
     buffer: bool
     nbytes: int
+    kind: str | None = None  # the spec's explicit kind, if any
 
 
 @dataclass(frozen=True)
@@ -235,7 +278,7 @@ def _tensor(name: str, spec: ParamSpec, default_dtype: str) -> Tensor:
     shape = tuple(spec.shape)
     stride = None if spec.stride is None else tuple(spec.stride)
     nbytes = storage_elements(shape, stride) * itemsize(dtype)
-    return Tensor(name, shape, dtype, stride, spec.buffer, nbytes)
+    return Tensor(name, shape, dtype, stride, spec.buffer, nbytes, spec.kind)
 
 
 def _expand(model: ModelSection) -> tuple[Layer, ...]:

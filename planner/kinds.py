@@ -1,0 +1,103 @@
+"""What a param is, from its dotted name: attention, dense MLP, shared or routed experts, router, norm, scale...
+
+Pure functions of names (no torch, no shapes). A param is classified by its full
+name (layer name + ``.`` + name relative to the layer), so a spec cut into finer
+layers (``model.layers.3.mlp`` holding ``experts.0.w1.weight``) classifies the
+same as one with whole decoder blocks. The rules, first match wins (docs/DESIGN.md,
+"Kinds", says why this order):
+
+1. ``norm``: a segment holding ``norm`` (``input_layernorm``, ``q_a_layernorm``,
+   ``LayerNorm``, ``model.norm``) or named like ``ln_1``/``ln_f``/``ln2``.
+2. ``scale``: quantization metadata, by the tensor's own name: ``*_scale``,
+   ``*_scale_inv``, ``*_scales``, ``*_scale_2``, ``scale(s)``, ``zeros``, ``qzeros``,
+   ``*_zero_point``, ``*g_idx``, ``absmax``, ``quant_map``, ``SCB``, or anything
+   below a ``quant_state*`` segment (bitsandbytes).
+3. ``shared_experts``: below ``shared_expert``, ``shared_experts`` or ``shared_mlp``.
+4. ``routed_experts``: below ``experts`` (or ``*_experts``: ``local_experts``),
+   numbered (``experts.3.w1``) or fused (``experts.gate_up_proj``, 3-D).
+5. ``router``: below ``gate``, ``gating``, ``*router*``, ``*_gate``
+   (``shared_expert_gate``) or ``moe_statics``, or a ``*correction_bias``
+   (DeepSeek-V3's ``e_score_correction_bias``).
+6. ``routed_experts`` again: anything else below a ``*moe*`` container
+   (GraniteMoE's fused ``block_sparse_moe.input_linear``).
+7. ``attention``: below a segment holding ``attn`` or ``attention``, or a bare
+   attention projection (``q_proj``, ``kv_a_proj_with_mqa``, ``query_key_value``, ``wq``...).
+8. ``dense_mlp``: below ``mlp``, ``feed_forward``, ``ffn``... or a bare MLP
+   projection (``gate_proj``, ``up_proj``, ``down_proj``, ``w1``/``w2``/``w3``, ``fc1``...).
+9. ``embedding``: token/position embeddings and the LM head (``embed_tokens``,
+   ``wte``, ``lm_head``, ``embed_out``...).
+10. ``other``: everything else (a layer's bare ``weight``, Mamba mixers, rotary buffers
+    outside attention).
+
+A param's explicit ``kind:`` in the spec overrides all of this.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from schemas.spec import PARAM_KINDS, ParamKind
+
+__all__ = ["PARAM_KINDS", "ParamKind", "classify", "param_kind"]
+
+_LN = re.compile(r"^ln(_\w+|\d+)?$")
+_SCALE = re.compile(
+    r"^(?:.*_)?(?:scale|scales|scale_inv|scale_2|zeros|qzeros|zero_point|g_idx|absmax|nested_absmax"
+    r"|quant_map|nested_quant_map|scb)$")
+_SHARED = {"shared_expert", "shared_experts", "shared_mlp"}
+_ROUTER = {"gate", "gating", "moe_statics"}
+_ATTENTION_PROJ = {"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "query_key_value", "q_a_proj", "q_b_proj",
+                   "kv_a_proj_with_mqa", "kv_b_proj", "wq", "wk", "wv", "wo", "wqkv", "query", "key", "value"}
+_MLP = {"mlp", "feed_forward", "ffn", "ff", "fc1", "fc2", "c_fc", "gate_proj", "up_proj", "down_proj",
+        "gate_up_proj", "dense_h_to_4h", "dense_4h_to_h", "w1", "w2", "w3", "intermediate"}
+_EMBEDDING = {"wte", "wpe", "lm_head", "embed_out", "embed_in"}
+
+
+def _is_norm(seg: str) -> bool:
+    return "norm" in seg or bool(_LN.match(seg))
+
+
+def _is_router(seg: str) -> bool:
+    return seg in _ROUTER or "router" in seg or seg.endswith("_gate")
+
+
+def _is_embedding(seg: str) -> bool:
+    return seg in _EMBEDDING or seg.startswith("embed") or seg.endswith("embeddings") or seg.endswith("_embedding")
+
+
+@lru_cache(maxsize=4096)
+def _classify(segments: tuple[str, ...]) -> ParamKind:
+    last = segments[-1]
+    if any(_is_norm(s) for s in segments):
+        return "norm"
+    if _SCALE.match(last) or any(s.startswith("quant_state") for s in segments):
+        return "scale"
+    if any(s in _SHARED for s in segments):
+        return "shared_experts"
+    if any(s == "experts" or s.endswith("_experts") for s in segments):
+        return "routed_experts"
+    if any(_is_router(s) for s in segments) or last.endswith("correction_bias"):
+        return "router"
+    if any("moe" in s for s in segments[:-1]):
+        return "routed_experts"
+    if any("attn" in s or "attention" in s or s in _ATTENTION_PROJ for s in segments):
+        return "attention"
+    if any(s in _MLP for s in segments):
+        return "dense_mlp"
+    if any(_is_embedding(s) for s in segments):
+        return "embedding"
+    return "other"
+
+
+def classify(name: str) -> ParamKind:
+    """The kind of the param with this full dotted name (case-insensitive; numbers never matter)."""
+    segments = tuple("#" if s.isdigit() else s.lower() for s in name.split("."))
+    return _classify(segments)
+
+
+def param_kind(layer: str, name: str, explicit: str | None = None) -> ParamKind:
+    """The kind of param ``name`` (relative to ``layer``): the spec's explicit ``kind``, else ``classify``."""
+    if explicit is not None:
+        return explicit  # type: ignore[return-value]  # validated against PARAM_KINDS by the spec
+    return classify(f"{layer}.{name}")
