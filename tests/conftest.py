@@ -34,3 +34,17 @@ def make_spec(blocks: list[dict[str, list[int]]], *, head: bool = True, offload:
     if memory:
         data["memory"] = memory
     return SpecFile.model_validate(data)
+
+
+def plan_within(spec: SpecFile, budget: int):
+    """The plan for ``budget``, or None when infeasible (after checking the reported minimum is exact)."""
+    import planner
+    from planner.errors import InfeasibleError
+
+    try:
+        return planner.plan(spec, gpu_budget=budget)
+    except InfeasibleError as err:
+        assert err.min_gpu_budget is not None and err.min_gpu_budget > budget
+        again = planner.plan(spec, gpu_budget=err.min_gpu_budget)
+        assert again.summary.peak_gpu_bytes == err.min_gpu_budget
+        return None
