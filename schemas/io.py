@@ -1,4 +1,10 @@
-"""Reading and writing spec and plan files (YAML or JSON), deterministically."""
+"""Reading and writing spec and plan files (YAML or JSON), deterministically.
+
+Loading parses fast without a line map (``yaml_lines.load_data``, duplicate keys still
+rejected) and re-reads the text with lines only when validation fails, to point at the
+lines. Plans are written compactly: fields equal to their default are left out (loading
+fills them back in), except ``plan_version`` and each layer's ``offloaded``.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import InputError, Problem, format_path, input_error_from_validation
-from schemas.plan import Plan
+from schemas.plan import Plan, PlanLayer
 from schemas.spec import SpecFile
-from schemas.yaml_lines import YamlProblem, load_with_lines
+from schemas.yaml_lines import YamlProblem, load_data, load_with_lines
+from schemas.yaml_write import dump_yaml
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -61,25 +67,25 @@ def guess_kind(data: Any) -> str | None:
     return None
 
 
-def parse_text(text: str, name: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
-    """Parse YAML/JSON text into a non-empty mapping and its line map, or InputError."""
+def _yaml_problem(err: YamlProblem, name: str) -> InputError:
+    return InputError(Problem(err.message, name, err.line, format_path(err.path)))
+
+
+def parse_text(text: str, name: str) -> Any:
+    """Parse YAML/JSON text into a non-empty mapping, or InputError."""
     try:
-        data, lines = load_with_lines(text)
+        data = load_data(text)
     except YamlProblem as err:
-        raise InputError(Problem(err.message, name, err.line, format_path(err.path))) from None
+        raise _yaml_problem(err, name) from None
     if data is None:
         raise InputError(f"{name}: the file is empty; expected a YAML or JSON mapping")
     if not isinstance(data, dict):
         what = "a list" if isinstance(data, list) else f"a {type(data).__name__} ({data!r:.40})"
         raise InputError(Problem(f"the top level is {what}; expected a mapping of keys", name, 1))
-    return data, lines
+    return data
 
 
-def load_model(cls: type[M], path: str | Path, text: str | None = None) -> M:
-    """Load and validate a spec or plan; every failure is an InputError naming file, line and field."""
-    name = source_name(path)
-    text = read_text(path) if text is None else text
-    data, lines = parse_text(text, name)
+def _validate(cls: type[M], data: Any, text: str, name: str) -> M:
     want = _KIND.get(cls)
     found = guess_kind(data)
     if want and found and found != want:
@@ -87,7 +93,18 @@ def load_model(cls: type[M], path: str | Path, text: str | None = None) -> M:
     try:
         return cls.model_validate(data)
     except ValidationError as err:
+        try:
+            data, lines = load_with_lines(text)  # the same data, now with the line of every node
+        except YamlProblem as problem:
+            raise _yaml_problem(problem, name) from None
         raise input_error_from_validation(err, source=name, data=data, lines=lines, root=cls) from None
+
+
+def load_model(cls: type[M], path: str | Path, text: str | None = None) -> M:
+    """Load and validate a spec or plan; every failure is an InputError naming file, line and field."""
+    name = source_name(path)
+    text = read_text(path) if text is None else text
+    return _validate(cls, parse_text(text, name), text, name)
 
 
 def load_spec(path: str | Path) -> SpecFile:
@@ -102,25 +119,24 @@ def load_spec_or_plan(path: str | Path) -> SpecFile | Plan:
     """A spec or a plan, told apart by the top-level keys (a spec when unclear)."""
     name = source_name(path)
     text = read_text(path)
-    data, _ = parse_text(text, name)
+    data = parse_text(text, name)
     cls: type[SpecFile] | type[Plan] = Plan if guess_kind(data) == "plan" else SpecFile
-    return load_model(cls, path, text)
+    return _validate(cls, data, text, name)
 
 
-class _FlowListDumper(yaml.SafeDumper):
-    """Writes short lists of scalars (shapes, strides) on one line; everything else block style."""
+_LAYER_FIELDS = tuple(PlanLayer.model_fields)
 
 
-def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
-    flow = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in data)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
-
-
-_FlowListDumper.add_representer(list, _represent_list)
-
-
-def dump_yaml(data: Any) -> str:
-    return yaml.dump(data, Dumper=_FlowListDumper, sort_keys=False, allow_unicode=True, width=100)
+def plan_data(plan: Plan) -> dict[str, Any]:
+    """The plan as plain data for a file: fields equal to their default left out, except
+    ``plan_version`` and each layer's ``offloaded`` (an empty list for a resident layer)."""
+    data = plan.model_dump(mode="json", exclude_defaults=True)
+    data = {"plan_version": plan.plan_version, **data}
+    for i, layer in enumerate(data["layers"]):
+        if "offloaded" not in layer:
+            layer["offloaded"] = []
+            data["layers"][i] = {k: layer[k] for k in _LAYER_FIELDS if k in layer}
+    return data
 
 
 def dump_json(data: Any) -> str:
@@ -128,5 +144,9 @@ def dump_json(data: Any) -> str:
 
 
 def dump_model(model: BaseModel, fmt: str = "yaml") -> str:
-    data = model.model_dump(mode="json", exclude_none=True)
+    """A spec or plan as file text (``fmt``: yaml or json); plans in their compact form."""
+    if isinstance(model, Plan):
+        data = plan_data(model)
+    else:
+        data = model.model_dump(mode="json", exclude_none=True)
     return dump_json(data) if fmt == "json" else dump_yaml(data)

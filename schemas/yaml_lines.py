@@ -1,10 +1,18 @@
 """A YAML (and so JSON) loader that remembers the line of every node and rejects duplicate keys.
 
-``load_with_lines(text)`` returns the plain data (dicts, lists, scalars, as
-``yaml.safe_load`` would) and a ``{path: line}`` map, where a path is the tuple of
-keys and list indexes leading to a node (``("model", "layers", 3, "repeat")``) and
-the line is 1-based: for a mapping entry the line of its key, for a list item the
-line where the item starts. Failures raise ``YamlProblem`` with a line and column.
+``load_data(text)`` returns the plain data (dicts, lists, scalars, as ``yaml.safe_load``
+would); ``load_with_lines(text)`` returns the same data and a ``{path: line}`` map,
+where a path is the tuple of keys and list indexes leading to a node
+(``("model", "layers", 3, "repeat")``) and the line is 1-based: for a mapping entry
+the line of its key, for a list item the line where the item starts. Failures raise
+``YamlProblem`` with a line and column.
+
+Speed: both build the data from the parser's event stream (libyaml's parser when
+PyYAML has it, else PyYAML's pure-Python one; the data is the same), iteratively, with
+each distinct scalar resolved and constructed once. Documents with anchors, aliases,
+merge keys (``<<``) or tagged collections, and text the parser rejects, go through
+PyYAML's pure-Python composer instead (``_load_nodes``), which is slower and gives the
+messages for malformed YAML.
 """
 
 from __future__ import annotations
@@ -18,6 +26,9 @@ import yaml
 Path_ = tuple[Any, ...]
 
 MAX_NODES = 2_000_000
+MAX_DEPTH = 200  # nesting of collections; real files nest a handful deep
+
+_PARSER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
 
 @dataclass
@@ -128,8 +139,9 @@ def _json_fallback(text: str) -> tuple[Any, dict[Path_, int]] | None:
         return None
 
 
-def load_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
-    """Parse one YAML/JSON document into plain data and a path -> line map."""
+def _load_nodes(text: str) -> tuple[Any, dict[Path_, int]]:
+    """Parse one YAML/JSON document into plain data and a path -> line map, through PyYAML's
+    pure-Python composer: every YAML feature, and the messages for malformed YAML."""
     loader = None
     try:
         loader = yaml.SafeLoader(text)
@@ -148,3 +160,170 @@ def load_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+# ---------------------------------------------------------------------------
+# the fast path: data straight from the parser's events
+
+
+class _Unsupported(Exception):
+    """A feature the event builder leaves to ``_load_nodes`` (anchors, aliases, merge keys,
+    tagged collections, more than one document)."""
+
+
+class _Duplicate(Exception):
+    """A duplicate key met while building without lines (the caller re-reads with lines)."""
+
+
+_MISSING = object()
+_MERGE = "tag:yaml.org,2002:merge"
+_COLLECTION_TAGS = {yaml.MappingStartEvent: "tag:yaml.org,2002:map",
+                    yaml.SequenceStartEvent: "tag:yaml.org,2002:seq"}
+
+
+class _Scalars:
+    """Resolves and constructs scalars exactly as ``yaml.SafeLoader`` does, once per distinct
+    (tag, value, implicit): the results (str, int, float, bool, None, dates, bytes) are immutable."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[Any, str, Any], Any] = {}
+        self.resolver = yaml.resolver.Resolver()
+        self.constructor = yaml.constructor.SafeConstructor()
+
+    def tag(self, event: yaml.ScalarEvent) -> str:
+        if event.tag is None or event.tag == "!":
+            return self.resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
+        return event.tag
+
+    def value(self, event: yaml.ScalarEvent) -> Any:
+        key = (event.tag, event.value, event.implicit)
+        try:
+            return self.cache[key]
+        except KeyError:
+            pass
+        node = yaml.ScalarNode(self.tag(event), event.value, event.start_mark, event.end_mark, event.style)
+        out = self.cache[key] = self.constructor.construct_object(node)
+        return out
+
+
+def _build_from_events(parser: yaml.SafeLoader, lines: dict[Path_, int] | None) -> Any:
+    """The document's data from ``parser``'s events; with ``lines``, fill it with the line map.
+
+    Iterative (no recursion, so no depth limit but ours). Raises _Unsupported, _Duplicate
+    (without lines), YamlProblem, or the parser's yaml.YAMLError.
+    """
+    get = parser.get_event
+    event = get()  # StreamStartEvent
+    event = get()
+    if isinstance(event, yaml.StreamEndEvent):
+        return None
+    if not isinstance(event, yaml.DocumentStartEvent):
+        raise _Unsupported
+    scalars = _Scalars()
+    scalar_value = scalars.value
+    ScalarEvent, MappingStartEvent, SequenceStartEvent = (
+        yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)
+    MappingEndEvent, SequenceEndEvent = yaml.MappingEndEvent, yaml.SequenceEndEvent
+    # one frame per open collection: [container, path, pending key (_MISSING: next is a key)]
+    stack: list[list[Any]] = []
+    root: Any = _MISSING
+    count = 0
+    while True:
+        event = get()
+        kind = type(event)
+        if kind is MappingEndEvent or kind is SequenceEndEvent:
+            stack.pop()
+            if not stack:
+                break
+            continue
+        count += 1
+        if kind is ScalarEvent:
+            if event.anchor is not None:
+                raise _Unsupported
+            value = scalar_value(event)
+            is_collection = False
+        elif kind is MappingStartEvent or kind is SequenceStartEvent:
+            if event.anchor is not None or (event.tag not in (None, "!", _COLLECTION_TAGS[kind])):
+                raise _Unsupported
+            value = {} if kind is MappingStartEvent else []
+            is_collection = True
+        elif kind is yaml.AliasEvent:
+            raise _Unsupported
+        else:
+            raise _Unsupported  # cannot happen inside a document; be safe
+        if count > MAX_NODES:
+            raise YamlProblem(f"document too large: more than {MAX_NODES} nodes (alias bomb?)")
+        if not stack:  # the root
+            root = value
+            path: Path_ = ()
+            if lines is not None:
+                lines[()] = event.start_mark.line + 1
+        else:
+            frame = stack[-1]
+            parent = frame[0]
+            if parent.__class__ is list:
+                if lines is not None:
+                    path = frame[1] + (len(parent),)
+                    lines.setdefault(path, event.start_mark.line + 1)
+                parent.append(value)
+            elif frame[2] is _MISSING:  # a key
+                mark = event.start_mark
+                if is_collection:
+                    raise YamlProblem("a mapping key must be a plain scalar, not a list or mapping",
+                                      mark.line + 1, mark.column + 1)
+                if event.value == "<<" and scalars.tag(event) == _MERGE:
+                    raise _Unsupported
+                if value in parent:
+                    if lines is None:
+                        raise _Duplicate
+                    first = lines[frame[1] + (value,)]
+                    raise YamlProblem(f"duplicate key (first defined on line {first})",
+                                      mark.line + 1, mark.column + 1, path=frame[1] + (value,))
+                parent[value] = None  # holds the key's place (its order) until the value comes
+                frame[2] = value
+                if lines is not None:
+                    lines[frame[1] + (value,)] = mark.line + 1
+                continue
+            else:
+                key = frame[2]
+                parent[key] = value
+                frame[2] = _MISSING
+                if lines is not None:
+                    path = frame[1] + (key,)
+        if is_collection:
+            if len(stack) >= MAX_DEPTH:
+                raise YamlProblem("nested too deeply to read")
+            stack.append([value, path if lines is not None else (), _MISSING])
+        elif not stack:
+            break
+    if not isinstance(get(), yaml.DocumentEndEvent) or not isinstance(get(), yaml.StreamEndEvent):
+        raise _Unsupported  # more than one document: _load_nodes says so
+    return root
+
+
+def _load_events(text: str, lines: dict[Path_, int] | None) -> Any:
+    parser = _PARSER(text)
+    try:
+        return _build_from_events(parser, lines)
+    finally:
+        parser.dispose()
+
+
+def load_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
+    """Parse one YAML/JSON document into plain data and a path -> line map."""
+    lines: dict[Path_, int] = {}
+    try:
+        return _load_events(text, lines), lines
+    except (_Unsupported, yaml.YAMLError):
+        return _load_nodes(text)
+
+
+def load_data(text: str) -> Any:
+    """Parse one YAML/JSON document into plain data, faster than ``load_with_lines``:
+    no line map (re-read with ``load_with_lines`` to report a problem with lines)."""
+    try:
+        return _load_events(text, None)
+    except _Duplicate:
+        return load_with_lines(text)[0]  # raises the YamlProblem naming both lines
+    except (_Unsupported, yaml.YAMLError):
+        return _load_nodes(text)[0]
