@@ -304,6 +304,52 @@ def diff_command(
     raise typer.Exit(EXIT_CHANGED if result.changed else EXIT_OK)
 
 
+@app.command("spec", short_help="Write a spec from a safetensors checkpoint or a Hugging Face config.", epilog=_epilog(
+    "planner spec --from-safetensors model.safetensors",
+    "planner spec --from-safetensors checkpoints/llama/ -o llama.yaml      # index + shards",
+    "planner spec --from-hf-config config.json --name llama-3-8b -o llama.yaml",
+    tail="--from-safetensors reads only the file headers. --from-hf-config builds the model on the "
+    "meta device (no weights) and needs transformers: pip install 'offload-planner[hf]'.\n\n"
+    "Exit codes: 0 written, 2 bad input."
+))
+@_reports
+def spec_command(
+    from_safetensors: Annotated[Optional[str], typer.Option(
+        "--from-safetensors", metavar="PATH",
+        help="A .safetensors file, or a folder with model.safetensors.index.json and its shards.",
+        show_default=False)] = None,
+    from_hf_config: Annotated[Optional[str], typer.Option(
+        "--from-hf-config", metavar="CONFIG", help="A Hugging Face config.json (or its folder).",
+        show_default=False)] = None,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="Write the spec here (atomically); '-' or none: stdout.", show_default=False)] = None,
+    name: Annotated[Optional[str], typer.Option(
+        "--name", help="model.name in the spec (default: the file or folder name).", show_default=False)] = None,
+    fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="Spec file format.")] = PlanFormat.yaml,  # type: ignore[attr-defined]
+) -> None:
+    """Write a spec (layers in execution order, identical blocks folded) from a checkpoint's headers
+    or from a model config."""
+    from schemas.errors import InputError
+
+    if (from_safetensors is None) == (from_hf_config is None):
+        raise InputError("give exactly one of --from-safetensors PATH and --from-hf-config CONFIG")
+    if name is not None and not name.strip():
+        raise InputError("--name: must not be empty")
+    if from_safetensors is not None:
+        from planner.sources.safetensors_header import spec_from_safetensors
+
+        spec_file, made_by = spec_from_safetensors(from_safetensors, name), f"--from-safetensors {from_safetensors}"
+    else:
+        from planner.sources.hf_config import spec_from_hf_config
+
+        spec_file, made_by = spec_from_hf_config(from_hf_config, name), f"--from-hf-config {from_hf_config}"
+    from planner.output import emit
+    from schemas.spec_dump import dump_spec, spec_header
+
+    made_by += f" --name {name}" if name else ""
+    emit(dump_spec(spec_file, fmt.value, spec_header(spec_file, f"planner spec {made_by}")), output)
+
+
 @app.command("schema", short_help="Print the JSON Schema of spec or plan files.", epilog=_epilog(
     "planner schema spec -o spec.schema.json", "planner schema plan"
 ))

@@ -1,105 +1,118 @@
 """``describe(model)``: a spec from any ``nn.Module``, meta-device models included.
 
-Layers are found from the module tree in registration order: each element of a
-``ModuleList``/``ModuleDict``/``Sequential`` is a layer (the block stack), a module
-that holds tensors directly is a layer, and other containers are descended into.
-Consecutive blocks with identical tensors fold into one ``{i}`` template. Params that
-share storage (or are the same object) are recorded as ``tied`` to their first name.
+Layers are found from the module tree in registration order (for the usual models the
+execution order): each element of a ``ModuleList``/``ModuleDict``/``Sequential`` is a
+layer (the block stack), a module that holds tensors directly is a layer, and other
+modules are descended into. Every param and persistent buffer is listed with its shape
+and dtype (buffers with ``buffer: true``, non-contiguous tensors with their strides).
+Non-persistent buffers (rotary ``inv_freq`` tables, causal masks) are left out unless
+``non_persistent=True``: they are not in checkpoints, are recomputed rather than loaded,
+and ``apply`` moves every tensor the plan does not name to the device anyway. Listing
+them would also put buffer-only modules such as ``model.rotary_emb`` into the layer order
+at their registration place, which is not where they run.
+
+Tensors that are the same object, or the same view of one storage, are listed once and
+recorded as ``tied`` to their first name; on the meta device only identity counts.
+Consecutive blocks with identical tensors fold into one ``{i}`` template.
 """
 
 from __future__ import annotations
 
-import re
+import logging
 
+import torch
 from torch import nn
 
 from runtime.tensors import dtype_name
-from schemas import SpecFile
+from schemas.spec import SpecFile
+from schemas.spec_build import LayerEntry, build_spec
+
+log = logging.getLogger("runtime")
 
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
 
 
-def _layers(module: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
-    out: list[tuple[str, nn.Module]] = []
-    if prefix and (module._parameters or module._buffers):
-        return [(prefix, module)]
-    for name, child in module.named_children():
-        path = f"{prefix}.{name}" if prefix else name
-        if isinstance(child, _CONTAINERS):
-            for sub, block in child.named_children():
-                if any(True for _ in block.parameters()) or any(True for _ in block.buffers()):
-                    out.append((f"{path}.{sub}", block))
-        elif any(True for _ in child.parameters()) or any(True for _ in child.buffers()):
-            out += _layers(child, path)
+def _own_tensors(module: nn.Module, non_persistent: bool) -> list[tuple[str, torch.Tensor, bool]]:
+    out = [(n, t, False) for n, t in module._parameters.items() if t is not None]
+    out += [(n, t, True) for n, t in module._buffers.items()
+            if t is not None and (non_persistent or n not in module._non_persistent_buffers_set)]
     return out
 
 
-def _storage_key(t) -> tuple:
-    if t.device.type == "meta":
-        return ("meta", id(t))
-    return (t.device.type, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+def _tensors(module: nn.Module, non_persistent: bool) -> list[tuple[str, torch.Tensor, bool]]:
+    """Every tensor of ``module`` and its descendants (shared ones under each name), in order."""
+    out = []
+    for path, sub in module.named_modules(remove_duplicate=False):
+        for n, t, is_buffer in _own_tensors(sub, non_persistent):
+            out.append((f"{path}.{n}" if path else n, t, is_buffer))
+    return out
 
 
-def describe(model: nn.Module, name: str | None = None, dtype: str | None = None) -> SpecFile:
-    layers = _layers(model)
+def find_layers(model: nn.Module, non_persistent: bool = False) -> list[tuple[str, nn.Module]]:
+    """The layers of ``model`` in registration order: (dotted path, module)."""
+
+    def holds(module: nn.Module) -> bool:
+        return bool(_tensors(module, non_persistent))
+
+    def walk(module: nn.Module, prefix: str) -> list[tuple[str, nn.Module]]:
+        if prefix and _own_tensors(module, non_persistent):
+            return [(prefix, module)]
+        out: list[tuple[str, nn.Module]] = []
+        for name, child in module.named_children():
+            path = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, _CONTAINERS):
+                out += [(f"{path}.{sub}", block) for sub, block in child.named_children() if holds(block)]
+                if _own_tensors(child, non_persistent):
+                    out.append((path, child))
+            elif holds(child):
+                out += walk(child, path)
+        return out
+
+    layers = walk(model, "")
+    if _own_tensors(model, non_persistent):
+        names = ", ".join(n for n, _, _ in _own_tensors(model, non_persistent))
+        log.warning("describe: tensors held by the root module itself (%s) cannot form a layer and are "
+                    "left out of the spec (apply still moves them to the device)", names)
+    return layers
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    """Equal for tensors that are the same view of the same memory (the same object on meta)."""
+    if t.device.type == "meta" or t.numel() == 0:
+        return ("object", id(t))
+    return (str(t.device), t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+            tuple(t.stride()), t.dtype)
+
+
+def _entry(t: torch.Tensor, is_buffer: bool) -> dict:
+    entry: dict = {"shape": list(t.shape), "dtype": dtype_name(t.dtype)}
+    if t.numel() > 1 and not t.is_contiguous():
+        entry["stride"] = list(t.stride())
+    if is_buffer:
+        entry["buffer"] = True
+    return entry
+
+
+def describe(model: nn.Module, name: str | None = None, dtype: str | None = None, *,
+             non_persistent: bool = False, fold: bool = True) -> SpecFile:
+    """The spec of ``model``: its layers in order, every param and buffer, ties, folded blocks.
+
+    ``name`` defaults to the model's class name, ``dtype`` (the spec's default dtype) to the
+    dtype holding the most elements. ``non_persistent=True`` lists non-persistent buffers too.
+    """
+    layers = find_layers(model, non_persistent)
     if not layers:
-        raise ValueError("the model holds no parameters or buffers")
+        raise ValueError("the model holds no parameters or buffers below its root")
     owner_of: dict[tuple, str] = {}
-    entries: list[dict] = []
-    dtypes: dict[str, int] = {}
+    entries: list[LayerEntry] = []
     for lname, module in layers:
-        params: dict[str, dict] = {}
-        tied: dict[str, str] = {}
-        tensors = [(n, t, False) for n, t in module.named_parameters(remove_duplicate=False)]
-        tensors += [(n, t, True) for n, t in module.named_buffers(remove_duplicate=False)]
-        for rel, t, is_buffer in tensors:
-            full = f"{lname}.{rel}"
+        entry = LayerEntry(lname)
+        for rel, t, is_buffer in _tensors(module, non_persistent):
             key = _storage_key(t)
             if key in owner_of:
-                tied[rel] = owner_of[key]
+                entry.tied[rel] = owner_of[key]
                 continue
-            owner_of[key] = full
-            d = dtype_name(t.dtype)
-            dtypes[d] = dtypes.get(d, 0) + t.numel()
-            entry: dict = {"shape": list(t.shape), "dtype": d}
-            if t.numel() > 1 and not t.is_contiguous():
-                entry["stride"] = list(t.stride())
-            if is_buffer:
-                entry["buffer"] = True
-            params[rel] = entry
-        entries.append({"name": lname, "params": params, "tied": tied})
-    default = dtype or max(dtypes, key=dtypes.get)
-    for e in entries:
-        for p in e["params"].values():
-            if p["dtype"] == default:
-                del p["dtype"]
-    spec_layers = _fold(entries)
-    model_name = name or type(model).__name__
-    return SpecFile.model_validate({"model": {"name": model_name, "dtype": default, "layers": spec_layers}})
-
-
-_BLOCK = re.compile(r"^(.*)\.(\d+)$")
-
-
-def _fold(entries: list[dict]) -> list[dict]:
-    """Fold runs of ``prefix.0 … prefix.N-1`` with identical params into one ``{i}`` template."""
-    out: list[dict] = []
-    i = 0
-    while i < len(entries):
-        m = _BLOCK.match(entries[i]["name"])
-        j = i + 1
-        if m and int(m.group(2)) == 0 and not entries[i]["tied"]:
-            while j < len(entries):
-                mj = _BLOCK.match(entries[j]["name"])
-                if not (mj and mj.group(1) == m.group(1) and int(mj.group(2)) == j - i
-                        and entries[j]["params"] == entries[i]["params"] and not entries[j]["tied"]):
-                    break
-                j += 1
-        if j - i > 1:
-            out.append({"name": f"{m.group(1)}.{{i}}", "repeat": j - i, "params": entries[i]["params"]})
-        else:
-            e = {k: v for k, v in entries[i].items() if v or k == "params"}
-            out.append(e)
-            j = i + 1
-        i = j
-    return out
+            owner_of[key] = f"{lname}.{rel}"
+            entry.params[rel] = _entry(t, is_buffer)
+        entries.append(entry)
+    return build_spec(name or type(model).__name__, entries, dtype, fold)

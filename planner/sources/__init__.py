@@ -1,0 +1,1 @@
+"""Where specs come from besides hand-written files: checkpoint headers, Hugging Face configs."""
