@@ -99,7 +99,8 @@ class LayerSpec(StrictModel):
     """A module in execution order, or a template of ``repeat`` modules named with ``{i}``."""
 
     name: str
-    repeat: PositiveInt | None = Field(default=None, description="expand {i} in name to 0..repeat-1")
+    repeat: PositiveInt | None = Field(default=None, description="expand {i} in name to start..start+repeat-1")
+    start: NonNegativeInt = Field(default=0, description="first value of {i} (with repeat)")
     params: dict[str, ParamSpec] = Field(default_factory=dict)
     tied: dict[str, str] = Field(
         default_factory=dict,
@@ -125,6 +126,8 @@ class LayerSpec(StrictModel):
             raise ValueError(f"layer '{self.name}' has repeat but its name has no {REPEAT_TOKEN}")
         if has_token and self.repeat is None:
             raise ValueError(f"layer '{self.name}' has {REPEAT_TOKEN} in its name but no repeat")
+        if self.start and self.repeat is None:
+            raise ValueError(f"layer '{self.name}' has start but no repeat")
         both = sorted(set(self.params) & set(self.tied))
         if both:
             raise ValueError(f"{', '.join(both)} listed under both params and tied")
@@ -285,19 +288,16 @@ def _expand(model: ModelSection) -> tuple[Layer, ...]:
     layers: list[Layer] = []
     where: dict[str, int] = {}
     for pos, spec in enumerate(model.layers):
-        names = (
-            [spec.name.replace(REPEAT_TOKEN, str(i)) for i in range(spec.repeat)]
-            if spec.repeat
-            else [spec.name]
-        )
+        indices = range(spec.start, spec.start + spec.repeat) if spec.repeat else [None]
+        names = [spec.name.replace(REPEAT_TOKEN, str(i)) if spec.repeat else spec.name for i in indices]
         params = tuple(_tensor(k, v, model.dtype) for k, v in spec.params.items())
-        for i, name in enumerate(names):
+        for i, name in zip(indices, names):
             if name in where:
                 raise ValueError(
                     f"duplicate layer name '{name}' (layers[{where[name]}] and layers[{pos}])"
                 )
             where[name] = pos
-            tied = {k: v.replace(REPEAT_TOKEN, str(i)) for k, v in spec.tied.items()}
+            tied = {k: v.replace(REPEAT_TOKEN, str(i)) if i is not None else v for k, v in spec.tied.items()}
             template = spec.name if spec.repeat else None
             layers.append(Layer(name, len(layers), params, tied, template))
     owners = {f"{layer.name}.{t.name}" for layer in layers for t in layer.params}

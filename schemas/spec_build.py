@@ -72,29 +72,30 @@ def _template_tied(tied: dict[str, str], block: str, prefix: str) -> dict[str, s
 
 
 def fold_blocks(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fold runs of ``prefix.0 … prefix.N-1`` with identical params and ties into one ``{i}`` template.
-
-    A run must start at index 0 (a template expands to ``0 … repeat-1``); blocks that differ
-    (a dense first layer before MoE layers, say) stay listed one by one.
+    """Fold runs of ``prefix.K … prefix.K+N-1`` with identical params and ties into one ``{i}``
+    template (``start: K`` when K > 0); blocks that differ (a dense first layer before MoE
+    layers, say) stay listed one by one.
     """
     out: list[dict[str, Any]] = []
     i = 0
     while i < len(layers):
         m = _BLOCK.match(layers[i]["name"])
         j = i + 1
-        if m and int(m.group(2)) == 0:
-            prefix = m.group(1)
+        if m:
+            prefix, first = m.group(1), int(m.group(2))
             tied0 = _template_tied(layers[i]["tied"], layers[i]["name"], prefix)
             while j < len(layers):
                 mj = _BLOCK.match(layers[j]["name"])
-                if not (mj and mj.group(1) == prefix and int(mj.group(2)) == j - i
+                if not (mj and mj.group(1) == prefix and int(mj.group(2)) == first + j - i
                         and layers[j]["params"] == layers[i]["params"]
                         and _template_tied(layers[j]["tied"], layers[j]["name"], prefix) == tied0):
                     break
                 j += 1
             if j - i > 1:
-                entry: dict[str, Any] = {"name": f"{prefix}.{REPEAT_TOKEN}", "repeat": j - i,
-                                         "params": layers[i]["params"]}
+                entry: dict[str, Any] = {"name": f"{prefix}.{REPEAT_TOKEN}", "repeat": j - i}
+                if first:
+                    entry["start"] = first
+                entry["params"] = layers[i]["params"]
                 if tied0:
                     entry["tied"] = tied0
                 out.append(entry)
