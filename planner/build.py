@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
 from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
@@ -24,9 +23,9 @@ WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on 
 
 
 def spec_sha256(spec: SpecFile) -> str:
-    """sha256 of the canonical JSON of the spec as loaded (before any override)."""
-    text = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """sha256 of the spec's JSON as loaded (before any override): fields in schema order, layers
+    and params in file order, comments and formatting ignored."""
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
 
 
 @dataclass

@@ -60,4 +60,5 @@ def canonical_dtype(name: str) -> str:
 
 
 def itemsize(dtype: str) -> int:
-    return DTYPE_BYTES[canonical_dtype(dtype)]
+    size = DTYPE_BYTES.get(dtype)  # canonical names (what validated specs hold) need no lookup
+    return size if size is not None else DTYPE_BYTES[canonical_dtype(dtype)]

@@ -41,6 +41,8 @@ class StrictModel(BaseModel):
 
 
 def _check_dotted_name(value: str, what: str) -> str:
+    if value and value[0] != "." and value[-1] != "." and ".." not in value and value == value.strip():
+        return value  # the common case, without splitting
     if not value or value != value.strip():
         raise ValueError(f"{what} must be a non-empty name without surrounding spaces")
     if any(not part for part in value.split(".")):
