@@ -46,6 +46,9 @@ def device_view(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def uva_supported(device: torch.device) -> bool:
+    """Whether kernels on ``device`` can read pinned host memory in place (on the CPU: trivially)."""
+    if device.type == "cpu":
+        return True
     try:
         probe = torch.arange(64, dtype=torch.int32).pin_memory()
         view = device_view(probe, device)
@@ -62,10 +65,6 @@ class UvaOffloader(Offloader):
 
     def post_init(self) -> None:
         device = self.device
-        if device.type != "cuda":
-            for ref, host in self.offloaded_pairs():  # CPU-only: the host copy is the param
-                ref.get().data = host
-            return
         if not uva_supported(device):
             warnings.warn(
                 "UVA (GPU reads of pinned host memory) is not available on this device; "
@@ -77,7 +76,7 @@ class UvaOffloader(Offloader):
             self._install_copy_fallback()
             return
         for ref, host in self.offloaded_pairs():
-            ref.get().data = device_view(host, device)
+            ref.get().data = host if device.type == "cpu" else device_view(host, device)
 
     def _install_copy_fallback(self) -> None:
         """Copy a layer's offloaded params in before it runs and drop them after (eager only)."""

@@ -306,3 +306,67 @@ def test_torch_compile_keeps_ops_in_order():
         compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
         assert torch.equal(compiled(IDS), want)
         assert torch.equal(compiled(IDS), want)
+
+
+def test_uva_fallback_copies_per_layer_with_a_warning(model, spec, monkeypatch):
+    """Where UVA views are unavailable, weights are copied in before each layer and dropped after."""
+    import runtime.uva as uva
+
+    monkeypatch.setattr(uva, "uva_supported", lambda device: False)
+    want = copy.deepcopy(model)(IDS)
+    plan = group_plan(spec, 3, 2, 1, backend="uva")
+    snap = snapshot(model)
+    with pytest.warns(RuntimeWarning, match="UVA .* not available"):
+        h = runtime.apply(plan, model, device="cpu")
+    layer = next(layer for layer in plan.layers if layer.offloaded)
+    param = model.get_parameter(f"{layer.name}.{layer.offloaded[0]}")
+    assert param.numel() == 0  # only a placeholder between forwards
+    assert torch.equal(model(IDS), want) and torch.equal(model(IDS), want)
+    assert param.numel() == 0
+    h.remove()
+    assert_restored(model, snap)
+
+
+def test_fp8_weights_with_scales_round_trip():
+    """Quantized layers: fp8 weights and their float scales (a buffer), byte-exact through apply/remove."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("no float8 in this torch")
+
+    class Fp8Linear(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            w = torch.randn(n, n)
+            scale = w.abs().amax(dim=1, keepdim=True) / 448
+            self.weight = torch.nn.Parameter((w / scale).to(torch.float8_e4m3fn), requires_grad=False)
+            self.register_buffer("weight_scale", scale)
+            self.packed = torch.nn.Parameter(torch.randint(0, 255, (n, n // 2), dtype=torch.uint8),
+                                             requires_grad=False)
+
+        def forward(self, x):
+            return x @ (self.weight.float() * self.weight_scale).t() + self.packed.float().mean()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Fp8Linear(32) for _ in range(6))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.tanh(layer(x))
+            return x
+
+    torch.manual_seed(0)
+    net = Net()
+    spec = runtime.describe(net)
+    params = {t.name: t for t in spec.model.expanded()[0].params}
+    assert params["weight"].dtype == "float8_e4m3fn" and params["weight_scale"].buffer
+    assert params["packed"].dtype == "uint8" and params["weight_scale"].dtype == "float32"
+    x = torch.randn(4, 32)
+    want = net(x)
+    snap = snapshot(net)
+    for backend in ("prefetch", "uva"):
+        plan = group_plan(spec, 2, 1, 1, backend=backend)
+        assert plan.summary.offloaded_bytes == 3 * (32 * 32 + 32 * 4 + 32 * 16)
+        with runtime.apply(plan, net, device="cpu"):
+            assert torch.equal(net(x), want)
+        assert_restored(net, snap)
