@@ -17,6 +17,7 @@ weights in its slot (after an interrupted forward, say) gets a synchronous copy.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -26,6 +27,8 @@ from runtime import cudart, ops
 from runtime.buffer_pool import BufferPool
 from runtime.offloader import Offloader
 from runtime.stats import ForwardStats
+
+log = logging.getLogger("runtime")
 
 
 @dataclass(eq=False)
@@ -70,6 +73,7 @@ class PrefetchOffloader(Offloader):
         self.history: list[ForwardStats] = []
         self.current = ForwardStats()
         self._trigger_events: dict[int, object] = {}
+        self._order: list[int] | None = []  # offloaded layers seen in the first forward (order check)
 
     # -- set-up -----------------------------------------------------------------------
     def wrap_modules(self) -> None:
@@ -203,8 +207,11 @@ class PrefetchOffloader(Offloader):
 
     def wait_copy(self, j: int) -> None:
         layer = self.layers[j]
+        if self._order is not None:
+            self._order.append(j)
         if self.slot_owner.get(layer.slot) != j:  # not what the schedule left there: copy now
             self._copy_now(j)
+            self.current.late_copies += 1
             return
         if not self.cuda:
             return
@@ -228,10 +235,26 @@ class PrefetchOffloader(Offloader):
         if self.cuda and self.issued:
             torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
         self.issued.clear()
+        if self._order is not None and self._order:
+            self._check_order(self._order)
+            self._order = None
         if self.current.bytes or self.current.stalls:
             self.history.append(self.current)
             del self.history[:-100]
             self.current = ForwardStats()
+
+    def _check_order(self, seen: list[int]) -> None:
+        """After the first whole forward: did the offloaded layers run in the plan's order?"""
+        if seen == list(range(len(self.layers))):
+            return
+        where = next((i for i, (a, b) in enumerate(zip(seen, range(len(self.layers)))) if a != b), len(seen))
+        got = self.layers[seen[where]].name if where < len(seen) else "(end of forward)"
+        want = self.layers[where].name if where < len(self.layers) else "(end of forward)"
+        log.warning(
+            "the offloaded layers did not run in the plan's order (step %d: %s ran where the plan "
+            "expects %s); prefetched weights were not where they were needed and were copied "
+            "synchronously (correct but slow). Make the spec's layer order the model's execution order.",
+            where, got, want)
 
     def _copy_now(self, j: int) -> None:
         """Synchronous-order copy on the compute stream (priming, recovery, CPU)."""
