@@ -55,7 +55,7 @@ class Handle:
         for t, device in self._unplanned:
             t.data = t.data.to(device)
         self.active = False
-        log.info("offload removed: %d tensors restored to their original devices", len(self._placement.entries))
+        log.info("offload removed: %d tensors restored to their original devices", len(self._placement.unique_entries()))
 
     def __enter__(self) -> Handle:
         return self
@@ -102,7 +102,9 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
         for layer in plan.layers:
             for rel in layer.params:
                 if rel not in layer.offloaded:
-                    moved.advance(placement.move(refs[f"{layer.name}.{rel}"], device))
+                    placement.move(refs[f"{layer.name}.{rel}"], device)
+                    if rel not in layer.tied:  # a tied param is counted once, at its owner
+                        moved.advance(layer.params[rel].bytes)
         _move_unplanned(model, placement, device, unplanned)
         offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
@@ -176,8 +178,7 @@ def _owner_ref(plan: Plan, model: nn.Module, owner: str):
 def _move_unplanned(model: nn.Module, placement: Placement, device: torch.device, moved: list) -> None:
     """Tensors the plan does not name (rotary tables, say) go to the device too; remembered
     so remove() can bring them back."""
-    known = {id(e.tensor) for e in placement.entries.values()}
-    known |= {id(a) for e in placement.entries.values() for a in e.aliases}
+    known = set(placement.entries) | {id(e.tensor) for e in placement.entries.values()}
     unplanned_params = 0
     for module in model.modules():
         for store in (module._parameters, module._buffers):

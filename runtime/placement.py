@@ -47,7 +47,7 @@ class Placement:
             entry = self.track(owner)
             if all(a is not t for a in entry.aliases):
                 entry.aliases.append(t)
-                self.entries.pop(id(t), None)
+            self.entries[id(t)] = entry  # tracking the alias finds its owner's entry
 
     def _set(self, entry: _Entry, data: torch.Tensor) -> None:
         entry.tensor.data = data
@@ -75,7 +75,7 @@ class Placement:
 
     def restore(self) -> None:
         """Put every tracked tensor back on its original device, values bit-identical."""
-        for entry in self.entries.values():
+        for entry in self.unique_entries():
             if entry.host is None and entry.tensor.device != entry.device:
                 self._set(entry, entry.tensor.data.to(entry.device))
         for arena, entries in self.arenas:
@@ -88,6 +88,9 @@ class Placement:
                 torch.cuda.synchronize()
             arena.close()
         self.arenas.clear()
+
+    def unique_entries(self) -> list[_Entry]:
+        return list({id(e): e for e in self.entries.values()}.values())
 
     @property
     def host_bytes(self) -> int:

@@ -399,3 +399,52 @@ def test_execution_order_other_than_the_plan_is_reported_and_still_correct(model
     assert "did not run in the plan's order" in caplog.text
     assert caplog.text.count("did not run in the plan's order") == 1
     assert all(n > 0 for n in late)
+
+
+def test_progress_and_summary_are_logged(model, spec, caplog):
+    """Off a terminal, progress is a log line every 10%; one summary line says what moved where."""
+    import logging
+
+    plan = group_plan(spec, 2, 1, 1)
+    with caplog.at_level(logging.INFO, logger="runtime"):
+        with runtime.apply(plan, model, device="cpu", progress=True):
+            pass
+    progress = [r.message for r in caplog.records if r.message.startswith("apply offload plan:")]
+    assert 5 <= len(progress) <= 11 and progress[-1].startswith("apply offload plan: 100%")
+    summary = [r.message for r in caplog.records if r.message.startswith("offload applied")]
+    assert len(summary) == 1
+    n_off = sum(len(layer.offloaded) for layer in plan.layers)
+    assert f"{n_off} offloaded to plain host memory" in summary[0] and "buffer pool" in summary[0]
+
+
+def test_ties_between_distinct_parameter_objects():
+    """Two Parameter objects sharing one storage (not the same object), the tied one listed
+    first: they still share storage after apply and after remove."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(16, 40, bias=False)
+            self.blocks = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+            self.embed = torch.nn.Embedding(40, 16)
+            self.embed.weight = torch.nn.Parameter(self.head.weight.data)  # same storage, new object
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for block in self.blocks:
+                x = torch.relu(block(x))
+            return self.head(x)
+
+    torch.manual_seed(0)
+    net = Net()
+    assert net.embed.weight is not net.head.weight
+    spec = runtime.describe(net)
+    assert [(layer.name, dict(layer.tied)) for layer in spec.model.expanded() if layer.tied] == [
+        ("embed", {"weight": "head.weight"})]
+    ids = torch.randint(0, 40, (2, 5))
+    want = net(ids)
+    snap = snapshot(net)
+    with runtime.apply(group_plan(spec, 2, 1, 1), net, device="cpu"):
+        assert net.embed.weight.data_ptr() == net.head.weight.data_ptr()
+        assert torch.equal(net(ids), want)
+    assert_restored(net, snap)
+    assert net.embed.weight.data_ptr() == net.head.weight.data_ptr()
