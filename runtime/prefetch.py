@@ -286,6 +286,10 @@ class PrefetchOffloader(Offloader):
         ops.unregister(self.handle_id)
         if self.pool is not None:
             self.pool.close()
+        for layer in self.layers:  # drop every reference into the pool and pinned memory
+            layer.pairs, layer.copies = [], ()
+        self.copy_stream = None
+        self._trigger_events, self._trigger_events_captured = {}, {}
 
 
 def _span_bytes(t: torch.Tensor) -> int:
