@@ -14,7 +14,7 @@ from runtime.errors import ApplyError
 from runtime.offloader import Offloaded, Offloader, make_offloader
 from runtime.placement import Placement
 from runtime.progress import Progress
-from runtime.tensors import plan_refs, resolve
+from runtime.tensors import TensorRef, plan_refs, resolve, split_owner
 from schemas import Plan, format_bytes, load_plan
 
 log = logging.getLogger("runtime")
@@ -25,11 +25,9 @@ _ACTIVE: dict[int, Handle] = {}
 class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
 
-    def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement,
-                 unplanned: list) -> None:
+    def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement) -> None:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
-        self._unplanned = unplanned
         self.active = True
         # the model keeps its handle alive: host memory is never released (unpinned) while
         # params still point at it, even if the caller drops the handle without remove()
@@ -52,8 +50,6 @@ class Handle:
         self.offloader.remove()
         self._placement.restore()
         _reset_compiled_code()
-        for t, device in self._unplanned:
-            t.data = t.data.to(device)
         self.active = False
         log.info("offload removed: %d tensors restored to their original devices", len(self._placement.unique_entries()))
 
@@ -87,12 +83,11 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
     placement = Placement()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
-    unplanned: list = []
     offloader = None
     try:
         for layer in plan.layers:  # ties first, so an alias moves with its owner
             for rel, owner in layer.tied.items():
-                oref = _owner_ref(plan, model, owner)
+                oref = resolve(model, *split_owner(plan, owner))
                 placement.alias(oref, refs[f"{layer.name}.{rel}"])
         offloaded: list[Offloaded] = []
         for layer in plan.layers:  # offload first: frees GPU memory when the model starts there
@@ -105,7 +100,7 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
                     placement.move(refs[f"{layer.name}.{rel}"], device)
                     if rel not in layer.tied:  # a tied param is counted once, at its owner
                         moved.advance(layer.params[rel].bytes)
-        _move_unplanned(model, placement, device, unplanned)
+        unplanned = _move_unplanned(model, placement, device)
         offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
@@ -114,8 +109,6 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
         if offloader is not None:
             offloader.remove()
         placement.restore()
-        for t, dev in unplanned:
-            t.data = t.data.to(dev)
         raise
     finally:
         moved.close()
@@ -124,8 +117,8 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
              "buffer pool %s, %d unplanned tensors moved", offloader.name,
              sum(len(layer.params) - len(layer.offloaded) for layer in plan.layers), device,
              format_bytes(s.resident_bytes), len(offloaded), "pinned" if pin else "plain",
-             format_bytes(placement.host_bytes), format_bytes(s.buffer_bytes), len(unplanned))
-    return Handle(plan, model, offloader, placement, unplanned)
+             format_bytes(placement.host_bytes), format_bytes(s.buffer_bytes), unplanned)
+    return Handle(plan, model, offloader, placement)
 
 
 def _reset_compiled_code() -> None:
@@ -169,28 +162,19 @@ def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
                          f"{format_bytes(free)} is free")
 
 
-def _owner_ref(plan: Plan, model: nn.Module, owner: str):
-    names = sorted((layer.name for layer in plan.layers if owner.startswith(layer.name + ".")), key=len)
-    layer = names[-1]
-    return resolve(model, layer, owner[len(layer) + 1:])
-
-
-def _move_unplanned(model: nn.Module, placement: Placement, device: torch.device, moved: list) -> None:
-    """Tensors the plan does not name (rotary tables, say) go to the device too; remembered
-    so remove() can bring them back."""
-    known = set(placement.entries) | {id(e.tensor) for e in placement.entries.values()}
-    unplanned_params = 0
-    for module in model.modules():
-        for store in (module._parameters, module._buffers):
-            for t in store.values():
-                if t is None or id(t) in known:
+def _move_unplanned(model: nn.Module, placement: Placement, device: torch.device) -> int:
+    """Tensors the plan does not name (rotary tables, say) go to the device too, tracked by the
+    placement so that remove() (or a rollback) brings them back; returns how many moved."""
+    unplanned_params = moved = 0
+    for name, module in model.named_modules():
+        for is_buffer, store in ((False, module._parameters), (True, module._buffers)):
+            for attr, t in store.items():
+                if t is None or id(t) in placement.entries:
                     continue
-                known.add(id(t))
-                if isinstance(t, nn.Parameter):
+                if not is_buffer:
                     unplanned_params += t.numel() * t.element_size()
-                if t.device != device:
-                    t.data, old = t.data.to(device), t.device
-                    moved.append((t, old))
+                moved += placement.move(TensorRef("", f"{name}.{attr}".lstrip("."), module, attr, is_buffer), device)
     if unplanned_params:
         log.warning("the model has %s of parameters the plan does not name; they were put on %s "
                     "and are not in the plan's memory accounting", format_bytes(unplanned_params), device)
+    return moved

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from runtime.errors import PlanMismatchError
-from runtime.tensors import dtype_name, resolve, storage_nbytes
+from runtime.tensors import dtype_name, resolve, split_owner, storage_nbytes
 from schemas import Plan
 
 
@@ -51,7 +51,7 @@ def check_model(plan: Plan, model: nn.Module) -> None:
         for rel, owner in layer.tied.items():
             full = f"{layer.name}.{rel}"
             ref = resolve(model, layer.name, rel)
-            owner_layer, owner_rel = _split_owner(plan, owner)
+            owner_layer, owner_rel = split_owner(plan, owner)
             oref = resolve(model, owner_layer, owner_rel) if owner_layer is not None else None
             if ref is None or oref is None:
                 problems.append(f"tied '{full}' -> '{owner}': one of them is missing from the model")
@@ -66,14 +66,6 @@ def check_model(plan: Plan, model: nn.Module) -> None:
     _check_summary(plan, problems)
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
-
-
-def _split_owner(plan: Plan, full: str) -> tuple[str | None, str]:
-    best = None
-    for layer in plan.layers:
-        if full.startswith(layer.name + ".") and (best is None or len(layer.name) > len(best)):
-            best = layer.name
-    return best, (full[len(best) + 1:] if best else full)
 
 
 def _is_tied_target(plan: Plan, full: str) -> bool:

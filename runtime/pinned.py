@@ -20,6 +20,7 @@ import weakref
 import torch
 
 from runtime import cudart
+from runtime.tensors import span_elements
 
 log = logging.getLogger("runtime")
 
@@ -64,7 +65,7 @@ class HostArena:
 
     def view(self, offset: int, like: torch.Tensor) -> torch.Tensor:
         """A tensor with ``like``'s shape, stride and dtype at ``offset`` bytes into the arena."""
-        span = _span_elements(like)
+        span = span_elements(like)
         flat = self.storage[offset: offset + span * like.element_size()].view(like.dtype)
         return flat.as_strided(like.shape, like.stride())
 
@@ -83,12 +84,6 @@ def _unregister(storage: torch.Tensor) -> int:
     return int(torch.cuda.cudart().cudaHostUnregister(storage.data_ptr()))
 
 
-def _span_elements(t: torch.Tensor) -> int:
-    if t.numel() == 0:
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-
-
 def pack(tensors: list[torch.Tensor], pin: bool) -> tuple[HostArena, list[torch.Tensor]]:
     """Copy ``tensors`` into one new arena; return it and a host view per tensor (same strides).
 
@@ -98,7 +93,7 @@ def pack(tensors: list[torch.Tensor], pin: bool) -> tuple[HostArena, list[torch.
     offsets, total = [], 0
     for t in tensors:
         offsets.append(total)
-        total += aligned(_span_elements(t) * t.element_size())
+        total += aligned(span_elements(t) * t.element_size())
     arena = HostArena(total, pin)
     views = []
     for t, off in zip(tensors, offsets):

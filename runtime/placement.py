@@ -64,14 +64,14 @@ class Placement:
         self.arenas.append((arena, entries))
         return [Offloaded(e.ref, v) for e, v in zip(entries, views)]
 
-    def move(self, ref: TensorRef, device: torch.device) -> int:
-        """Move a resident tensor to ``device``; returns bytes moved."""
+    def move(self, ref: TensorRef, device: torch.device) -> bool:
+        """Move a resident tensor to ``device``; False when it was there already."""
         entry = self.track(ref)
         t = entry.tensor
         if t.device == device:
-            return 0
+            return False
         self._set(entry, t.data.to(device))
-        return t.numel() * t.element_size()
+        return True
 
     def restore(self) -> None:
         """Put every tracked tensor back on its original device, values bit-identical."""

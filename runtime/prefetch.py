@@ -27,6 +27,7 @@ from runtime import cudart, ops
 from runtime.buffer_pool import BufferPool
 from runtime.offloader import Offloader
 from runtime.stats import ForwardStats
+from runtime.tensors import storage_nbytes
 
 log = logging.getLogger("runtime")
 
@@ -107,7 +108,7 @@ class PrefetchOffloader(Offloader):
                     if not host.is_pinned():  # asynchronous copies must only ever read pinned memory
                         raise RuntimeError(f"{layer.name}: host copy is not in pinned memory")
                     assert buf.is_cuda and buf.stride() == host.stride() and buf.dtype == host.dtype
-                layer.copies = tuple((buf.data_ptr(), host.data_ptr(), _span_bytes(host))
+                layer.copies = tuple((buf.data_ptr(), host.data_ptr(), storage_nbytes(host))
                                      for host, buf in layer.pairs)
             self._trigger_events = {t: torch.cuda.Event() for t in self.triggers}
             self._trigger_events_captured = {t: torch.cuda.Event() for t in self.triggers}
@@ -290,12 +291,6 @@ class PrefetchOffloader(Offloader):
             layer.pairs, layer.copies = [], ()
         self.copy_stream = None
         self._trigger_events, self._trigger_events_captured = {}, {}
-
-
-def _span_bytes(t: torch.Tensor) -> int:
-    if t.numel() == 0:
-        return 0
-    return (1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))) * t.element_size()
 
 
 def _first_in(output) -> torch.Tensor | None:

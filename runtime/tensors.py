@@ -73,9 +73,22 @@ def plan_refs(plan: Plan, model: nn.Module) -> dict[str, TensorRef]:
     return refs
 
 
-def storage_nbytes(t: torch.Tensor) -> int:
-    """Bytes the tensor's elements span (what the plan counts), not its whole storage."""
+def span_elements(t: torch.Tensor) -> int:
+    """Elements the tensor's strided extent covers (numel when contiguous)."""
     if t.numel() == 0:
         return 0
-    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return span * t.element_size()
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
+def storage_nbytes(t: torch.Tensor) -> int:
+    """Bytes the tensor's elements span (what the plan counts), not its whole storage."""
+    return span_elements(t) * t.element_size()
+
+
+def split_owner(plan: Plan, full: str) -> tuple[str | None, str]:
+    """A full param name as (the plan layer holding it, name relative to that layer)."""
+    best = None
+    for layer in plan.layers:
+        if full.startswith(layer.name + ".") and (best is None or len(layer.name) > len(best)):
+            best = layer.name
+    return best, (full[len(best) + 1:] if best else full)

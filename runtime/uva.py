@@ -16,6 +16,7 @@ import warnings
 import torch
 
 from runtime.offloader import Offloader
+from runtime.tensors import storage_nbytes
 
 log = logging.getLogger("runtime")
 
@@ -38,11 +39,10 @@ def device_view(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A tensor on ``device`` that reads ``host`` (pinned) in place: same shape, stride, dtype."""
     if not host.is_pinned():
         raise ValueError("a UVA view needs pinned host memory")
-    span = 0 if host.numel() == 0 else 1 + sum((s - 1) * st for s, st in zip(host.shape, host.stride()))
-    nbytes = max(span * host.element_size(), 1)
+    nbytes = storage_nbytes(host)
     with torch.cuda.device(device):
-        raw = torch.as_tensor(_HostBytes(host, nbytes), device=device)
-    return raw[: span * host.element_size()].view(host.dtype).as_strided(host.shape, host.stride())
+        raw = torch.as_tensor(_HostBytes(host, max(nbytes, 1)), device=device)
+    return raw[:nbytes].view(host.dtype).as_strided(host.shape, host.stride())
 
 
 def uva_supported(device: torch.device) -> bool:
