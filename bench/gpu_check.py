@@ -176,7 +176,6 @@ def correct(modes=("eager", "graph", "compile")):
     ref = run_modes(ref_model, ids, modes)
     del ref_model
     spec = runtime.describe(base, name="llama-18")
-    total = sum(layer.nbytes for layer in spec.model.expanded())
     plans = {
         "prefetch_budget": budget_plan(spec, 0.55, backend="prefetch"),
         "prefetch_g4k3_s2": planner.plan(spec, strategy="group", group_size=4, num_in_group=3, prefetch_step=2,
@@ -226,7 +225,6 @@ def memory():
     cfg = LlamaConfig(vocab=8192, dim=2048, layers=16, heads=16, kv_heads=4, hidden=5632)
     base = make_llama(cfg)
     spec = runtime.describe(base, name="llama-mem")
-    total = sum(layer.nbytes for layer in spec.model.expanded())
     plan = budget_plan(spec, 0.5, backend="prefetch")
     s = plan.summary
     ids = torch.randint(0, 8000, (1, 16), device="cuda")
