@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from schemas.hardware import HardwareProfile, load_hardware
 from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
 from schemas.sizes import format_bytes
 from schemas.spec import Layer, MemorySection, OffloadSection, SpecFile, Tensor
+from schemas.workload import DEFAULT_WORKLOAD, Workload
 
 from planner.buffer_pool import signature
 from planner.cost import Candidate, Cost, evaluate
@@ -15,6 +17,7 @@ from planner.errors import InfeasibleError, PlanningError
 from planner.graph import build_graph, find_block_stack, layers_in_order, tied_edges, tied_owners
 from planner.kinds import classify, param_kind
 from planner.names import join_names
+from planner.predict import predict
 from planner.schedule import Trigger, num_slots, schedule
 from planner.select import eligible_params, group_rule
 from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
@@ -342,7 +345,7 @@ def _assemble(m: _Model, out: _Outcome, sha: str, model_name: str) -> Plan:
             name=layer.name, params=params, tied=dict(layer.tied),
             offloaded=[t.name for t in layer.params if t.name in off],
             resident_bytes=layer.nbytes - off_bytes, offloaded_bytes=off_bytes,
-            prefetch=prefetch.get(layer.index)))
+            prefetch=prefetch.get(layer.index), moe=layer.moe))
     pool = None
     if cost is not None and out.backend == "prefetch":
         keys = [BufferKey(param=e.key[0], shape=list(e.key[1]), dtype=e.key[2],
@@ -374,8 +377,13 @@ def plan(
     params: list[str] | None = None,
     kinds: list[str] | None = None,
     prefer: list[str] | None = None,
+    hardware: HardwareProfile | str | None = None,
+    workload: Workload | None = None,
 ) -> Plan:
     """Plan ``spec``; keyword arguments override its memory/offload sections (None keeps the file's).
+
+    ``hardware`` (a profile, or a bundled name or file; default the spec's, else h200) and
+    ``workload`` (default the spec's, else decode at 1 token) set the plan's predictions.
 
     Raises pydantic.ValidationError for invalid merged settings, InfeasibleError when nothing fits
     the budgets, PlanningError for a request that cannot apply to this spec.
@@ -396,4 +404,7 @@ def plan(
     if out.cost is not None and cpu is not None and out.cost.offloaded_bytes > cpu:
         raise InfeasibleError(f"the plan pins {m.size(out.cost.offloaded_bytes)} of host memory, more than the "
                               f"{m.size(cpu)} cpu_budget", None)
-    return _assemble(m, out, sha, spec.model.name)
+    result = _assemble(m, out, sha, spec.model.name)
+    profile = hardware if isinstance(hardware, HardwareProfile) else load_hardware(hardware or spec.hardware)
+    predictions = predict(result, profile, workload or spec.workload or DEFAULT_WORKLOAD)
+    return result.model_copy(update={"predictions": predictions})

@@ -13,7 +13,9 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from schemas.spec import ParamKind, StrictModel
+from schemas.prediction import Predictions
+from schemas.spec import MoeSpec, ParamKind
+from schemas.strict import StrictModel
 
 PLAN_VERSION = 1
 
@@ -53,6 +55,7 @@ class PlanLayer(StrictModel):
     resident_bytes: NonNegativeInt
     offloaded_bytes: NonNegativeInt
     prefetch: Prefetch | None = None
+    moe: MoeSpec | None = Field(default=None, description="routed experts and top-k (from the spec)")
 
     @model_validator(mode="after")
     def _offloaded_known(self) -> PlanLayer:
@@ -104,6 +107,8 @@ class Summary(StrictModel):
 class Plan(StrictModel):
     plan_version: Literal[1] = PLAN_VERSION
     summary: Summary
+    predictions: Predictions | None = Field(
+        default=None, description="predicted step time per workload (informative, not checked on load)")
     layers: list[PlanLayer]
     buffer_pool: BufferPool | None = None
 

@@ -25,6 +25,8 @@ from pydantic import (
 
 from schemas.dtypes import canonical_dtype, itemsize
 from schemas.sizes import Size
+from schemas.strict import StrictModel
+from schemas.workload import Workload
 
 REPEAT_TOKEN = "{i}"
 
@@ -32,12 +34,6 @@ REPEAT_TOKEN = "{i}"
 ParamKind = Literal["attention", "dense_mlp", "shared_experts", "routed_experts", "router", "norm", "scale",
                     "embedding", "other"]
 PARAM_KINDS: tuple[str, ...] = get_args(ParamKind)
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors, so a misspelled key never silently does nothing."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _check_dotted_name(value: str, what: str) -> str:
@@ -97,6 +93,19 @@ class ParamSpec(StrictModel):
         return self
 
 
+class MoeSpec(StrictModel):
+    """A mixture-of-experts layer: its routed experts and how many each token uses."""
+
+    experts: PositiveInt = Field(description="routed experts in the layer")
+    top_k: PositiveInt = Field(description="experts each token is routed to")
+
+    @model_validator(mode="after")
+    def _k_within(self) -> MoeSpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) is larger than experts ({self.experts})")
+        return self
+
+
 class LayerSpec(StrictModel):
     """A module in execution order, or a template of ``repeat`` modules named with ``{i}``."""
 
@@ -108,6 +117,7 @@ class LayerSpec(StrictModel):
         default_factory=dict,
         description="param name -> full name of the param whose storage it shares",
     )
+    moe: MoeSpec | None = Field(default=None, description="routed experts and top-k, for the cost model")
 
     @field_validator("name")
     @classmethod
@@ -241,6 +251,10 @@ class SpecFile(StrictModel):
     model: ModelSection
     memory: MemorySection = Field(default_factory=MemorySection)
     offload: OffloadSection = Field(default_factory=OffloadSection)
+    workload: Workload | None = Field(
+        default=None, description="what a forward processes, for predicted step times (default: decode, 1 token)")
+    hardware: str | None = Field(
+        default=None, description="hardware profile for predictions: a bundled name (h200) or a file")
 
 
 # ---------------------------------------------------------------------------
@@ -265,6 +279,7 @@ class Layer:
     params: tuple[Tensor, ...]
     tied: dict[str, str] = field(default_factory=dict)  # relative name -> full name of owner
     template: str | None = None  # the {i} name this layer was expanded from
+    moe: MoeSpec | None = None
 
     @property
     def nbytes(self) -> int:
@@ -301,7 +316,7 @@ def _expand(model: ModelSection) -> tuple[Layer, ...]:
             where[name] = pos
             tied = {k: v.replace(REPEAT_TOKEN, str(i)) if i is not None else v for k, v in spec.tied.items()}
             template = spec.name if spec.repeat else None
-            layers.append(Layer(name, len(layers), params, tied, template))
+            layers.append(Layer(name, len(layers), params, tied, template, spec.moe))
     owners = {f"{layer.name}.{t.name}" for layer in layers for t in layer.params}
     for layer in layers:
         for rel, target in layer.tied.items():

@@ -1,0 +1,103 @@
+"""What one layer costs at T tokens: GPU time, CPU issue time and prefetch copy time.
+
+A roofline per param, from the plan alone (shapes, dtypes, kinds, which params are offloaded
+and how) and a hardware profile:
+
+- a matrix (2-D or more) is a matmul: ``max(2·T·numel / matmul rate, bytes / memory rate)``;
+  through UVA the bytes come over the host link instead, read ``passes(T)`` times;
+- an embedding table is a lookup: T rows are read;
+- a vector (norm weight, bias) or a quantization scale is read once;
+- routed experts: a layer with ``moe`` (E experts, top-k) touches on average
+  ``E·(1 - (1 - k/E)^T)`` experts at T tokens (uniform routing), so that share of the bytes
+  is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert.
+
+CPU time (eager PyTorch): ``block_cpu_us`` for a decoder block (a layer with 4 or more
+matrices), ``launch_us`` per param for a small layer, plus ``expert_cpu_us`` per touched
+expert. Attention's own arithmetic (softmax over the context) is not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.kinds import param_kind
+from schemas.hardware import HardwareProfile
+from schemas.plan import PlanLayer, PlanParam
+
+_HEADS = {"lm_head", "embed_out"}
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    gpu_ms: float  # compute stream: kernels, UVA reads included
+    cpu_ms: float  # CPU time to issue the layer's kernels
+    copy_ms: float  # copy stream: its prefetched params (0 when nothing is prefetched)
+    copy_bytes: int
+
+
+def touched_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts hit by ``tokens`` tokens routed uniformly to ``top_k`` of ``experts``."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def _role(layer: str, rel: str, p: PlanParam) -> str:
+    kind = p.kind or param_kind(layer, rel)
+    if kind == "embedding" and not any(s in _HEADS for s in f"{layer}.{rel}".split(".")):
+        return "lookup"
+    if kind == "routed_experts" and len(p.shape) >= 2:
+        return "routed"
+    if len(p.shape) <= 1 or kind in ("norm", "scale"):
+        return "vector"
+    return "matmul"
+
+
+def _numel(p: PlanParam) -> int:
+    return math.prod(p.shape)
+
+
+def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: str,
+              moe: tuple[int, int] | None) -> float:
+    """Time of one param's kernel; ``where``: gpu (resident or a prefetch slot) or uva."""
+    rate = hw.uva_gbps if where == "uva" else hw.gpu_mem_gbps
+    if role == "lookup":
+        row = p.bytes / max(p.shape[0], 1)
+        return min(p.bytes, tokens * row) / rate / 1e6
+    if role == "vector":
+        return p.bytes / rate / 1e6
+    numel = _numel(p)
+    if role == "routed" and moe is not None:
+        experts, top_k = moe
+        hit = touched_experts(experts, top_k, tokens)
+        flops = 2.0 * tokens * top_k * numel / experts
+        nbytes = p.bytes * hit / experts
+        rows = tokens * top_k / max(hit, 1e-9)  # tokens each touched expert sees
+    else:
+        flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
+    passes = hw.passes(rows) if where == "uva" else 1.0
+    return max(flops / (hw.matmul_tflops * 1e9), nbytes * passes / rate / 1e6)
+
+
+def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile) -> LayerWork:
+    """The layer's GPU, CPU and copy time at ``tokens`` under the plan's ``backend``."""
+    off = set(layer.offloaded)
+    moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+    gpu = 0.0
+    matrices = 0
+    copy_bytes = 0
+    for rel, p in layer.params.items():
+        role = _role(layer.name, rel, p)
+        matrices += role in ("matmul", "routed")
+        where = "uva" if (rel in off and backend == "uva") else "gpu"
+        gpu += _param_ms(role, p, tokens, hw, where, moe)
+        if rel in off and backend == "prefetch":
+            copy_bytes += p.bytes
+    if matrices >= 4:
+        cpu_us = hw.block_cpu_us
+    else:
+        cpu_us = hw.launch_us * (1 + len(layer.params))
+    if moe is not None:
+        cpu_us += hw.expert_cpu_us * touched_experts(moe[0], moe[1], tokens)
+    copies = sum(1 for rel in off) if backend == "prefetch" else 0
+    copy_ms = copy_bytes / hw.h2d_gbps / 1e6 + copies * hw.copy_call_us / 1e3
+    return LayerWork(gpu, cpu_us / 1e3, copy_ms, copy_bytes)

@@ -1,0 +1,40 @@
+"""A plan's predicted cost: per workload, one simulated forward (``planner.timeline``)."""
+
+from __future__ import annotations
+
+from schemas.hardware import HardwareProfile
+from schemas.plan import Plan
+from schemas.prediction import Prediction, Predictions
+from schemas.workload import Workload
+
+from planner.layer_cost import layer_work
+from planner.timeline import Copy, Timeline, simulate
+
+
+def copies_of(plan: Plan) -> list[Copy]:
+    """The prefetch copies of a plan, by position."""
+    position = {layer.name: i for i, layer in enumerate(plan.layers)}
+    return [Copy(i, position[layer.prefetch.copy_before], layer.prefetch.previous_forward)
+            for i, layer in enumerate(plan.layers) if layer.prefetch is not None]
+
+
+def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
+    """One forward of ``plan`` at ``tokens`` on ``hw``."""
+    backend = plan.summary.backend
+    work = [layer_work(layer, backend, tokens, hw) for layer in plan.layers]
+    return simulate(work, copies_of(plan) if backend == "prefetch" else [])
+
+
+def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
+    rows = []
+    for name, item in workload.items():
+        t = timeline(plan, hw, item.tokens)
+        rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight,
+                               step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
+                               copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
+                               cpu_ms=round(t.cpu_ms, 4), bound=t.bound))
+    total = sum(r.weight for r in rows)
+    weighted = sum(r.step_ms * r.weight for r in rows) / total
+    return Predictions(hardware=hw.name, hardware_source=hw.source, workloads=rows,
+                       weighted_step_ms=round(weighted, 4),
+                       offloaded_layers=sum(1 for layer in plan.layers if layer.offloaded))

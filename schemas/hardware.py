@@ -1,0 +1,87 @@
+"""A hardware profile: what the cost model needs to know about a GPU and its host link.
+
+Figures are rates and fixed costs measured on one machine (``planner calibrate`` measures
+them on the local GPU). Bundled profiles live in ``schemas/profiles/NAME.yaml``; a profile
+is named by its bundled name or by a file path (``--hardware h200`` / ``--hardware my.yaml``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+
+from schemas.strict import StrictModel
+
+PROFILES = Path(__file__).with_name("profiles")
+DEFAULT_PROFILE = "h200"
+
+
+class UvaPoint(StrictModel):
+    """How many times a matmul at ``tokens`` rows reads a weight that lives in pinned host memory."""
+
+    tokens: PositiveInt
+    passes: float = Field(ge=1.0, description="bytes read over the link / the weight's bytes")
+
+
+class HardwareProfile(StrictModel):
+    name: str = Field(min_length=1)
+    source: str = Field(description="where the figures come from: machine, software, command, date")
+    h2d_gbps: PositiveFloat = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
+    uva_gbps: PositiveFloat = Field(description="rate at which a GPU kernel reads pinned host memory in place")
+    uva_passes: list[UvaPoint] = Field(
+        min_length=1, description="matmul re-reads of a UVA weight by token count; interpolated in log(tokens)")
+    gpu_mem_gbps: PositiveFloat = Field(description="GPU memory read rate of a large kernel, GB/s")
+    matmul_tflops: PositiveFloat = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
+    launch_us: PositiveFloat = Field(description="CPU time to issue one small eager kernel, microseconds")
+    block_cpu_us: PositiveFloat = Field(
+        description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")
+    expert_cpu_us: float = Field(
+        ge=0, description="extra CPU time per routed expert touched by an eager MoE block, microseconds")
+    copy_call_us: float = Field(ge=0, description="fixed cost of one host->GPU copy call, microseconds")
+
+    @field_validator("uva_passes")
+    @classmethod
+    def _sorted(cls, points: list[UvaPoint]) -> list[UvaPoint]:
+        tokens = [p.tokens for p in points]
+        if tokens != sorted(set(tokens)):
+            raise ValueError("uva_passes must be listed by increasing tokens, each once")
+        return points
+
+    def passes(self, tokens: float) -> float:
+        """Re-reads of a UVA weight by a matmul over ``tokens`` rows (piecewise linear in log tokens)."""
+        pts = self.uva_passes
+        if tokens <= pts[0].tokens:
+            return pts[0].passes
+        for a, b in zip(pts, pts[1:]):
+            if tokens <= b.tokens:
+                f = (math.log(tokens) - math.log(a.tokens)) / (math.log(b.tokens) - math.log(a.tokens))
+                return a.passes + f * (b.passes - a.passes)
+        last, prev = pts[-1], pts[-2] if len(pts) > 1 else None
+        if prev is None:
+            return last.passes
+        slope = (last.passes - prev.passes) / (math.log(last.tokens) - math.log(prev.tokens))
+        return last.passes + slope * (math.log(tokens) - math.log(last.tokens))
+
+
+def bundled_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILES.glob("*.yaml"))
+
+
+def load_hardware(name_or_path: str | Path | None = None) -> HardwareProfile:
+    """A bundled profile by name, or a profile file; InputError naming the file when it is bad."""
+    from schemas.errors import InputError
+    from schemas.io import load_model
+
+    key = str(name_or_path or DEFAULT_PROFILE)
+    bundled = PROFILES / f"{key}.yaml"
+    if "/" not in key and not key.endswith((".yaml", ".yml", ".json")):
+        if not bundled.is_file():
+            from schemas.errors import suggest
+
+            raise InputError(f"--hardware: no bundled profile '{key}'{suggest(key, bundled_profiles())}; "
+                             f"bundled: {', '.join(bundled_profiles())}; or give a profile file "
+                             "(make one with `planner calibrate -o my-gpu.yaml`)")
+        return load_model(HardwareProfile, bundled)
+    return load_model(HardwareProfile, key)

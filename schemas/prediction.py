@@ -1,0 +1,36 @@
+"""What a plan is predicted to cost: step time per workload, on a named hardware profile.
+
+Predictions are informative (the plan's memory fields are the contract): they are
+recomputed from the plan, the profile and the workload by ``planner.predict`` and are not
+checked when a plan is loaded, since the profile they came from is not part of the plan.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+
+from schemas.strict import StrictModel
+
+Bound = Literal["copy", "compute", "cpu"]
+
+
+class Prediction(StrictModel):
+    workload: str
+    tokens: PositiveInt
+    weight: PositiveFloat = 1.0
+    step_ms: NonNegativeFloat = Field(description="predicted time of one forward")
+    compute_ms: NonNegativeFloat = Field(description="GPU busy time on the compute stream (UVA reads included)")
+    copy_ms: NonNegativeFloat = Field(description="copy stream busy time (prefetch)")
+    stall_ms: NonNegativeFloat = Field(description="compute stream waiting for prefetch copies")
+    cpu_ms: NonNegativeFloat = Field(description="CPU time to issue the forward's work (eager)")
+    bound: Bound = Field(description="what sets the step time")
+
+
+class Predictions(StrictModel):
+    hardware: str = Field(description="the hardware profile's name")
+    hardware_source: str = ""
+    workloads: list[Prediction]
+    weighted_step_ms: NonNegativeFloat = Field(description="step time averaged with the workload weights")
+    offloaded_layers: NonNegativeInt = 0

@@ -1,0 +1,75 @@
+"""What a forward processes: named token counts with weights (``decode`` at batch 1 by default).
+
+In a spec: ``workload: {decode: {tokens: 1}, prefill: {tokens: 2048, weight: 0.1}}``. On the
+command line: ``--workload decode``, ``--workload prefill=2048``, ``--workload decode=32:0.9``,
+``--tokens 32`` (decode at 32 tokens). ``tokens`` is the number of rows a forward pushes
+through each weight: the batch size for a decode step, batch x prompt length for a prefill.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, PositiveFloat, PositiveInt, RootModel, field_validator
+
+from schemas.strict import StrictModel
+
+# token counts a bare name stands for
+DEFAULT_TOKENS: dict[str, int] = {"decode": 1, "prefill": 2048}
+MAX_TOKENS = 10**9
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+class WorkloadItem(StrictModel):
+    tokens: PositiveInt = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
+    weight: PositiveFloat = Field(default=1.0, description="share of forwards of this kind (relative)")
+
+
+class Workload(RootModel[dict[str, WorkloadItem]]):
+    """Named forwards; the plan predicts a step time for each."""
+
+    @field_validator("root")
+    @classmethod
+    def _names(cls, value: dict[str, WorkloadItem]) -> dict[str, WorkloadItem]:
+        if not value:
+            raise ValueError("the workload is empty: name at least one forward, e.g. decode: {tokens: 1}")
+        for name in value:
+            if not _NAME.fullmatch(name):
+                raise ValueError(f"workload name {name!r}: letters, digits, '_' and '-' only, not starting "
+                                 "with a digit")
+        return value
+
+    def items(self) -> list[tuple[str, WorkloadItem]]:
+        return list(self.root.items())
+
+
+DEFAULT_WORKLOAD = Workload({"decode": WorkloadItem(tokens=1)})
+
+
+def parse_workload_option(text: str) -> tuple[str, WorkloadItem]:
+    """``NAME[=TOKENS][:WEIGHT]`` -> (name, item); ValueError with what was expected."""
+    m = re.fullmatch(r"\s*([^=:\s]+)\s*(?:=\s*([^:\s]+)\s*)?(?::\s*(\S+)\s*)?", text)
+    expected = "expected NAME[=TOKENS][:WEIGHT], e.g. decode, prefill=2048 or decode=32:0.9"
+    if m is None:
+        raise ValueError(f"{text!r}: {expected}")
+    name, tokens, weight = m.groups()
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{text!r}: the name {name!r} must be letters, digits, '_' or '-'; {expected}")
+    if tokens is None:
+        if name not in DEFAULT_TOKENS:
+            raise ValueError(f"{text!r}: give the token count ({name}=N); only "
+                             f"{' and '.join(DEFAULT_TOKENS)} have a default")
+        count = DEFAULT_TOKENS[name]
+    elif re.fullmatch(r"[0-9]+", tokens) and 0 < int(tokens) <= MAX_TOKENS:
+        count = int(tokens)
+    else:
+        raise ValueError(f"{text!r}: tokens must be a whole number from 1 to {MAX_TOKENS} (got {tokens!r})")
+    share = 1.0
+    if weight is not None:
+        try:
+            share = float(weight)
+        except ValueError:
+            share = -1.0
+        if not (0 < share < float("inf")):
+            raise ValueError(f"{text!r}: the weight must be a positive number (got {weight!r})")
+    return name, WorkloadItem(tokens=count, weight=share)
