@@ -7,7 +7,6 @@ is named by its bundled name or by a file path (``--hardware h200`` / ``--hardwa
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
@@ -31,7 +30,7 @@ class HardwareProfile(StrictModel):
     h2d_gbps: PositiveFloat = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
     uva_gbps: PositiveFloat = Field(description="rate at which a GPU kernel reads pinned host memory in place")
     uva_passes: list[UvaPoint] = Field(
-        min_length=1, description="matmul re-reads of a UVA weight by token count; interpolated in log(tokens)")
+        min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
     gpu_mem_gbps: PositiveFloat = Field(description="GPU memory read rate of a large kernel, GB/s")
     matmul_tflops: PositiveFloat = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
     launch_us: PositiveFloat = Field(description="CPU time to issue one small eager kernel, microseconds")
@@ -50,19 +49,16 @@ class HardwareProfile(StrictModel):
         return points
 
     def passes(self, tokens: float) -> float:
-        """Re-reads of a UVA weight by a matmul over ``tokens`` rows (piecewise linear in log tokens)."""
+        """Re-reads of a UVA weight by a matmul over ``tokens`` rows: piecewise linear in tokens
+        (a matmul re-reads its weight once per tile of rows), extended past the last point."""
         pts = self.uva_passes
-        if tokens <= pts[0].tokens:
-            return pts[0].passes
+        if tokens <= pts[0].tokens or len(pts) == 1:
+            return pts[0].passes if tokens <= pts[0].tokens else pts[-1].passes
         for a, b in zip(pts, pts[1:]):
             if tokens <= b.tokens:
-                f = (math.log(tokens) - math.log(a.tokens)) / (math.log(b.tokens) - math.log(a.tokens))
-                return a.passes + f * (b.passes - a.passes)
-        last, prev = pts[-1], pts[-2] if len(pts) > 1 else None
-        if prev is None:
-            return last.passes
-        slope = (last.passes - prev.passes) / (math.log(last.tokens) - math.log(prev.tokens))
-        return last.passes + slope * (math.log(tokens) - math.log(last.tokens))
+                return a.passes + (tokens - a.tokens) * (b.passes - a.passes) / (b.tokens - a.tokens)
+        a, b = pts[-2], pts[-1]
+        return b.passes + (tokens - b.tokens) * (b.passes - a.passes) / (b.tokens - a.tokens)
 
 
 def bundled_profiles() -> list[str]:

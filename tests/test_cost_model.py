@@ -1,0 +1,149 @@
+"""The cost model against timelines computed by hand (round-number hardware, tiny layers)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.layer_cost import LayerWork, layer_work, touched_experts
+from planner.timeline import Copy, simulate
+from schemas.hardware import HardwareProfile, UvaPoint, load_hardware
+from schemas.plan import PlanLayer, PlanParam
+from schemas.spec import MoeSpec
+
+# 1 GB/s copies (1 MB = 1 ms), 0.5 GB/s UVA, 1000 GB/s GPU memory, 1 TFLOP/s
+HW = HardwareProfile(
+    name="toy", source="test", h2d_gbps=1.0, uva_gbps=0.5, gpu_mem_gbps=1000.0, matmul_tflops=1.0,
+    uva_passes=[UvaPoint(tokens=1, passes=1.0), UvaPoint(tokens=16, passes=1.0), UvaPoint(tokens=256, passes=2.0),
+                UvaPoint(tokens=4096, passes=16.0)],
+    launch_us=1.0, block_cpu_us=100.0, expert_cpu_us=10.0, copy_call_us=0.0)
+
+
+def w(gpu: float, copy: float = 0.0, cpu: float = 0.0) -> LayerWork:
+    return LayerWork(gpu_ms=gpu, cpu_ms=cpu, copy_ms=copy, copy_bytes=int(copy * 1e6))
+
+
+def test_no_offload_is_the_sum_of_layers():
+    t = simulate([w(1), w(2), w(3)], [])
+    assert t.step_ms == 6 and t.stall_ms == 0 and [lt.start for lt in t.layers] == [0, 1, 3]
+
+
+def test_one_offloaded_layer_copy_overlaps_the_layers_before_it():
+    # layer 2 (copy 5 ms) is copied from the start of the forward (trigger 0); layers 0, 1 take 3 ms
+    t = simulate([w(1), w(2), w(1, copy=5)], [Copy(layer=2, trigger=0, previous_forward=False)])
+    assert t.layers[2].copy_start == 0 and t.layers[2].copy_end == 5
+    assert t.layers[2].stall == pytest.approx(2) and t.layers[2].start == 5
+    assert t.step_ms == 6 and t.bound == "copy"
+
+
+def test_all_offloaded_one_slot_serialises_copy_and_compute():
+    # one slot: layer j's copy can only start before layer j runs (its slot is free after j-1)
+    work = [w(1, copy=2)] * 3
+    copies = [Copy(0, 0, True), Copy(1, 1, False), Copy(2, 2, False)]
+    t = simulate(work, copies)
+    # layer 0 primed; before it runs, its copy for the next forward: [0,2] on the link.
+    # layer 0 computes [0,1]; layer 1's copy waits for the link: [2,4]; layer 1 runs [4,5];
+    # layer 2 copy [5,7], runs [7,8]. Join: the link is free at 7, compute at 8.
+    assert [lt.start for lt in t.layers] == [0, 4, 7]
+    assert t.step_ms == 8 and t.stall_ms == pytest.approx(3 + 2)
+
+
+def test_all_offloaded_two_slots_keeps_the_link_busy():
+    # two slots, step 1: the copy of layer j is issued before layer j-1 runs
+    work = [w(1, copy=2)] * 4
+    copies = [Copy(0, 3, True), Copy(1, 0, False), Copy(2, 1, False), Copy(3, 2, False)]
+    t = simulate(work, copies)
+    # link: copy1 [0,2], copy2 [2,4], copy3 [4,6], copy0 (for the next forward) [6,8]
+    # compute: L0 [0,1], L1 waits for 2 -> [2,3], L2 waits 4 -> [4,5], L3 waits 6 -> [6,7]; join at 8
+    assert [lt.start for lt in t.layers] == [0, 2, 4, 6]
+    assert t.step_ms == 8 and t.copy_ms == 8
+
+
+def test_wrap_around_with_n_not_a_multiple_of_the_slots():
+    # 3 offloaded layers, 2 slots (the planner's schedule for step 1): compute from the schedule itself
+    from planner.schedule import schedule
+
+    triggers = schedule([0, 1, 2], 3, 1)
+    copies = [Copy(j, t.copy_before(3), t.previous_forward) for j, t in enumerate(triggers)]
+    t = simulate([w(1, copy=2)] * 3, copies)
+    # the link carries every layer's copy once per forward: at least 6 ms
+    assert t.copy_ms == 6 and t.step_ms >= 6
+    # every copy issued in this forward for this forward ends before its layer starts
+    for j, c in enumerate(copies):
+        if not c.previous_forward:
+            assert t.layers[j].copy_end <= t.layers[j].start
+    # and the whole forward is no longer than doing everything one after another
+    assert t.step_ms <= 3 * (1 + 2)
+
+
+def test_cpu_bound_forward():
+    t = simulate([w(0.1, cpu=1)] * 5, [])
+    assert t.step_ms == pytest.approx(5) and t.bound == "cpu"
+
+
+def _layer(params: dict[str, list[int]], offloaded=(), moe=None, name="model.layers.0") -> PlanLayer:
+    ps = {k: PlanParam(shape=v, dtype="bfloat16", bytes=2 * math.prod(v)) for k, v in params.items()}
+    off = sum(ps[k].bytes for k in offloaded)
+    return PlanLayer(name=name, params=ps, offloaded=list(offloaded), resident_bytes=sum(p.bytes for p in ps.values()) - off,
+                     offloaded_bytes=off, moe=moe)
+
+
+def test_uva_matmul_at_1_and_4096_tokens():
+    layer = _layer({"mlp.up_proj.weight": [1000, 1000]}, offloaded=["mlp.up_proj.weight"])  # 2 MB
+    one = layer_work(layer, "uva", 1, HW)
+    assert one.gpu_ms == pytest.approx(2e6 / 0.5e9 * 1e3)  # 4 ms: read once over the link
+    big = layer_work(layer, "uva", 4096, HW)
+    flops_ms = 2 * 4096 * 1e6 / 1e12 * 1e3  # 8.192 ms
+    assert big.gpu_ms == pytest.approx(max(flops_ms, 4.0 * 16))  # read 16 times
+    resident = layer_work(_layer({"mlp.up_proj.weight": [1000, 1000]}), "uva", 4096, HW)
+    assert resident.gpu_ms == pytest.approx(max(flops_ms, 2e6 / 1000e9 * 1e3))
+
+
+def test_prefetch_layer_copies_every_offloaded_byte():
+    layer = _layer({"mlp.up_proj.weight": [1000, 1000], "norm.weight": [1000]}, offloaded=["mlp.up_proj.weight"])
+    work = layer_work(layer, "prefetch", 1, HW)
+    assert work.copy_bytes == 2_000_000 and work.copy_ms == pytest.approx(2.0)
+
+
+def test_embedding_lookup_reads_only_the_token_rows():
+    emb = _layer({"weight": [10000, 100]}, offloaded=["weight"], name="model.embed_tokens")
+    t1 = layer_work(emb, "uva", 1, HW).gpu_ms
+    assert t1 == pytest.approx(200 / 0.5e9 * 1e3)  # one 200-byte row
+    head = _layer({"weight": [10000, 100]}, offloaded=["weight"], name="lm_head")
+    assert layer_work(head, "uva", 1, HW).gpu_ms == pytest.approx(2e6 / 0.5e9 * 1e3)  # the head reads it all
+
+
+@pytest.mark.parametrize("tokens", [1, 512])
+def test_moe_uva_reads_the_touched_experts(tokens):
+    experts, top_k = 64, 4
+    layer = _layer({"mlp.experts.gate_up_proj": [experts, 100, 100]}, offloaded=["mlp.experts.gate_up_proj"],
+                   moe=MoeSpec(experts=experts, top_k=top_k))
+    hit = touched_experts(experts, top_k, tokens)
+    nbytes = 2 * experts * 100 * 100 * hit / experts
+    rows = tokens * top_k / hit
+    flops_ms = 2 * tokens * top_k * 100 * 100 / 1e12 * 1e3
+    expect = max(flops_ms, nbytes * HW.passes(rows) / 0.5e9 * 1e3)
+    work = layer_work(layer, "uva", tokens, HW)
+    assert work.gpu_ms == pytest.approx(expect)
+    assert work.cpu_ms == pytest.approx((HW.launch_us * 2 + HW.expert_cpu_us * hit) / 1e3)
+    if tokens == 1:
+        assert hit == pytest.approx(top_k)  # one token: exactly its top-k experts
+    else:
+        assert hit == pytest.approx(experts, rel=1e-6)  # 512 tokens touch every expert
+    prefetched = layer_work(layer, "prefetch", tokens, HW)
+    assert prefetched.copy_bytes == 2 * experts * 100 * 100  # a copy moves every expert
+
+
+def test_uva_passes_interpolate_in_tokens_and_extrapolate():
+    assert HW.passes(1) == 1.0 and HW.passes(16) == 1.0
+    assert HW.passes(136) == pytest.approx(1.5)
+    assert HW.passes(8192) == pytest.approx(16 + 14 * 4096 / 3840)
+
+
+def test_bundled_profile_loads_and_bad_names_are_refused():
+    from schemas.errors import InputError
+
+    assert load_hardware("h200").h2d_gbps > 40
+    with pytest.raises(InputError, match="did you mean 'h200'"):
+        load_hardware("h20")
