@@ -153,6 +153,29 @@ def _segments(value: Optional[str]) -> Optional[list[str]]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _workload(options: Optional[list[str]], tokens: Optional[int]) -> Any:
+    """--workload/--tokens as a Workload (None: the spec's or the default)."""
+    if not options and tokens is None:
+        return None
+    from schemas.errors import InputError
+    from schemas.workload import Workload, WorkloadItem, parse_workload_option
+
+    items: dict[str, Any] = {}
+    for text in options or []:
+        try:
+            name, item = parse_workload_option(text)
+        except ValueError as err:
+            raise InputError(f"--workload: {err}") from None
+        if name in items:
+            raise InputError(f"--workload: {name} given twice")
+        items[name] = item
+    if tokens is not None:
+        if "decode" in items:
+            raise InputError("--tokens sets the decode workload, which --workload gives too; use one of them")
+        items["decode"] = WorkloadItem(tokens=tokens)
+    return Workload(items)
+
+
 def _gib_up(n: int) -> str:
     return f"{-(-n * 100 // 2**30) / 100:.2f}GiB"
 
@@ -165,6 +188,7 @@ PLAN_EPILOG = _epilog(
     "planner plan spec.yaml --gpu-budget '20 GiB' --backend uva -o plan.yaml",
     "planner plan spec.yaml --strategy group --group-size 4 --num-in-group 1 --format json",
     "cat spec.yaml | planner plan - --gpu-budget 1.5TB > plan.yaml",
+    "planner plan spec.yaml --gpu-budget 8GB --workload decode --workload prefill=2048:0.1 --hardware h200",
     tail="Sizes: a number of bytes or a number with a unit; GB/MB/TB are powers of 10, GiB/MiB/TiB "
     "powers of 2.\n\nExit codes: 0 planned, 1 nothing fits the budget (the smallest feasible budget "
     "is printed), 2 bad input."
@@ -207,6 +231,17 @@ def plan_command(
     prefer: Annotated[Optional[str], typer.Option(
         "--prefer", help="Strategy budget: offload these kinds in order, e.g. routed_experts,dense_mlp,attention.",
         show_default=False)] = None,
+    hardware: Annotated[Optional[str], typer.Option(
+        "--hardware", metavar="NAME|FILE", help="Hardware profile for the predicted step times: a bundled name "
+        "(h200) or a file from `planner calibrate` (overrides the spec's hardware; default h200).",
+        show_default=False)] = None,
+    workload: Annotated[Optional[list[str]], typer.Option(
+        "--workload", "-w", metavar="NAME[=TOKENS][:WEIGHT]", help="A forward to predict, repeatable: decode "
+        "(1 token), prefill (2048), decode=32, prefill=4096:0.1 (overrides the spec's workload).",
+        show_default=False)] = None,
+    tokens: Annotated[Optional[int], typer.Option(
+        "--tokens", min=1, help="Shorthand for --workload decode=N (a decode step at batch N).",
+        show_default=False)] = None,
 ) -> None:
     """Make an offload plan from a spec. Flags override the spec file's memory and offload sections."""
     from pydantic import ValidationError
@@ -227,6 +262,8 @@ def plan_command(
         "params": _segments(params),
         "kinds": _segments(kinds),
         "prefer": _segments(prefer),
+        "workload": _workload(workload, tokens),
+        "hardware": hardware,
     }
     spec_file = load_spec(spec)
     try:
@@ -348,6 +385,38 @@ def spec_command(
 
     made_by += f" --name {name}" if name else ""
     emit(dump_spec(spec_file, fmt.value, spec_header(spec_file, f"planner spec {made_by}")), output)
+
+
+@app.command("calibrate", short_help="Measure this machine's GPU into a hardware profile.", epilog=_epilog(
+    "planner calibrate -o my-gpu.yaml",
+    "planner plan spec.yaml --gpu-budget 8GB --hardware my-gpu.yaml",
+    tail="Needs torch with CUDA and a GPU; takes well under a minute. Measures the host-to-GPU link, UVA "
+    "reads by token count, GPU memory and matmul rates, and eager-PyTorch CPU costs (with transformers "
+    "installed: per decoder block and per routed expert).\n\nExit codes: 0 written, 2 no GPU here or bad input."
+))
+@_reports
+def calibrate_command(
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="Write the profile here (atomically); '-' or none: stdout.", show_default=False)] = None,
+    name: Annotated[Optional[str], typer.Option(
+        "--name", help="The profile's name (default: from the GPU's name).", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", help="The CUDA device to measure.")] = "cuda",
+) -> None:
+    """Measure the local GPU (link, UVA, memory, matmul, CPU issue costs) into a hardware profile."""
+    from schemas.errors import InputError
+
+    try:
+        import torch
+    except ImportError:
+        raise InputError("calibrate needs torch with CUDA: pip install 'offload-planner[runtime]'") from None
+    if not torch.cuda.is_available():
+        raise InputError("calibrate measures a CUDA GPU, and torch sees none on this machine")
+    from planner.output import emit
+    from runtime.calibrate import calibrate
+    from schemas.io import dump_model
+
+    profile, _raw = calibrate(device, name)
+    emit(dump_model(profile, "yaml"), output)
 
 
 @app.command("schema", short_help="Print the JSON Schema of spec or plan files.", epilog=_epilog(

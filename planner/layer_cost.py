@@ -13,7 +13,9 @@ and how) and a hardware profile:
 
 CPU time (eager PyTorch): ``block_cpu_us`` for a decoder block (a layer with 4 or more
 matrices), ``launch_us`` per param for a small layer, plus ``expert_cpu_us`` per touched
-expert. Attention's own arithmetic (softmax over the context) is not counted.
+expert. With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
+the expert loop, so the experts' kernels start only after everything before them has run.
+Attention's own arithmetic (softmax over the context) is not counted.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class LayerWork:
     cpu_ms: float  # CPU time to issue the layer's kernels
     copy_ms: float  # copy stream: its prefetched params (0 when nothing is prefetched)
     copy_bytes: int
+    # the part of gpu_ms / cpu_ms issued after the CPU waits for the GPU mid-layer (an eager MoE
+    # block reads the routing back to loop over the experts it hit); None: no such wait
+    synced_gpu_ms: float | None = None
+    synced_cpu_ms: float = 0.0
 
 
 def touched_experts(experts: int, top_k: int, tokens: float) -> float:
@@ -82,22 +88,25 @@ def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile)
     """The layer's GPU, CPU and copy time at ``tokens`` under the plan's ``backend``."""
     off = set(layer.offloaded)
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-    gpu = 0.0
+    gpu = routed = 0.0
     matrices = 0
     copy_bytes = 0
     for rel, p in layer.params.items():
         role = _role(layer.name, rel, p)
         matrices += role in ("matmul", "routed")
         where = "uva" if (rel in off and backend == "uva") else "gpu"
-        gpu += _param_ms(role, p, tokens, hw, where, moe)
+        ms = _param_ms(role, p, tokens, hw, where, moe)
+        gpu += ms
+        routed += ms if role == "routed" else 0.0
         if rel in off and backend == "prefetch":
             copy_bytes += p.bytes
     if matrices >= 4:
         cpu_us = hw.block_cpu_us
     else:
         cpu_us = hw.launch_us * (1 + len(layer.params))
-    if moe is not None:
-        cpu_us += hw.expert_cpu_us * touched_experts(moe[0], moe[1], tokens)
-    copies = sum(1 for rel in off) if backend == "prefetch" else 0
+    expert_us = 0.0 if moe is None else hw.expert_cpu_us * touched_experts(moe[0], moe[1], tokens)
+    copies = len(off) if backend == "prefetch" else 0
     copy_ms = copy_bytes / hw.h2d_gbps / 1e6 + copies * hw.copy_call_us / 1e3
-    return LayerWork(gpu, cpu_us / 1e3, copy_ms, copy_bytes)
+    synced = routed if (moe is not None and hw.moe_sync) else None
+    return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,
+                     expert_us / 1e3 if synced is not None else 0.0)

@@ -5,7 +5,8 @@ schedule"): layer x's kernels start once the CPU has issued them and the previou
 is done; a prefetched layer also waits for its copy-done event; the copies triggered before
 layer x wait for an event recorded on the compute stream just before x and for the copy
 stream to be free; the forward ends when the compute stream has joined the copy stream and
-the CPU has issued everything. Walking the layers in order and taking the latest of each
+the CPU has issued everything; a layer that reads a result back mid-layer (an eager MoE block's
+routing) makes the CPU wait for the GPU there. Walking the layers in order and taking the latest of each
 node's inputs computes that graph's critical path in one pass: the step time. The slack
 shows up as stalls (compute waiting for a copy) and idle link time.
 
@@ -82,8 +83,15 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy]) -> Timeline:
                 times[x].stall = ready - start
                 stall_total += ready - start
                 start = ready
-        cpu += work[x].cpu_ms
-        gpu = max(start + work[x].gpu_ms, cpu)
+        wx = work[x]
+        if wx.synced_gpu_ms is None:
+            cpu += wx.cpu_ms
+            gpu = max(start + wx.gpu_ms, cpu)
+        else:  # the CPU reads a result back mid-layer: it waits for the first part to finish
+            cpu += wx.cpu_ms - wx.synced_cpu_ms
+            gpu = max(start + wx.gpu_ms - wx.synced_gpu_ms, cpu)
+            cpu = gpu + wx.synced_cpu_ms
+            gpu = max(gpu + wx.synced_gpu_ms, cpu)
         times[x].start, times[x].end = start, gpu
     step = max(gpu, link, cpu)
     return Timeline(step_ms=step, compute_ms=sum(w.gpu_ms for w in work),

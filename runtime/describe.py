@@ -93,6 +93,17 @@ def _entry(t: torch.Tensor, is_buffer: bool) -> dict:
     return entry
 
 
+def moe_of(module: nn.Module) -> dict[str, int] | None:
+    """{experts, top_k} of a mixture-of-experts layer: read from its router, the submodule that
+    holds both ``num_experts`` and ``top_k`` (transformers' Mixtral, Qwen-MoE, ...), or None."""
+    for sub in module.modules():
+        experts = getattr(sub, "num_experts", None) or getattr(sub, "n_routed_experts", None)
+        top_k = getattr(sub, "top_k", None) or getattr(sub, "num_experts_per_tok", None)
+        if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
+            return {"experts": experts, "top_k": top_k}
+    return None
+
+
 def describe(model: nn.Module, name: str | None = None, dtype: str | None = None, *,
              non_persistent: bool = False, fold: bool = True) -> SpecFile:
     """The spec of ``model``: its layers in order, every param and buffer, ties, folded blocks.
@@ -114,5 +125,6 @@ def describe(model: nn.Module, name: str | None = None, dtype: str | None = None
                 continue
             owner_of[key] = f"{lname}.{rel}"
             entry.params[rel] = _entry(t, is_buffer)
+        entry.moe = moe_of(module)
         entries.append(entry)
     return build_spec(name or type(model).__name__, entries, dtype, fold)

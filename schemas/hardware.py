@@ -39,6 +39,8 @@ class HardwareProfile(StrictModel):
     expert_cpu_us: float = Field(
         ge=0, description="extra CPU time per routed expert touched by an eager MoE block, microseconds")
     copy_call_us: float = Field(ge=0, description="fixed cost of one host->GPU copy call, microseconds")
+    moe_sync: bool = Field(default=True, description="MoE blocks read the routing back to the CPU before "
+                           "looping over the experts (eager transformers); false for fused MoE kernels")
 
     @field_validator("uva_passes")
     @classmethod

@@ -25,6 +25,7 @@ class LayerEntry:
     name: str
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     tied: dict[str, str] = field(default_factory=dict)
+    moe: dict[str, int] | None = None  # {experts, top_k} of a mixture-of-experts layer
 
 
 def default_dtype(entries: list[LayerEntry]) -> str:
@@ -49,7 +50,7 @@ def build_spec(name: str, entries: list[LayerEntry], dtype: str | None = None,
     for e in entries:
         params = {rel: {k: v for k, v in p.items() if not (k == "dtype" and v == default)}
                   for rel, p in e.params.items()}
-        layers.append({"name": e.name, "params": params, "tied": dict(e.tied)})
+        layers.append({"name": e.name, "params": params, "tied": dict(e.tied), "moe": e.moe})
     spec_layers = fold_blocks(layers) if fold else [_plain(layer) for layer in layers]
     return SpecFile.model_validate({"model": {"name": name, "dtype": default, "layers": spec_layers}})
 
@@ -58,6 +59,8 @@ def _plain(layer: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"name": layer["name"], "params": layer["params"]}
     if layer["tied"]:
         out["tied"] = layer["tied"]
+    if layer.get("moe"):
+        out["moe"] = layer["moe"]
     return out
 
 
@@ -88,6 +91,7 @@ def fold_blocks(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 mj = _BLOCK.match(layers[j]["name"])
                 if not (mj and mj.group(1) == prefix and int(mj.group(2)) == first + j - i
                         and layers[j]["params"] == layers[i]["params"]
+                        and layers[j].get("moe") == layers[i].get("moe")
                         and _template_tied(layers[j]["tied"], layers[j]["name"], prefix) == tied0):
                     break
                 j += 1
@@ -98,6 +102,8 @@ def fold_blocks(layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 entry["params"] = layers[i]["params"]
                 if tied0:
                     entry["tied"] = tied0
+                if layers[i].get("moe"):
+                    entry["moe"] = layers[i]["moe"]
                 out.append(entry)
                 i = j
                 continue

@@ -147,3 +147,17 @@ def test_bundled_profile_loads_and_bad_names_are_refused():
     assert load_hardware("h200").h2d_gbps > 40
     with pytest.raises(InputError, match="did you mean 'h200'"):
         load_hardware("h20")
+
+
+def test_a_mid_layer_sync_stops_the_cpu_running_ahead():
+    # layer 0: 5 ms of GPU work issued in 1 ms; layer 1 syncs before its expert part (2 ms GPU, 1 ms CPU)
+    sync = LayerWork(gpu_ms=3, cpu_ms=2, copy_ms=0, copy_bytes=0, synced_gpu_ms=2, synced_cpu_ms=1)
+    t = simulate([w(5, cpu=1), sync], [])
+    # layer 1's first part (1 ms GPU, 1 ms CPU) runs at [5, 6]; the CPU waits until 6, issues the
+    # expert part until 7; it ends at max(6 + 2, 7) = 8
+    assert t.layers[1].start == 5 and t.step_ms == 8
+    free = simulate([w(5, cpu=1), LayerWork(gpu_ms=3, cpu_ms=2, copy_ms=0, copy_bytes=0)], [])
+    assert free.step_ms == 8  # here the GPU bounds both; a slow CPU part shows the difference:
+    slow = LayerWork(gpu_ms=3, cpu_ms=5, copy_ms=0, copy_bytes=0, synced_gpu_ms=2, synced_cpu_ms=4)
+    assert simulate([w(5, cpu=1), slow], []).step_ms == 6 + 4 + 0  # waits for 6, then 4 ms of CPU
+    assert simulate([w(5, cpu=1), LayerWork(3, 5, 0, 0)], []).step_ms == 8  # no sync: CPU ran ahead

@@ -1,0 +1,151 @@
+"""Measure a hardware profile on the local GPU (``planner calibrate``): link, UVA, memory,
+matmul and eager-PyTorch CPU costs, in well under a minute.
+
+Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU issue) timings:
+- ``h2d_gbps``: pinned host -> GPU copies of 256 MiB;
+- ``uva_gbps``, ``uva_passes``: ``x @ W.T`` with an 8192x8192 weight read through a UVA view of
+  pinned host memory, at 1 ... 4096 tokens; passes = bytes read (time x UVA rate) / weight bytes;
+- ``gpu_mem_gbps``: the same matmul at 1 token with the weight in GPU memory (a memory-bound GEMV);
+- ``matmul_tflops``: the same matmul at 4096 tokens in GPU memory;
+- ``launch_us``: CPU time per small eager kernel; ``copy_call_us``: per small async copy;
+- ``block_cpu_us``, ``expert_cpu_us``: tiny transformers Llama and Qwen3-MoE models (when
+  transformers is installed): the CPU time one more decoder block, or one more routed expert
+  per token, adds to an eager forward.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from runtime.uva import device_view
+from schemas.hardware import HardwareProfile, UvaPoint
+
+TOKENS = (1, 16, 64, 256, 1024, 2048, 4096)
+
+
+def _gpu_ms(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def _wall_ms(fn: Callable[[], object], repeat: int = 7, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def link(device: torch.device) -> dict[str, float]:
+    n = 256 * 2**20
+    host = torch.empty(n, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(n, dtype=torch.uint8, device=device)
+    ms = _gpu_ms(lambda: dev.copy_(host, non_blocking=True))
+    return {"h2d_gbps": n / ms / 1e6}
+
+
+def matmuls(device: torch.device) -> dict[str, object]:
+    dim = 8192
+    w_host = torch.randn(dim, dim, dtype=torch.bfloat16).pin_memory()
+    w_uva = device_view(w_host, device)
+    w_gpu = w_host.to(device)
+    nbytes = w_host.numel() * w_host.element_size()
+    uva_ms, gpu_ms = {}, {}
+    for t in TOKENS:
+        x = torch.randn(t, dim, dtype=torch.bfloat16, device=device)
+        uva_ms[t] = _gpu_ms(lambda x=x: x @ w_uva.T, repeat=5)
+        gpu_ms[t] = _gpu_ms(lambda x=x: x @ w_gpu.T)
+    uva_gbps = nbytes / uva_ms[1] / 1e6
+    points = [UvaPoint(tokens=t, passes=round(max(1.0, uva_ms[t] * uva_gbps * 1e6 / nbytes), 3)) for t in TOKENS]
+    big = TOKENS[-1]
+    return {"uva_gbps": uva_gbps, "uva_passes": points, "gpu_mem_gbps": nbytes / gpu_ms[1] / 1e6,
+            "matmul_tflops": 2 * big * dim * dim / gpu_ms[big] / 1e9,
+            "raw_uva_ms": uva_ms, "raw_gpu_ms": gpu_ms}
+
+
+def cpu_costs(device: torch.device) -> dict[str, float]:
+    x = torch.zeros(16, device=device)
+    n = 2000
+
+    def launches() -> None:
+        for _ in range(n):
+            x.add_(1)
+
+    host = torch.zeros(1024, dtype=torch.uint8).pin_memory()
+    dst = torch.empty(1024, dtype=torch.uint8, device=device)
+
+    def copies() -> None:
+        for _ in range(n):
+            dst.copy_(host, non_blocking=True)
+
+    return {"launch_us": _wall_ms(launches, repeat=5) * 1e3 / n, "copy_call_us": _wall_ms(copies, repeat=5) * 1e3 / n}
+
+
+def _forward_ms(model: torch.nn.Module, ids: torch.Tensor) -> float:
+    with torch.inference_mode():
+        return _wall_ms(lambda: model(ids, use_cache=False), repeat=9, warmup=3)
+
+
+def model_cpu_costs(device: torch.device) -> dict[str, float]:
+    """CPU time of one more eager decoder block and of one more routed expert per token."""
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    except ImportError:
+        return {}
+    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+    small = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16)
+    times = {}
+    for layers in (4, 12):
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **small)).to(device, torch.bfloat16).eval()
+        times[layers] = _forward_ms(model, ids)
+    block_us = (times[12] - times[4]) / 8 * 1e3
+    moe = {}
+    for top_k in (2, 6):
+        config = Qwen3MoeConfig(num_hidden_layers=4, num_experts=8, num_experts_per_tok=top_k,
+                                moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[], **small)
+        model = Qwen3MoeForCausalLM(config).to(device, torch.bfloat16).eval()
+        moe[top_k] = _forward_ms(model, ids)
+    expert_us = max(0.0, (moe[6] - moe[2]) / 4 / 4 * 1e3)
+    return {"block_cpu_us": block_us, "expert_cpu_us": expert_us}
+
+
+def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> tuple[HardwareProfile, dict]:
+    """Measure the local GPU; returns the profile and the raw timings."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError("calibrate measures a CUDA GPU, and none is available here")
+    figures: dict[str, object] = {}
+    figures.update(link(device))
+    figures.update(matmuls(device))
+    figures.update(cpu_costs(device))
+    figures.update(model_cpu_costs(device))
+    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
+    gpu = torch.cuda.get_device_name(device)
+    day = datetime.date.today().isoformat()
+    figures.setdefault("block_cpu_us", 30 * float(figures["launch_us"]))  # no transformers: ~30 kernels
+    figures.setdefault("expert_cpu_us", 6 * float(figures["launch_us"]))
+    profile = HardwareProfile(
+        name=name or gpu.replace("NVIDIA ", "").lower().replace(" ", "-"),
+        source=f"planner calibrate on {gpu}, torch {torch.__version__}, {day}",
+        **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()})
+    return profile, raw
