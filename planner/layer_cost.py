@@ -11,9 +11,9 @@ and how) and a hardware profile:
   ``E·(1 - (1 - k/E)^T)`` experts at T tokens (uniform routing), so that share of the bytes
   is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert.
 
-CPU time (eager PyTorch): ``block_cpu_us`` for a decoder block (a layer with 4 or more
-matrices), ``launch_us`` per param for a small layer, plus ``expert_cpu_us`` per touched
-expert. With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
+CPU time (eager PyTorch): ``moe_block_cpu_us`` for an MoE block, ``block_cpu_us`` for
+another decoder block (a layer with 4 or more matrices), ``launch_us`` per param for a small
+layer, plus ``expert_cpu_us`` per touched expert (MoE blocks that loop over experts). With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
 the expert loop, so the experts' kernels start only after everything before them has run.
 Attention's own arithmetic (softmax over the context) is not counted.
 """
@@ -100,7 +100,9 @@ def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile)
         routed += ms if role == "routed" else 0.0
         if rel in off and backend == "prefetch":
             copy_bytes += p.bytes
-    if matrices >= 4:
+    if moe is not None:
+        cpu_us = hw.moe_block_cpu_us
+    elif matrices >= 4:
         cpu_us = hw.block_cpu_us
     else:
         cpu_us = hw.launch_us * (1 + len(layer.params))

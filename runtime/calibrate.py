@@ -8,9 +8,10 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``gpu_mem_gbps``: the same matmul at 1 token with the weight in GPU memory (a memory-bound GEMV);
 - ``matmul_tflops``: the same matmul at 4096 tokens in GPU memory;
 - ``launch_us``: CPU time per small eager kernel; ``copy_call_us``: per small async copy;
-- ``block_cpu_us``, ``expert_cpu_us``: tiny transformers Llama and Qwen3-MoE models (when
-  transformers is installed): the CPU time one more decoder block, or one more routed expert
-  per token, adds to an eager forward.
+- ``block_cpu_us``, ``moe_block_cpu_us``, ``expert_cpu_us``, ``moe_sync``: tiny transformers
+  Llama and Qwen3-MoE models (when transformers is installed): the CPU time one more dense or MoE
+  decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
+  means the MoE block loops over experts (and reads the routing back first: ``moe_sync``).
 """
 
 from __future__ import annotations
@@ -105,8 +106,9 @@ def _forward_ms(model: torch.nn.Module, ids: torch.Tensor) -> float:
         return _wall_ms(lambda: model(ids, use_cache=False), repeat=9, warmup=3)
 
 
-def model_cpu_costs(device: torch.device) -> dict[str, float]:
-    """CPU time of one more eager decoder block and of one more routed expert per token."""
+def model_cpu_costs(device: torch.device, launch_us: float) -> dict[str, object]:
+    """CPU time of one more eager decoder block (dense and MoE) and of one more routed expert per
+    token, from tiny transformers models whose GPU work is negligible."""
     try:
         from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
     except ImportError:
@@ -114,19 +116,23 @@ def model_cpu_costs(device: torch.device) -> dict[str, float]:
     ids = torch.zeros(1, 1, dtype=torch.long, device=device)
     small = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16)
-    times = {}
-    for layers in (4, 12):
-        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **small)).to(device, torch.bfloat16).eval()
-        times[layers] = _forward_ms(model, ids)
-    block_us = (times[12] - times[4]) / 8 * 1e3
-    moe = {}
-    for top_k in (2, 6):
-        config = Qwen3MoeConfig(num_hidden_layers=4, num_experts=8, num_experts_per_tok=top_k,
-                                moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[], **small)
-        model = Qwen3MoeForCausalLM(config).to(device, torch.bfloat16).eval()
-        moe[top_k] = _forward_ms(model, ids)
-    expert_us = max(0.0, (moe[6] - moe[2]) / 4 / 4 * 1e3)
-    return {"block_cpu_us": block_us, "expert_cpu_us": expert_us}
+
+    def forward_ms(model: torch.nn.Module) -> float:
+        return _forward_ms(model.to(device, torch.bfloat16).eval(), ids)
+
+    def moe(layers: int, top_k: int) -> float:
+        return forward_ms(Qwen3MoeForCausalLM(Qwen3MoeConfig(
+            num_hidden_layers=layers, num_experts=8, num_experts_per_tok=top_k, moe_intermediate_size=32,
+            decoder_sparse_step=1, mlp_only_layers=[], **small)))
+
+    dense = {n: forward_ms(LlamaForCausalLM(LlamaConfig(num_hidden_layers=n, **small))) for n in (4, 12)}
+    sparse = {n: moe(n, 2) for n in (4, 12)}
+    wide = moe(12, 6)
+    expert_us = max(0.0, (wide - sparse[12]) / 12 / 4 * 1e3)
+    return {"block_cpu_us": (dense[12] - dense[4]) / 8 * 1e3, "moe_block_cpu_us": (sparse[12] - sparse[4]) / 8 * 1e3,
+            "expert_cpu_us": expert_us,
+            # a per-expert loop costs several launches per expert, and reads the routing back first
+            "moe_sync": expert_us > 2 * launch_us}
 
 
 def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> tuple[HardwareProfile, dict]:
@@ -138,12 +144,13 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(link(device))
     figures.update(matmuls(device))
     figures.update(cpu_costs(device))
-    figures.update(model_cpu_costs(device))
+    figures.update(model_cpu_costs(device, float(figures["launch_us"])))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()
     figures.setdefault("block_cpu_us", 30 * float(figures["launch_us"]))  # no transformers: ~30 kernels
-    figures.setdefault("expert_cpu_us", 6 * float(figures["launch_us"]))
+    figures.setdefault("moe_block_cpu_us", 60 * float(figures["launch_us"]))
+    figures.setdefault("expert_cpu_us", 0.0)
     profile = HardwareProfile(
         name=name or gpu.replace("NVIDIA ", "").lower().replace(" ", "-"),
         source=f"planner calibrate on {gpu}, torch {torch.__version__}, {day}",

@@ -36,11 +36,14 @@ class HardwareProfile(StrictModel):
     launch_us: PositiveFloat = Field(description="CPU time to issue one small eager kernel, microseconds")
     block_cpu_us: PositiveFloat = Field(
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")
+    moe_block_cpu_us: PositiveFloat = Field(
+        description="CPU time to run one eager MoE decoder block (router, experts), microseconds")
     expert_cpu_us: float = Field(
-        ge=0, description="extra CPU time per routed expert touched by an eager MoE block, microseconds")
+        ge=0, description="extra CPU time per routed expert a batch touches (MoE blocks that loop over "
+        "experts; 0 for grouped kernels), microseconds")
     copy_call_us: float = Field(ge=0, description="fixed cost of one host->GPU copy call, microseconds")
-    moe_sync: bool = Field(default=True, description="MoE blocks read the routing back to the CPU before "
-                           "looping over the experts (eager transformers); false for fused MoE kernels")
+    moe_sync: bool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
+                           "looping over the experts (a per-expert loop); false for grouped MoE kernels")
 
     @field_validator("uva_passes")
     @classmethod
