@@ -15,7 +15,6 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 
 from planner import exit_codes
@@ -77,17 +76,19 @@ def _root(
         "--debug", help=f"On an internal error, show the traceback (also: {exit_codes.DEBUG_ENV}=1).")] = False,
 ) -> None:
     """Plan which weights of a PyTorch model live in host memory and how they come back to the GPU."""
+    _run_options["debug"] = debug  # set on every run, so one in-process run does not leak into the next
 
 
 # ---------------------------------------------------------------------------
 # option parsing helpers
 
 
+_run_options: dict[str, bool] = {"debug": False}  # the global options of the run in progress
+
+
 def _debug() -> bool:
     """--debug given (to the root command) or PLANNER_DEBUG set to anything but '' or 0."""
-    ctx = click.get_current_context(silent=True)
-    flag = bool(ctx and ctx.find_root().params.get("debug"))
-    return flag or os.environ.get(exit_codes.DEBUG_ENV, "") not in ("", "0")
+    return _run_options["debug"] or os.environ.get(exit_codes.DEBUG_ENV, "") not in ("", "0")
 
 
 def _reports(command: Callable[..., None]) -> Callable[..., None]:

@@ -82,13 +82,17 @@ def report_infeasible(exc: BaseException, hints: Iterable[str] = ()) -> int:
     if need is not None:
         if str(need) not in message:
             message += f"\nthe smallest feasible GPU budget is {need} bytes"
-        shown.insert(0, f"rerun with --gpu-budget {gib_up(need)} or more")
+        shown.insert(0, f"rerun with --gpu-budget {size_up(need)} or more")
     say(message, shown)
     return exc.exit_code  # type: ignore[attr-defined]
 
 
-def gib_up(n: int) -> str:
-    return f"{-(-n * 100 // 2**30) / 100:.2f}GiB"
+def size_up(n: int) -> str:
+    """``n`` bytes rounded up to 2 decimals of the largest binary unit it reaches: ``4.46GiB``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{-(-n * 100 // scale) / 100:.2f}{unit}"
+    return str(n)
 
 
 _BARE_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?)\s*")
