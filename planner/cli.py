@@ -1,8 +1,9 @@
 """The `planner` command line: plan, validate, show, diff, schema.
 
-Exit codes: 0 ok, 1 infeasible budget (or `diff` found changes), 2 bad input.
-Start-up stays fast: only typer is imported here at module level; pydantic, the
-schemas, networkx and the planner core are imported inside the commands.
+Exit codes: planner/exit_codes.py (0 ok, 1 infeasible budget or `diff` found changes, 2 bad
+input, 70 internal error, 141 stdout closed early); how an exception becomes one:
+planner/cli_errors.py. Start-up stays fast: only typer is imported here at module level;
+pydantic, the schemas, networkx and the planner core are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import os
 import sys
 from collections.abc import Callable
 from enum import Enum
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-EXIT_OK, EXIT_CHANGED, EXIT_BAD_INPUT = 0, 1, 2
-EXIT_INFEASIBLE = 1
+from planner import exit_codes
+from planner.exit_codes import exit_codes_note
 
 def _epilog(*examples: str, tail: str = "") -> str:
     """Examples kept verbatim (click's \\b marker stops re-wrapping), then a paragraph of notes."""
@@ -32,7 +33,7 @@ app = typer.Typer(
         "planner plan examples/llama-3-8b.yaml --gpu-budget 12GB -o llama.plan.yaml",
         "planner show llama.plan.yaml",
         "planner diff old.plan.yaml new.plan.yaml --format markdown",
-        tail="Exit codes: 0 ok, 1 infeasible budget or diff found changes, 2 bad input.",
+        tail=exit_codes_note("0 ok", "1 infeasible budget or diff found changes", "2 bad input", closed_pipe=True),
     ),
     add_completion=False,
     no_args_is_help=True,
@@ -63,7 +64,7 @@ def _version(value: bool) -> None:
             typer.echo(f"planner {version('offload-planner')}")
         except PackageNotFoundError:
             typer.echo("planner (not installed)")
-        raise typer.Exit(EXIT_OK)
+        raise typer.Exit(exit_codes.OK)
 
 
 @app.callback()
@@ -71,55 +72,28 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help=f"On an internal error, show the traceback (also: {exit_codes.DEBUG_ENV}=1).")] = False,
 ) -> None:
     """Plan which weights of a PyTorch model live in host memory and how they come back to the GPU."""
+    _run_options["debug"] = debug  # set on every run, so one in-process run does not leak into the next
 
 
 # ---------------------------------------------------------------------------
 # option parsing helpers
 
 
-def _is(exc: BaseException, module: str, name: str) -> bool:
-    """isinstance against a class of a module only if that module was imported (keeps start-up lean)."""
-    cls = getattr(sys.modules.get(module), name, None)
-    return isinstance(cls, type) and isinstance(exc, cls)
+_run_options: dict[str, bool] = {"debug": False}  # the global options of the run in progress
 
 
-def _fail(message: str, code: int, hint: Optional[str] = None) -> NoReturn:
-    for line in str(message).splitlines() or [""]:
-        typer.echo(f"error: {line}", err=True)
-    if hint:
-        typer.echo(f"hint: {hint}", err=True)
-    raise typer.Exit(code)
-
-
-def _handle(exc: Exception) -> NoReturn:
-    """Known failures become a message and an exit code; anything else is a bug and keeps its traceback."""
-    if _is(exc, "planner.errors", "InfeasibleError"):
-        message = exc.message  # type: ignore[attr-defined]
-        need = exc.min_gpu_budget  # type: ignore[attr-defined]
-        hint = None
-        if need is not None:
-            if str(need) not in message:
-                message += f"\nthe smallest feasible GPU budget is {need} bytes"
-            hint = f"rerun with --gpu-budget {_gib_up(need)} or more"
-        _fail(message, EXIT_INFEASIBLE, hint)
-    if _is(exc, "schemas.errors", "InputError") or _is(exc, "planner.errors", "PlanningError"):
-        _fail(exc.message, EXIT_BAD_INPUT)  # type: ignore[attr-defined]
-    if _is(exc, "pydantic", "ValidationError"):
-        from schemas.errors import problems_from_validation
-
-        _fail("\n".join(map(str, problems_from_validation(exc))), EXIT_BAD_INPUT)  # type: ignore[arg-type]
-    if _is(exc, "yaml", "YAMLError"):
-        _fail(f"malformed YAML: {exc}", EXIT_BAD_INPUT)
-    if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
-        where = f"{exc.filename}: " if exc.filename else ""
-        _fail(f"{where}{exc.strerror or exc}", EXIT_BAD_INPUT)
-    raise exc
+def _debug() -> bool:
+    """--debug given (to the root command) or PLANNER_DEBUG set to anything but '' or 0."""
+    return _run_options["debug"] or os.environ.get(exit_codes.DEBUG_ENV, "") not in ("", "0")
 
 
 def _reports(command: Callable[..., None]) -> Callable[..., None]:
-    """Wrap a command so that bad input ends in a message and exit 2 (or 1), not a traceback."""
+    """Wrap a command so that it ends on an exception with a message and its exit code
+    (planner/cli_errors.py), never a traceback unless --debug asks for one."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> None:
@@ -127,8 +101,10 @@ def _reports(command: Callable[..., None]) -> Callable[..., None]:
             command(*args, **kwargs)
         except typer.Exit:
             raise
-        except Exception as exc:  # noqa: BLE001 - known kinds are reported, the rest re-raised
-            _handle(exc)
+        except Exception as exc:  # noqa: BLE001 - every failure gets its message and exit code
+            from planner.cli_errors import report
+
+            raise typer.Exit(report(exc, _debug())) from None
 
     return run
 
@@ -176,10 +152,6 @@ def _workload(options: Optional[list[str]], tokens: Optional[int]) -> Any:
     return Workload(items)
 
 
-def _gib_up(n: int) -> str:
-    return f"{-(-n * 100 // 2**30) / 100:.2f}GiB"
-
-
 # ---------------------------------------------------------------------------
 # commands
 
@@ -190,8 +162,8 @@ PLAN_EPILOG = _epilog(
     "cat spec.yaml | planner plan - --gpu-budget 1.5TB > plan.yaml",
     "planner plan spec.yaml --gpu-budget 8GB --workload decode --workload prefill=2048:0.1 --hardware h200",
     tail="Sizes: a number of bytes or a number with a unit; GB/MB/TB are powers of 10, GiB/MiB/TiB "
-    "powers of 2.\n\nExit codes: 0 planned, 1 nothing fits the budget (the smallest feasible budget "
-    "is printed), 2 bad input."
+    "powers of 2.\n\n" + exit_codes_note(
+        "0 planned", "1 nothing fits the budget (the smallest feasible budget is printed)", "2 bad input")
 )
 
 
@@ -247,8 +219,9 @@ def plan_command(
     from pydantic import ValidationError
 
     import planner as core
+    from planner.errors import InfeasibleError
     from schemas.errors import InputError, problems_from_validation
-    from schemas.io import dump_model, load_spec, source_name
+    from schemas.io import dump_model, load_model, read_text, source_name
     from schemas.spec import SpecFile
 
     options: dict[str, Any] = {
@@ -265,20 +238,41 @@ def plan_command(
         "workload": _workload(workload, tokens),
         "hardware": hardware,
     }
-    spec_file = load_spec(spec)
+    text = read_text(spec)
+    spec_file = load_model(SpecFile, spec, text)
     try:
         result = core.plan(spec_file, **options)
     except ValidationError as err:
         where = f"{source_name(spec)} with the command-line options"
         raise InputError(problems_from_validation(err, source=where, root=SpecFile)) from None
+    except InfeasibleError as err:
+        from planner.cli_errors import missing_unit_hints, report_infeasible
+
+        given = _sizes_given(text, spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget})
+        raise typer.Exit(report_infeasible(err, missing_unit_hints(given))) from None
     from planner.output import emit
 
     emit(dump_model(result, fmt.value), output)
 
 
+def _sizes_given(text: str, spec: str, flags: dict[str, Optional[str]]) -> dict[str, object]:
+    """The budgets as the user wrote them: ``{"--gpu-budget": "20"}`` for a flag, else
+    ``{"memory.gpu_budget": 20}`` from the spec file."""
+    from schemas.io import parse_text, source_name
+
+    memory = parse_text(text, source_name(spec)).get("memory")
+    given: dict[str, object] = {}
+    for key, flag_value in flags.items():
+        if flag_value is not None:
+            given[f"--{key.replace('_', '-')}"] = flag_value
+        elif isinstance(memory, dict) and key in memory:
+            given[f"memory.{key}"] = memory[key]
+    return given
+
+
 @app.command("validate", short_help="Check a spec or a plan file; print its key facts.", epilog=_epilog(
     "planner validate examples/llama-3-8b.yaml", "planner validate llama.plan.yaml",
-    tail="Exit codes: 0 valid, 2 not valid (each problem with file, line and field)."
+    tail=exit_codes_note("0 valid", "2 not valid (each problem with file, line and field)")
 ))
 @_reports
 def validate_command(
@@ -309,18 +303,29 @@ def show_command(
     if fmt is ShowFormat.json:
         sys.stdout.write(show.render_json(plan))
         return
+    show.render_table(plan, _console())
+
+
+def _console() -> Any:
+    """A rich Console on stdout that, when stdout is closed early, raises BrokenPipeError (rich's
+    own choice is to exit 1, the code of an infeasible budget) so that the command ends quietly."""
     from rich.console import Console
 
-    console = Console(highlight=False)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(32, "stdout was closed")
+
+    console = PipeConsole(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, width=160)  # piped or captured: no need to squeeze
-    show.render_table(plan, console)
+        console = PipeConsole(highlight=False, width=160)  # piped or captured: no need to squeeze
+    return console
 
 
 @app.command("diff", short_help="Compare two plans (exit 1 when they differ).", epilog=_epilog(
     "planner diff main.plan.yaml branch.plan.yaml",
     "planner diff old.plan.yaml new.plan.yaml --format markdown >> $GITHUB_STEP_SUMMARY",
-    tail="Exit codes (like diff): 0 the plans are equal, 1 they differ, 2 bad input."
+    tail=exit_codes_note("(like diff) 0 the plans are equal", "1 they differ", "2 bad input")
 ))
 @_reports
 def diff_command(
@@ -338,7 +343,7 @@ def diff_command(
     result = diff_plans(old_plan, new_plan)
     text = render_diff(result, fmt.value)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    raise typer.Exit(EXIT_CHANGED if result.changed else EXIT_OK)
+    raise typer.Exit(exit_codes.CHANGED if result.changed else exit_codes.OK)
 
 
 @app.command("spec", short_help="Write a spec from a safetensors checkpoint or a Hugging Face config.", epilog=_epilog(
@@ -347,7 +352,7 @@ def diff_command(
     "planner spec --from-hf-config config.json --name llama-3-8b -o llama.yaml",
     tail="--from-safetensors reads only the file headers. --from-hf-config builds the model on the "
     "meta device (no weights) and needs transformers: pip install 'offload-planner[hf]'.\n\n"
-    "Exit codes: 0 written, 2 bad input."
+    + exit_codes_note("0 written", "2 bad input")
 ))
 @_reports
 def spec_command(
@@ -392,7 +397,8 @@ def spec_command(
     "planner plan spec.yaml --gpu-budget 8GB --hardware my-gpu.yaml",
     tail="Needs torch with CUDA and a GPU; takes well under a minute. Measures the host-to-GPU link, UVA "
     "reads by token count, GPU memory and matmul rates, and eager-PyTorch CPU costs (with transformers "
-    "installed: per decoder block and per routed expert).\n\nExit codes: 0 written, 2 no GPU here or bad input."
+    "installed: per decoder block and per routed expert).\n\n"
+    + exit_codes_note("0 written", "2 no GPU here or bad input")
 ))
 @_reports
 def calibrate_command(
@@ -443,25 +449,39 @@ def schema_command(
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    """The `planner` command. With ``argv`` (called from Python) it raises SystemExit like any
+    click program; on the command line it ends the process with the exit code itself."""
     try:
         app(args=argv, prog_name="planner")
-    except BrokenPipeError:  # `planner show plan.yaml | head`: stop quietly
-        sys.stderr.close()
-        sys.exit(EXIT_CHANGED)
+        code = exit_codes.OK
     except SystemExit as done:
-        if argv is not None:  # called from Python: behave like any function that exits
+        if argv is not None:
             raise
-        # the command line: everything is written (files atomically, streams flushed here), so
-        # skip tearing down the interpreter's modules, which costs ~0.1 s on a large plan
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if done.code is not None and not isinstance(done.code, int):
             print(done.code, file=sys.stderr)
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BrokenPipeError:
-            code = EXIT_CHANGED
-        os._exit(code)
+    except Exception as exc:  # noqa: BLE001 - outside any command (parsing, help): still no traceback
+        if argv is not None:
+            raise
+        from planner.cli_errors import report
+
+        code = report(exc, _debug())
+    # everything is written (files atomically, streams flushed here), so skip tearing down the
+    # interpreter's modules, which costs ~0.1 s on a large plan
+    os._exit(_flush(code))
+
+
+def _flush(code: int) -> int:
+    """Flush stdout and stderr; the exit code, BROKEN_PIPE when stdout was closed early."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        from planner.cli_errors import silence_stdout
+
+        silence_stdout()
+        return exit_codes.BROKEN_PIPE
+    return code
 
 
 if __name__ == "__main__":

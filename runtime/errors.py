@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from schemas.errors import EXIT_BAD_INPUT, EXIT_NOT_POSSIBLE, PlannerError
 
-class PlanMismatchError(ValueError):
+
+class PlanMismatchError(PlannerError, ValueError):
     """The plan does not describe this model (names, shapes, dtypes, ties). Nothing was moved."""
+
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, problems: list[str], model_name: str = "model") -> None:
         self.problems = problems
@@ -17,5 +21,7 @@ class PlanMismatchError(ValueError):
         )
 
 
-class ApplyError(RuntimeError):
+class ApplyError(PlannerError, RuntimeError):
     """apply() could not run (no CUDA, not enough memory, …). The model was left as it was."""
+
+    exit_code = EXIT_NOT_POSSIBLE

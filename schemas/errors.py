@@ -1,8 +1,12 @@
-"""Bad input as one clean message: ``file:line: field.path: what is wrong (did you mean ...?)``.
+"""Errors the project explains to its user, and bad input as one clean message.
 
-``InputError`` is what every loader raises for a file it cannot use. It is built
-from a YAML problem, a pydantic ``ValidationError`` (whose ``loc`` paths are mapped
-back to lines with the map from ``schemas.yaml_lines``) or a plain message.
+``PlannerError`` is the base of every error the planner and the runtime raise on purpose:
+it carries the ``message`` to show and the command line's ``exit_code``. ``InputError``
+is what every loader raises for a file it cannot use: ``file:line: field.path: what is
+wrong (did you mean ...?)``, built from a YAML problem, a pydantic ``ValidationError``
+(whose ``loc`` paths are mapped back to lines with the map from ``schemas.yaml_lines``)
+or a plain message. A validator says where below its value a problem is with
+``LocatedValueError``.
 """
 
 from __future__ import annotations
@@ -37,8 +41,36 @@ class Problem:
         return f"{where}{field}{self.text}"
 
 
-class InputError(Exception):
+# exit codes of the `planner` command for the errors below (the whole table: planner/exit_codes.py)
+EXIT_NOT_POSSIBLE = 1  # a valid request that cannot be carried out (no plan fits the budget)
+EXIT_BAD_INPUT = 2
+
+
+class PlannerError(Exception):
+    """An error the project raises on purpose: ``message`` says what is wrong (``str()`` is the
+    same), ``exit_code`` is what the `planner` command exits with when it ends on it."""
+
+    exit_code: int = EXIT_BAD_INPUT
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = str(message)
+
+
+class LocatedValueError(ValueError):
+    """Raised by a validator for a problem at ``loc`` below the value it validates (for a model
+    validator of ``model``: ``("layers", 2)`` is ``model.layers[2]``), so the message names that
+    field and line. pydantic passes it through as ``ctx['error']`` of a ``value_error``."""
+
+    def __init__(self, message: str, loc: Sequence[str | int] = ()) -> None:
+        super().__init__(message)
+        self.loc = tuple(loc)
+
+
+class InputError(PlannerError):
     """Input the planner cannot use. ``str()`` is the message to show, one problem a line."""
+
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, problems: Problem | str | Sequence[Problem]) -> None:
         if isinstance(problems, (str, Problem)):
@@ -47,8 +79,7 @@ class InputError(Exception):
         shown = [str(p) for p in self.problems[:MAX_LISTED]]
         if len(self.problems) > MAX_LISTED:
             shown.append(f"... and {len(self.problems) - MAX_LISTED} more problems")
-        self.message = "\n".join(shown)
-        super().__init__(self.message)
+        super().__init__("\n".join(shown))
 
 
 # ---------------------------------------------------------------------------
@@ -218,9 +249,16 @@ def _layer_entry(data: Any, loc: tuple[Any, ...], layer: str) -> tuple[Any, ...]
 
 def _refine(loc: tuple[Any, ...], err: Mapping[str, Any], data: Any,
             lines: Mapping[tuple[Any, ...], int] | None) -> tuple[Any, ...]:
-    """A model validator's error sits on the whole model; when its message names a list entry
-    below it (``layers[2]`` or ``layer 'model.layers.3'``), point at that entry instead."""
-    if err["type"] != "value_error" or not lines:
+    """Where an error really is. A validator's ``LocatedValueError`` says so; a model validator's
+    plain ValueError sits on the whole model, so when its message names a list entry below it
+    (``layers[2]`` or ``layer 'model.layers.3'``), point at that entry instead (a fallback for
+    validators that do not say where)."""
+    if err["type"] != "value_error":
+        return loc
+    located = err.get("ctx", {}).get("error")
+    if isinstance(located, LocatedValueError):
+        return loc + located.loc
+    if not lines:
         return loc
     msg = str(err["msg"])
     for name, index in reversed(re.findall(r"(\w+)\[(\d+)\]", msg)):
