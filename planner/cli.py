@@ -382,7 +382,11 @@ def spec_command(
 
         spec_file, made_by = spec_from_safetensors(from_safetensors, name), f"--from-safetensors {from_safetensors}"
     else:
-        from planner.sources.hf_config import spec_from_hf_config
+        try:
+            from runtime.hf_config import spec_from_hf_config
+        except ImportError as err:  # torch missing: runtime/ cannot be imported
+            raise InputError(f"--from-hf-config needs torch and transformers ({err.name} is not installed): "
+                             "pip install 'offload-planner[hf]'") from None
 
         spec_file, made_by = spec_from_hf_config(from_hf_config, name), f"--from-hf-config {from_hf_config}"
     from planner.output import emit

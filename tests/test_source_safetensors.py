@@ -11,7 +11,10 @@ import pytest
 import yaml
 from cli_samples import invoke
 
-from planner.sources.safetensors_header import DTYPES, group_layers, read_checkpoint, spec_from_safetensors
+from planner.sources.safetensors_file import DTYPES, HeaderTensor
+from planner.sources.safetensors_header import spec_from_safetensors
+from planner.sources.safetensors_index import read_checkpoint
+from planner.sources.tensor_layers import group_layers
 from schemas.errors import InputError
 from schemas.io import load_model
 from schemas.spec import SpecFile
@@ -70,7 +73,6 @@ def test_every_mapped_dtype_is_known_to_the_spec(tmp_path: Path) -> None:
 
 
 def test_layer_order_embeddings_blocks_by_index_norm_head() -> None:
-    from planner.sources.safetensors_header import HeaderTensor
 
     names = ["lm_head.weight", "model.norm.weight", "model.layers.10.mlp.w", "model.layers.2.mlp.w",
              "model.layers.0.mlp.w", "model.embed_tokens.weight", "model.layers.1.mlp.experts.3.w",
@@ -83,7 +85,6 @@ def test_layer_order_embeddings_blocks_by_index_norm_head() -> None:
 
 
 def test_a_module_above_another_is_one_layer() -> None:
-    from planner.sources.safetensors_header import HeaderTensor
 
     tensors = [HeaderTensor(n, "float32", (2,), 8, "f")
                for n in ["enc.scale", "enc.proj.weight", "enc.proj.bias", "blocks.0.w"]]
@@ -99,13 +100,13 @@ BAD = [
     ("missing", None, "no such file or folder"),
     ("short", b"\x01\x02", "shorter than the 8-byte header length"),
     ("length-beyond-size", "LEN", "header length says"),
-    ("not-json", "NOTJSON", "not JSON"),
+    ("not-json", "NOTJSON", "not valid JSON"),
     ("json-list", b"[1, 2]", "expected an object"),
     ("unknown-dtype", {"a.w": entry("Q4", [2], 0, 2)}, "unsupported dtype 'Q4'"),
     ("bad-shape", {"a.w": entry("F32", [-1], 0, 4)}, "shape must be a list of non-negative integers"),
     ("offsets-size", {"a.w": entry("F32", [2], 0, 4)}, "needs 8"),
     ("truncated-data", {"a.w": entry("F32", [64], 0, 256)}, "truncated"),
-    ("no-module-path", {"w": entry("F32", [1], 0, 4)}, "has no module path"),
+    ("no-module-path", {"w": entry("F32", [2], 0, 8)}, "has no module path"),
     ("no-fields", {"a.w": {"dtype": "F32"}}, "dtype, shape and data_offsets"),
     ("empty", {"__metadata__": {}}, "holds no tensors"),
 ]
@@ -121,7 +122,7 @@ def test_bad_files_exit_2_with_a_message(tmp_path: Path, case: str, content, exp
     elif isinstance(content, bytes) and case == "short":
         f.write_bytes(content)
     elif content is not None:
-        write_raw(f, content, bytes(8))
+        write_raw(f, content, bytes(0 if case == "empty" else 8))
     result = invoke("spec", "--from-safetensors", str(f))
     assert result.exit_code == 2, result.output
     assert expect in result.stderr, result.stderr
@@ -142,13 +143,13 @@ def _sharded(tmp_path: Path) -> Path:
     (lambda d, f: f.__setitem__("weight_map", {"x.0.w": "a.safetensors", "x.9.w": "b.safetensors"}),
      "'x.9.w' is mapped to 'b.safetensors', whose header lacks it"),
     (lambda d, f: f.__setitem__("weight_map", {"x.0.w": "../a.safetensors"}), "expected a file name"),
-    (lambda d, f: f.__setitem__("weight_map", {}), "non-empty 'weight_map'"),
+    (lambda d, f: f.__setitem__("weight_map", {}), "weight_map: expected a non-empty mapping"),
     (lambda d, f: (d / "b.safetensors").write_bytes(b"\x00" * 4), "shorter than the 8-byte"),
     (lambda d, f: f.__setitem__("weight_map", {"x.0.w": "a.safetensors", "x.1.w": "b.safetensors",
                                                "x.2.w": "c.safetensors"})
      or write_raw(d / "c.safetensors", {"x.0.w": entry("F32", [2], 0, 8), "x.2.w": entry("F32", [2], 8, 8)},
                   bytes(16)),
-     "tensor 'x.0.w' is in both"),
+     "c.safetensors: holds tensor 'x.0.w', which"),
 ])
 def test_bad_sharded_folders(tmp_path: Path, edit, expect: str) -> None:
     folder = _sharded(tmp_path)
@@ -254,6 +255,57 @@ def test_header_reader_agrees_with_safe_open(tmp_path: Path) -> None:
             sl = sf.get_slice(name)
             assert list(ours[name].shape) == list(sl.get_shape())
             assert DTYPES[sl.get_dtype()] == ours[name].dtype == str(tensors[name].dtype).removeprefix("torch.")
+
+
+# (header, data bytes, whether the format allows it): every rule of the reader against safe_open
+FORMAT_CASES = [
+    ({"a.w": entry("F32", [2], 0, 8)}, 8, True),
+    ({"a.w": entry("F32", [1], 4, 4), "b.w": entry("F32", [1], 0, 4)}, 4, False),  # wrong size
+    ({"b.w": entry("F32", [1], 4, 4), "a.w": entry("F32", [1], 0, 4)}, 8, True),  # any key order
+    ({"a.w": entry("F32", [0], 4, 0), "b.w": entry("F32", [1], 0, 4)}, 4, True),  # empty at the end
+    ({"a.w": entry("F32", [2], 0, 8), "b.w": entry("F32", [1], 4, 4)}, 8, False),  # overlap
+    ({"a.w": entry("F32", [1], 0, 4), "b.w": entry("F32", [1], 8, 4)}, 12, False),  # hole
+    ({"a.w": entry("F32", [1], 4, 4)}, 8, False),  # not starting at 0
+    ({"a.w": entry("F32", [2], 0, 8)}, 12, False),  # trailing bytes
+    ({"a.w": entry("F32", [2], 0, 8)}, 4, False),  # truncated
+    ({"__metadata__": ["pt"], "a.w": entry("F32", [2], 0, 8)}, 8, False),
+    ({"__metadata__": {"n": 1}, "a.w": entry("F32", [2], 0, 8)}, 8, False),
+    ({"__metadata__": None, "a.w": entry("F32", [2], 0, 8)}, 8, True),
+    ({"a.w": {"dtype": "F32", "shape": [2], "offsets": [0, 8]}}, 8, False),
+    ({"a.w": entry("f32", [2], 0, 8)}, 8, False),
+    ({"a.w": entry("F32", [-2], 0, 8)}, 8, False),
+    (b'{"a.w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+     b'"a.w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}', 8, False),  # duplicate key
+]
+
+
+@pytest.mark.parametrize("header,data,valid", FORMAT_CASES)
+def test_reader_rejects_exactly_what_safe_open_rejects(tmp_path: Path, header, data: int, valid: bool) -> None:
+    from safetensors import safe_open
+
+    f = write_raw(tmp_path / "x.safetensors", header, bytes(data))
+    try:
+        with safe_open(str(f), framework="pt") as sf:
+            theirs = sorted(sf.keys())
+    except Exception:  # noqa: BLE001 - safetensors raises its own error types
+        theirs = None
+    assert (theirs is not None) == valid
+    if valid:
+        assert sorted(t.name for t in read_checkpoint(f)) == theirs
+    else:
+        with pytest.raises(InputError, match=str(f)):
+            read_checkpoint(f)
+
+
+def test_every_header_problem_is_listed_at_once(tmp_path: Path) -> None:
+    f = write_raw(tmp_path / "x.safetensors", {"__metadata__": [1], "a.w": entry("Q4", [2], 0, 2),
+                                               "b.w": entry("F32", [1.5], 2, 6), "c.w": entry("F32", [2], 0, 8)},
+                  bytes(8))
+    with pytest.raises(InputError) as err:
+        read_checkpoint(f)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 3 and all(line.startswith(f"{f}: ") for line in lines)
+    assert "__metadata__" in lines[0] and "tensor 'a.w'" in lines[1] and "tensor 'b.w'" in lines[2]
 
 
 def snapshot(model: nn.Module) -> dict:
