@@ -286,24 +286,49 @@ def validate_command(
     typer.echo(f"{source_name(file)}: {describe(load_spec_or_plan(file))}")
 
 
-@app.command("show", short_help="Show a plan as a per-layer table with totals.", epilog=_epilog(
-    "planner show llama.plan.yaml", "planner show llama.plan.yaml --format json | jq .totals"
+@app.command("show", short_help="Show a plan per layer with totals and predicted step times; --chart draws it.",
+             epilog=_epilog(
+    "planner show llama.plan.yaml", "planner show llama.plan.yaml --format json | jq .predictions",
+    "planner show llama.plan.yaml --chart llama.png",
+    "planner show llama.plan.yaml --hardware my-gpu.yaml --workload prefill=4096 --chart prefill.svg",
+    tail="--chart needs matplotlib: pip install 'offload-planner[chart]'.\n\n"
+    + exit_codes_note("0 shown", "2 bad input", closed_pipe=True)
 ))
 @_reports
 def show_command(
     plan_file: Annotated[str, typer.Argument(metavar="PLAN", help="A plan file; '-' reads stdin.",
                                              show_default=False)],
     fmt: Annotated[ShowFormat, typer.Option("--format", "-f", help="Table (text) or rows as JSON.")] = ShowFormat.text,
+    chart: Annotated[Optional[str], typer.Option(
+        "--chart", metavar="FILE", help="Also draw bytes per layer and one predicted forward to FILE "
+        "(.png, .svg or .pdf).", show_default=False)] = None,
+    hardware: Annotated[Optional[str], typer.Option(
+        "--hardware", metavar="NAME|FILE", help="Predict again with this profile (a bundled name or a file; "
+        "default: the one the plan was predicted with).", show_default=False)] = None,
+    workload: Annotated[Optional[str], typer.Option(
+        "--workload", metavar="NAME[=TOKENS]", help="Show (and chart) this workload only: one of the plan's, "
+        "or e.g. prefill=4096 (default: all of the plan's; the chart draws the first).", show_default=False)] = None,
 ) -> None:
-    """Show a plan per layer: resident and offloaded bytes, offloaded params, slot and copy trigger; totals."""
+    """Show a plan per layer: resident and offloaded bytes, offloaded params, slot and copy trigger; totals;
+    the predicted step time per workload (compute, copy, stall, CPU and what bounds it)."""
     from planner import show
+    from planner.predicted import chosen_predictions
     from schemas.io import load_plan
 
     plan = load_plan(plan_file)
+    if chart is not None:
+        from planner.chart import check_chart_path
+
+        check_chart_path(chart)
+    predictions = chosen_predictions(plan, hardware, workload)
+    if chart is not None:
+        _draw_chart(plan, chart, hardware, workload)
     if fmt is ShowFormat.json:
-        sys.stdout.write(show.render_json(plan))
+        sys.stdout.write(show.render_json(plan, predictions))
         return
-    show.render_table(plan, _console())
+    show.render_table(plan, _console(), predictions)
+    if chart is not None:
+        typer.echo(f"chart written to {chart}")
 
 
 def _console() -> Any:
@@ -320,6 +345,53 @@ def _console() -> Any:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = PipeConsole(highlight=False, width=160)  # piped or captured: no need to squeeze
     return console
+
+
+def _draw_chart(plan: Any, path: str, hardware: Optional[str], workload: Optional[str]) -> None:
+    from planner import chart as drawing
+    from planner.output import write_atomic
+    from planner.predicted import chosen_profile, chosen_workload
+
+    name, item = chosen_workload(plan, workload).items()[0]
+    drawn = drawing.chart(plan, chosen_profile(plan, hardware), name, item.tokens)
+    write_atomic(path, drawing.render(drawn, drawing.check_chart_path(path).suffix))
+
+
+@app.command("explain", short_help="Compare a plan's predicted forward with the runtime's measured stats.",
+             epilog=_epilog(
+    "planner explain llama.plan.yaml --measured stats.json",
+    "planner explain llama.plan.yaml --measured stats.json --workload decode=8 --format json",
+    tail="STATS.json is runtime.apply(..., stats=True)'s Handle.stats() written with json.dump "
+    "(its format: schemas/measured.py).\n\n" + exit_codes_note("0 explained", "2 bad input")
+))
+@_reports
+def explain_command(
+    plan_file: Annotated[str, typer.Argument(metavar="PLAN", help="The plan the run used.", show_default=False)],
+    measured: Annotated[str, typer.Option(
+        "--measured", "-m", metavar="STATS.json", help="Handle.stats() of a run with this plan, as JSON.",
+        show_default=False)],
+    hardware: Annotated[Optional[str], typer.Option(
+        "--hardware", metavar="NAME|FILE", help="Predict with this profile (default: the plan's).",
+        show_default=False)] = None,
+    workload: Annotated[Optional[str], typer.Option(
+        "--workload", metavar="NAME[=TOKENS]", help="The forward the run measured: one of the plan's workloads "
+        "or e.g. decode=8 (default: the plan's first).", show_default=False)] = None,
+    fmt: Annotated[ShowFormat, typer.Option("--format", "-f", help="text or json.")] = ShowFormat.text,
+) -> None:
+    """Per prefetched layer, predicted vs measured copy time and stall, the largest misses first; the totals."""
+    from planner import explain
+    from planner.predicted import chosen_profile, chosen_workload
+    from schemas.io import load_plan, source_name
+    from schemas.measured import load_measured
+
+    plan = load_plan(plan_file)
+    stats = load_measured(measured)
+    name, item = chosen_workload(plan, workload).items()[0]
+    result = explain.explain(plan, stats, chosen_profile(plan, hardware), name, item.tokens, source_name(measured))
+    if fmt is ShowFormat.json:
+        sys.stdout.write(explain.render_json(result))
+    else:
+        sys.stdout.write(explain.render_text(result, source_name(measured)))
 
 
 @app.command("diff", short_help="Compare two plans (exit 1 when they differ).", epilog=_epilog(

@@ -1,4 +1,5 @@
-"""What changed between two plans: params moved between GPU and host, settings, memory, schedule."""
+"""What changed between two plans: params moved between GPU and host, settings, memory, schedule,
+and the predicted step time per workload (only when both plans were predicted alike)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from schemas.plan import Plan
+from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
 from planner.names import compress_names
@@ -35,6 +37,20 @@ class MemoryDelta:
 
 
 @dataclass(frozen=True)
+class TimeDelta:
+    """The predicted step time of one workload in the old and the new plan."""
+
+    workload: str
+    tokens: int
+    old_ms: float
+    new_ms: float
+
+    @property
+    def ratio(self) -> float | None:
+        return self.new_ms / self.old_ms if self.old_ms > 0 else None
+
+
+@dataclass(frozen=True)
 class PrefetchChange:
     layer: str
     old: dict | None  # {slot, copy_before, previous_forward} or None
@@ -52,11 +68,42 @@ class PlanDiff:
     layers_removed: list[str] = field(default_factory=list)
     other: list[Change] = field(default_factory=list)  # model, spec hash, counts, param specs, pool, notes
     param_names: dict[str, list[str]] = field(default_factory=dict)  # every param of each layer with moves
+    time: list[TimeDelta] = field(default_factory=list)  # every workload (changed or not), when comparable
+    hardware: str | None = None  # the profile both plans were predicted with
+    time_note: str | None = None  # why the predicted times are not compared
 
     @property
     def changed(self) -> bool:
         return bool(self.settings or any(m.old != m.new for m in self.memory) or self.to_host or self.to_gpu
-                    or self.prefetch or self.layers_added or self.layers_removed or self.other)
+                    or self.prefetch or self.layers_added or self.layers_removed or self.other
+                    or any(t.old_ms != t.new_ms for t in self.time))
+
+
+def _workloads(preds: Predictions) -> list[tuple[str, int, float]]:
+    return [(p.workload, p.tokens, p.weight) for p in preds.workloads]
+
+
+def _time(d: PlanDiff, old: Predictions | None, new: Predictions | None) -> None:
+    """Predicted step times side by side, or a note saying why they cannot be compared."""
+    if old is None or new is None:
+        which = "either plan" if old is None and new is None else ("the old plan" if old is None else "the new plan")
+        if old is not new:
+            d.time_note = f"predicted step times not compared: {which} has no predictions (re-plan it)"
+        return
+    if old.hardware != new.hardware:
+        d.time_note = (f"predicted step times not compared: the old plan was predicted on '{old.hardware}', "
+                       f"the new one on '{new.hardware}' (re-plan both with the same --hardware)")
+        d.other.append(Change("predictions.hardware", old.hardware, new.hardware))
+        return
+    if _workloads(old) != _workloads(new):
+        def show(p: Predictions) -> str:
+            return ", ".join(f"{w}={t}" + (f":{x:g}" if x != 1 else "") for w, t, x in _workloads(p))
+        d.time_note = (f"predicted step times not compared: the plans were predicted for different workloads "
+                       f"(old: {show(old)}; new: {show(new)})")
+        d.other.append(Change("predictions.workloads", show(old), show(new)))
+        return
+    d.hardware = old.hardware
+    d.time = [TimeDelta(o.workload, o.tokens, o.step_ms, n.step_ms) for o, n in zip(old.workloads, new.workloads)]
 
 
 def _prefetch(layer) -> dict | None:
@@ -93,6 +140,7 @@ def diff_plans(old: Plan, new: Plan) -> PlanDiff:
         d.other.append(Change("layer order", "differs", "differs"))
     if old.buffer_pool != new.buffer_pool:
         d.other.append(Change("buffer_pool", _pool_text(old), _pool_text(new)))
+    _time(d, old.predictions, new.predictions)
     if not d.changed and old != new:
         d.other.append(Change("notes" if so.notes != sn.notes else "plan", "differ", "differ"))
     return d
@@ -167,6 +215,8 @@ def render_diff(d: PlanDiff, fmt: str = "text") -> str:
         del data["param_names"]
         for m, row in zip(d.memory, data["memory"]):
             row["delta"] = m.delta
+        for t, row in zip(d.time, data["time"]):
+            row["ratio"] = None if t.ratio is None else round(t.ratio, 4)
         return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
     if fmt not in ("text", "markdown"):
         raise ValueError(f"unknown diff format '{fmt}': expected text, markdown or json")
@@ -185,6 +235,7 @@ def render_diff(d: PlanDiff, fmt: str = "text") -> str:
     else:
         out += [f"{m.field}: {_fmt_bytes(m.old)} -> {_fmt_bytes(m.new)} ({_fmt_delta(m.delta)})"
                 for m in d.memory if m.delta or m.old != m.new]
+    out += _time_lines(d, md)
     arrow = "→" if md else "->"
     for title, moves, where in (("GPU → host" if md else "GPU -> host", d.to_host, "host"),
                                 ("host → GPU" if md else "host -> GPU", d.to_gpu, "GPU")):
@@ -204,6 +255,24 @@ def render_diff(d: PlanDiff, fmt: str = "text") -> str:
         out += ["", "### Other changes" if md else "other changes:"]
         out += [f"{'- ' if md else '  '}{c.field}: {c.old} {arrow} {c.new}" for c in d.other]
     return "\n".join(out) + "\n"
+
+
+def _ratio(t: TimeDelta) -> str:
+    return "-" if t.ratio is None else f"x{t.ratio:.2f}"
+
+
+def _time_lines(d: PlanDiff, md: bool) -> list[str]:
+    """Predicted step time per workload next to the memory change (or why it is not compared)."""
+    if d.time_note:
+        return ["", d.time_note]
+    if not d.time:
+        return []
+    if md:
+        return ["", f"| predicted step on {d.hardware} | tokens | old ms | new ms | ratio |",
+                "|---|---:|---:|---:|---:|"] + [
+            f"| {t.workload} | {t.tokens} | {t.old_ms:.3f} | {t.new_ms:.3f} | {_ratio(t)} |" for t in d.time]
+    return [f"predicted step, {t.workload} ({t.tokens} token{'s' * (t.tokens != 1)}) on {d.hardware}: {t.old_ms:.3f} ms -> "
+            f"{t.new_ms:.3f} ms ({_ratio(t)})" for t in d.time]
 
 
 def _sched(p: dict | None) -> str:

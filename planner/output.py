@@ -23,14 +23,15 @@ from pathlib import Path
 MAX_LINKS = 40  # as the kernel's limit on a chain of symlinks
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
-    so readers see the old file or the whole new one, never a half-written one."""
+def write_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` through a temporary file in the same folder and a
+    rename, so readers see the old file or the whole new one, never a half-written one."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        binary = isinstance(text, bytes)
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

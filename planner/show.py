@@ -1,4 +1,4 @@
-"""`planner show`: a plan as a per-layer table (rich) or as JSON rows, with totals."""
+"""`planner show`: a plan as a per-layer table (rich) or as JSON rows, with totals and predicted step times."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from schemas.plan import Plan
+from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
 
@@ -61,10 +62,38 @@ def describe(doc: Any) -> str:
             f"pinned host {format_bytes(s.pinned_host_bytes)}")
 
 
-def render_json(plan: Plan) -> str:
+def render_json(plan: Plan, predictions: Predictions | None = None) -> str:
+    """``predictions``: what to show (default the plan's own)."""
     s = plan.summary
+    preds = predictions or plan.predictions
     head = {"model": s.model, "backend": s.backend, "strategy": s.strategy, "prefetch_step": s.prefetch_step}
-    return json.dumps({**head, "layers": layer_rows(plan), "totals": totals(plan)}, indent=2) + "\n"
+    body = {"layers": layer_rows(plan), "totals": totals(plan),
+            "predictions": None if preds is None else preds.model_dump(mode="json")}
+    return json.dumps({**head, **body}, indent=2) + "\n"
+
+
+PREDICTION_COLUMNS = (("step ms", "step_ms"), ("compute ms", "compute_ms"), ("copy ms", "copy_ms"),
+                      ("stall ms", "stall_ms"), ("CPU ms", "cpu_ms"))
+
+
+def render_predictions(preds: Predictions, console: Any) -> None:
+    """The predicted step time of each workload, what it is made of and what bounds it."""
+    from rich.table import Table
+
+    source = f" ({preds.hardware_source})" if preds.hardware_source else ""
+    console.print(f"predicted on {preds.hardware}{source}:", highlight=False, markup=False)
+    table = Table(header_style="bold")
+    table.add_column("workload", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    for title, _ in PREDICTION_COLUMNS:
+        table.add_column(title, justify="right", no_wrap=True)
+    table.add_column("bound by", no_wrap=True)
+    for p in preds.workloads:
+        table.add_row(p.workload, str(p.tokens), *(f"{getattr(p, key):.3f}" for _, key in PREDICTION_COLUMNS),
+                      p.bound)
+    console.print(table)
+    if len(preds.workloads) > 1:
+        console.print(f"weighted step: {preds.weighted_step_ms:.3f} ms", highlight=False, markup=False)
 
 
 def _trigger(row: dict[str, Any]) -> str:
@@ -73,8 +102,9 @@ def _trigger(row: dict[str, Any]) -> str:
     return row["copy_before"] + (" (prev. forward)" if row["previous_forward"] else "")
 
 
-def render_table(plan: Plan, console: Any) -> None:
-    """Print the summary, the per-layer table and the totals on a rich Console."""
+def render_table(plan: Plan, console: Any, predictions: Predictions | None = None) -> None:
+    """Print the summary, the per-layer table, the totals and the predictions (default the
+    plan's own) on a rich Console."""
     from rich.table import Table
 
     s = plan.summary
@@ -109,3 +139,6 @@ def render_table(plan: Plan, console: Any) -> None:
     )
     for note in s.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
+    preds = predictions or plan.predictions
+    if preds is not None:
+        render_predictions(preds, console)

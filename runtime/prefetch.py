@@ -180,6 +180,8 @@ class PrefetchOffloader(Offloader):
         if not self.cuda:
             for j in js:
                 self._copy_now(j)
+                if self.collect_stats:  # no CUDA events here: the layer and its bytes, untimed
+                    self.current.copies.append((self.layers[j].name, None, None, self.layers[j].nbytes))
             return
         compute = torch.cuda.current_stream(self.device)
         capturing = torch.cuda.is_current_stream_capturing()
@@ -201,7 +203,7 @@ class PrefetchOffloader(Offloader):
                 if timed:
                     t1 = torch.cuda.Event(enable_timing=True)
                     t1.record(stream)
-                    self.current.copies.append((t0, t1, layer.nbytes))
+                    self.current.copies.append((layer.name, t0, t1, layer.nbytes))
                 self.current.bytes += layer.nbytes
                 self.slot_owner[layer.slot] = j
                 self.issued.add(j)
@@ -228,7 +230,7 @@ class PrefetchOffloader(Offloader):
             compute.wait_event(layer.done)
             t1 = torch.cuda.Event(enable_timing=True)
             t1.record(compute)
-            self.current.stalls.append((t0, t1))
+            self.current.stalls.append((layer.name, t0, t1))
         else:
             compute.wait_event(layer.done)
 

@@ -75,3 +75,46 @@ def test_partial_moves_are_not_collapsed(llama8b):
     md = render_diff(d, "markdown")
     assert "- `model.layers.{1,3,5,7,9,11,13,15,17,19,21,23,25,27,29,31}`: `mlp.gate_proj.weight` → GPU" in md
     assert "`self_attn.*` → host" in md
+
+
+def test_time_deltas_agree_in_text_markdown_and_json(plans):
+    import re
+
+    old, new = plans
+    d = diff_plans(old, new)
+    (t,) = d.time
+    assert (t.old_ms, t.new_ms) == (old.predictions.workloads[0].step_ms, new.predictions.workloads[0].step_ms)
+    assert t.new_ms > t.old_ms  # less on the GPU: more to copy each forward
+    data = json.loads(render_diff(d, "json"))
+    assert data["hardware"] == "h200" and data["time_note"] is None
+    (row,) = data["time"]
+    assert (row["workload"], row["old_ms"], row["new_ms"]) == ("decode", t.old_ms, t.new_ms)
+    assert row["ratio"] == pytest.approx(t.new_ms / t.old_ms, abs=1e-4)
+    text = render_diff(d, "text")
+    m = re.search(r"predicted step, decode \(1 token\) on h200: ([\d.]+) ms -> ([\d.]+) ms \(x([\d.]+)\)", text)
+    md = render_diff(d, "markdown")
+    n = re.search(r"\| decode \| 1 \| ([\d.]+) \| ([\d.]+) \| x([\d.]+) \|", md)
+    assert m and n and m.groups() == n.groups()
+    assert [float(x) for x in m.groups()] == pytest.approx([t.old_ms, t.new_ms, row["ratio"]], abs=5e-3)
+    assert "| predicted step on h200 | tokens | old ms | new ms | ratio |" in md
+
+
+def test_plans_predicted_differently_are_not_compared(llama8b, plans):
+    from schemas.hardware import load_hardware
+    from schemas.workload import Workload, WorkloadItem
+
+    old = plans[0]
+    other_hw = planner.plan(llama8b, hardware=load_hardware("h200").model_copy(update={"name": "other"}))
+    d = diff_plans(old, other_hw)
+    assert d.time == [] and "predicted on 'h200', the new one on 'other'" in d.time_note
+    assert d.changed  # the plans differ in what they were predicted with
+    for fmt in ("text", "markdown"):
+        out = render_diff(d, fmt)
+        assert d.time_note in out and "ms ->" not in out and "old ms" not in out
+    assert json.loads(render_diff(d, "json"))["time"] == []
+    prefill = planner.plan(llama8b, workload=Workload({"prefill": WorkloadItem(tokens=2048)}))
+    d = diff_plans(old, prefill)
+    assert d.time == [] and "different workloads (old: decode=1; new: prefill=2048)" in d.time_note
+    bare = old.model_copy(update={"predictions": None})
+    d = diff_plans(bare, old)
+    assert d.time == [] and "the old plan has no predictions" in d.time_note
