@@ -10,6 +10,7 @@ and how) and a hardware profile:
 - routed experts: a layer with ``moe`` (E experts, top-k) touches on average
   ``E·(1 - (1 - k/E)^T)`` experts at T tokens (uniform routing), so that share of the bytes
   is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert.
+  Read through UVA, a grouped expert matmul also pays a fixed ``uva_expert_call_ms``.
 
 CPU time (eager PyTorch): ``moe_block_cpu_us`` for an MoE block, ``block_cpu_us`` for
 another decoder block (a layer with 4 or more matrices), ``launch_us`` per param for a small
@@ -81,7 +82,8 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
     passes = hw.passes(rows) if where == "uva" else 1.0
-    return max(flops / (hw.matmul_tflops * 1e9), nbytes * passes / rate / 1e6)
+    fixed = hw.uva_expert_call_ms if (where == "uva" and role == "routed") else 0.0
+    return fixed + max(flops / (hw.matmul_tflops * 1e9), nbytes * passes / rate / 1e6)
 
 
 def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile) -> LayerWork:

@@ -11,7 +11,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``block_cpu_us``, ``moe_block_cpu_us``, ``expert_cpu_us``, ``moe_sync``: tiny transformers
   Llama and Qwen3-MoE models (when transformers is installed): the CPU time one more dense or MoE
   decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
-  means the MoE block loops over experts (and reads the routing back first: ``moe_sync``).
+  means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
+- ``uva_expert_call_ms``: a Qwen3-MoE experts module with its weights resident, then read through
+  UVA: the time beyond the bytes it reads, per grouped expert matmul.
 """
 
 from __future__ import annotations
@@ -135,6 +137,44 @@ def model_cpu_costs(device: torch.device, launch_us: float) -> dict[str, object]
             "moe_sync": expert_us > 2 * launch_us}
 
 
+def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
+    """Fixed GPU time of a routed-expert matmul reading UVA weights, beyond its bytes: a Qwen3-MoE
+    experts module (128 experts, hidden 2048, width 768, top-8) with its weights resident and
+    through UVA, at 1 and 32 tokens (two grouped matmuls a call)."""
+    try:
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+    except ImportError:
+        return {}
+    config = Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8)
+    tiny = Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
+                                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=4,
+                                              num_experts_per_tok=2, moe_intermediate_size=16))
+    # the experts kernel a whole model picks (grouped_mm where available), not a bare module's fallback
+    config._experts_implementation = getattr(tiny.config, "_experts_implementation", None)
+    experts = Qwen3MoeExperts(config).to(device, torch.bfloat16).eval()
+    params = dict(experts.named_parameters())
+    total = sum(p.numel() * p.element_size() for p in params.values())
+    hosts = {name: p.detach().cpu().pin_memory() for name, p in params.items()}
+    estimates = []
+    for tokens in (1, 32):
+        g = torch.Generator().manual_seed(tokens)
+        index = torch.stack([torch.randperm(128, generator=g)[:8] for _ in range(tokens)]).to(device)
+        weights = torch.full((tokens, 8), 1 / 8, dtype=torch.bfloat16, device=device)
+        x = torch.randn(tokens, 2048, dtype=torch.bfloat16, device=device)
+        hit = len(set(index.flatten().tolist()))
+        with torch.inference_mode():
+            resident = _gpu_ms(lambda: experts(x, index, weights))
+            for name, p in params.items():
+                p.data = device_view(hosts[name], device)
+            uva = _gpu_ms(lambda: experts(x, index, weights), repeat=5)
+            for name, p in params.items():
+                p.data = hosts[name].to(device)
+        read_ms = total * hit / 128 / uva_gbps / 1e6
+        estimates.append(max(0.0, (uva - max(read_ms, resident)) / 2))
+    return {"uva_expert_call_ms": statistics.median(estimates)}
+
+
 def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> tuple[HardwareProfile, dict]:
     """Measure the local GPU; returns the profile and the raw timings."""
     device = torch.device(device)
@@ -145,6 +185,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(matmuls(device))
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device, float(figures["launch_us"])))
+    figures.update(moe_uva(device, float(figures["uva_gbps"])))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()

@@ -42,6 +42,9 @@ class HardwareProfile(StrictModel):
         ge=0, description="extra CPU time per routed expert a batch touches (MoE blocks that loop over "
         "experts; 0 for grouped kernels), microseconds")
     copy_call_us: float = Field(ge=0, description="fixed cost of one host->GPU copy call, microseconds")
+    uva_expert_call_ms: float = Field(
+        default=0.0, ge=0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
+        "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
     moe_sync: bool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")
 
