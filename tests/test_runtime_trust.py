@@ -381,3 +381,28 @@ def test_spec_hash_is_the_planners(model):
     edited = spec.model_copy(update={"model": spec.model.model_copy(update={"name": "renamed"})})
     with pytest.raises(runtime.PlanMismatchError, match="another spec"):
         runtime.apply(plan, model, device="cpu", spec=edited)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("backend,origin", [("prefetch", "cpu"), ("uva", "cpu"), ("prefetch", "cuda")])
+def test_on_cuda_guards_hold_and_state_dict_is_true(backend, origin):
+    model = make_llama(CFG, device=origin)
+    ids = IDS.to("cuda")
+    with torch.no_grad():
+        want = copy.deepcopy(model).cuda()(ids)
+    truth = {k: v.clone() for k, v in model.state_dict().items()}
+    snap = snapshot(model)
+    h = runtime.apply(group_plan(model, backend), model, device="cuda")
+    with torch.no_grad():
+        assert torch.equal(model(ids), want)
+    with pytest.raises(AppliedModelError):
+        model.half()
+    with pytest.raises(AppliedModelError):
+        model.load_state_dict(truth)
+    sd = model.state_dict()
+    h.remove()
+    torch.cuda.synchronize()
+    # read after remove(): offloaded entries are copies, not views of the released pinned memory
+    assert all(torch.equal(sd[k].cpu(), truth[k].cpu()) for k in truth)
+    assert_same(model, snap, same_storage=False)
