@@ -3,5 +3,8 @@
 from runtime.apply import Handle, apply
 from runtime.describe import describe
 from runtime.errors import ApplyError, PlanMismatchError
+from runtime.guard import AppliedModelError, handle_of
+from runtime.teardown import RemoveError
 
-__all__ = ["ApplyError", "Handle", "PlanMismatchError", "apply", "describe"]
+__all__ = ["AppliedModelError", "ApplyError", "Handle", "PlanMismatchError", "RemoveError", "apply", "describe",
+           "handle_of"]

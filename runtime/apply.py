@@ -9,17 +9,22 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from runtime.check import check_model, meta_params
-from runtime.errors import ApplyError
+from runtime.check import check_model
+from runtime.errors import ApplyError, PlanMismatchError
+from runtime.guard import Guards, install, refuse_if_applied
 from runtime.offloader import Offloaded, Offloader, make_offloader
 from runtime.placement import Placement
+from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_problems, loose_tensors, meta_tensors,
+                                naming_problems, plan_problems, spec_problems)
 from runtime.progress import Progress
 from runtime.tensors import TensorRef, plan_refs, resolve, split_owner
-from schemas import Plan, format_bytes, load_plan
+from runtime.teardown import RemoveError, Step, run_steps
+from schemas import Plan, SpecFile, format_bytes, load_plan
 
 log = logging.getLogger("runtime")
 
-_ACTIVE: dict[int, Handle] = {}
+# every handle not yet removed (weak: a model keeps its own handle alive, see runtime/guard.py)
+_ACTIVE: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary()
 
 
 class Handle:
@@ -28,11 +33,17 @@ class Handle:
     def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement) -> None:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
+        self._guards: Guards | None = None
         self.active = True
-        # the model keeps its handle alive: host memory is never released (unpinned) while
-        # params still point at it, even if the caller drops the handle without remove()
+        # what remove() still has to do; a step that fails stays here and is retried
+        self._pending: list[Step] = [("hooks", offloader.remove), ("weights", placement.restore),
+                                     ("guards", self._remove_guards), ("compile caches", _reset_compiled_code)]
         _ACTIVE[id(self)] = self
-        self._finalizer = weakref.finalize(model, _ACTIVE.pop, id(self), None)
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "removed"
+        return (f"<runtime.Handle {state}: {self.offloader.name} plan for '{self.plan.summary.model}' "
+                f"on a {type(self.model).__name__} at 0x{id(self):x}>")
 
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
@@ -43,15 +54,20 @@ class Handle:
                 "pinned_host_bytes": self._placement.host_bytes}
 
     def remove(self) -> None:
-        if not self.active:
+        """Restore the model. Every step runs even if one fails; then RemoveError lists what
+        failed (calling remove() again retries only that). A second call is otherwise a no-op."""
+        if not self._pending:
             return
-        self._finalizer.detach()
-        _ACTIVE.pop(id(self), None)
-        self.offloader.remove()
-        self._placement.restore()
-        _reset_compiled_code()
+        self._pending, problems = run_steps(self._pending)
         self.active = False
+        _ACTIVE.pop(id(self), None)
+        if problems:
+            raise RemoveError(problems)
         log.info("offload removed: %d tensors restored to their original devices", len(self._placement.unique_entries()))
+
+    def _remove_guards(self) -> None:
+        if self._guards is not None:
+            self._guards.remove()
 
     def __enter__(self) -> Handle:
         return self
@@ -61,22 +77,33 @@ class Handle:
 
 
 def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device = "cuda", *,
-          stats: bool = False, progress: bool | None = None) -> Handle:
+          stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
+          spec: SpecFile | None = None) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
     machine without a GPU, with synchronous copies). ``stats=True`` records CUDA events
     around copies and waits (see ``Handle.stats``); off, the hot path records nothing.
+    ``unplanned``: params and persistent buffers the plan does not name are refused
+    ("refuse", the default: the plan's memory promise would not hold), or put on the device
+    outside the plan's accounting ("move"). ``spec``: the spec the plan was made from; its
+    hash must be the plan's ``spec_sha256``.
     """
-    if not isinstance(plan, Plan):
-        plan = load_plan(plan)
-    _reset_compiled_code()
+    plan = _as_plan(plan)
+    if not isinstance(model, nn.Module):
+        raise ApplyError(f"apply() needs the nn.Module to offload, got a {type(model).__name__}")
+    if unplanned not in UNPLANNED_CHOICES:
+        raise ApplyError(f"unplanned={unplanned!r}: expected one of {', '.join(map(repr, UNPLANNED_CHOICES))}")
+    if spec is not None and not isinstance(spec, SpecFile):
+        raise ApplyError(f"spec= takes the SpecFile the plan was made from, got a {type(spec).__name__}")
+    refuse_if_applied(model)
     device = _device(device)
-    meta = meta_params(model)
+    meta = meta_tensors(model)
     if meta:
-        raise ApplyError(f"{len(meta)} params are on the meta device and hold no data: "
+        raise ApplyError(f"{len(meta)} params/buffers are on the meta device and hold no data: "
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
-    check_model(plan, model)
+    loose = _check(plan, model, unplanned, spec)
+    _reset_compiled_code()
     refs = plan_refs(plan, model)
     _check_device_memory(plan, refs, device)
 
@@ -100,15 +127,19 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
                     placement.move(refs[f"{layer.name}.{rel}"], device)
                     if rel not in layer.tied:  # a tied param is counted once, at its owner
                         moved.advance(layer.params[rel].bytes)
-        unplanned = _move_unplanned(model, placement, device)
+        n_loose = _move_unplanned(loose, placement, device)
         offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
         offloader.post_init()
-    except BaseException:
-        if offloader is not None:
-            offloader.remove()
-        placement.restore()
+        handle = Handle(plan, model, offloader, placement)
+        handle._guards = install(handle, model, placement.true_values())
+    except BaseException as exc:
+        steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
+        _, problems = run_steps(steps + [("weights", placement.restore)])
+        if problems:  # the original error is what the caller needs; say what could not be undone
+            log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))
+            exc.add_note("rollback problems: " + "; ".join(problems)) if hasattr(exc, "add_note") else None
         raise
     finally:
         moved.close()
@@ -117,8 +148,36 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
              "buffer pool %s, %d unplanned tensors moved", offloader.name,
              sum(len(layer.params) - len(layer.offloaded) for layer in plan.layers), device,
              format_bytes(s.resident_bytes), len(offloaded), "pinned" if pin else "plain",
-             format_bytes(placement.host_bytes), format_bytes(s.buffer_bytes), unplanned)
-    return Handle(plan, model, offloader, placement)
+             format_bytes(placement.host_bytes), format_bytes(s.buffer_bytes), n_loose)
+    return handle
+
+
+def _as_plan(plan: object) -> Plan:
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, (str, Path)):
+        return load_plan(plan)
+    hint = " (that is a spec: make a plan from it with planner.plan(spec))" if isinstance(plan, SpecFile) else ""
+    raise ApplyError(f"apply() needs a Plan or the path of a plan file, got a {type(plan).__name__}{hint}")
+
+
+def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None) -> list[Loose]:
+    """Every reason the plan cannot run on this model, in one error; the tensors it does not name."""
+    invalid = plan_problems(plan)
+    if invalid:
+        raise ApplyError(f"the plan is not valid ({len(invalid)} problem{'s' if len(invalid) != 1 else ''}); "
+                         "nothing was moved:\n" + "\n".join(f"  - {p}" for p in invalid))
+    problems = spec_problems(plan, spec)
+    try:
+        check_model(plan, model)
+    except PlanMismatchError as err:
+        problems += err.problems
+    problems += naming_problems(plan, model)
+    loose = loose_tensors(plan, model)
+    problems += loose_problems(loose, unplanned)
+    if problems:
+        raise PlanMismatchError(problems, plan.summary.model)
+    return loose
 
 
 def _reset_compiled_code() -> None:
@@ -132,13 +191,19 @@ def _reset_compiled_code() -> None:
 
 
 def _device(device: str | torch.device) -> torch.device:
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ApplyError(f"unsupported device {device!r}: use 'cuda', 'cuda:N' or 'cpu'") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ApplyError("the plan is for a CUDA device but CUDA is not available here; "
                              "pass device='cpu' to exercise the plan on the CPU")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
+        elif device.index >= torch.cuda.device_count():
+            raise ApplyError(f"device '{device}' does not exist: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
     elif device.type != "cpu":
         raise ApplyError(f"unsupported device '{device}': use 'cuda', 'cuda:N' or 'cpu'")
     return device
@@ -162,18 +227,15 @@ def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
                          f"{format_bytes(free)} is free")
 
 
-def _move_unplanned(model: nn.Module, placement: Placement, device: torch.device) -> int:
-    """Tensors the plan does not name (rotary tables, say) go to the device too, tracked by the
-    placement so that remove() (or a rollback) brings them back; returns how many moved."""
-    unplanned_params = moved = 0
-    for name, module in model.named_modules():
-        for is_buffer, store in ((False, module._parameters), (True, module._buffers)):
-            for attr, t in store.items():
-                if t is None or id(t) in placement.entries:
-                    continue
-                if not is_buffer:
-                    unplanned_params += t.numel() * t.element_size()
-                moved += placement.move(TensorRef("", f"{name}.{attr}".lstrip("."), module, attr, is_buffer), device)
+def _move_unplanned(loose: list[Loose], placement: Placement, device: torch.device) -> int:
+    """Tensors the plan does not name (non-persistent buffers such as rotary tables; with
+    unplanned="move" also params) go to the device too, tracked by the placement so that
+    remove() (or a rollback) brings them back; returns how many moved."""
+    moved = unplanned_params = 0
+    for t in loose:
+        if not t.is_buffer:
+            unplanned_params += t.nbytes
+        moved += placement.move(TensorRef("", t.name, t.module, t.attr, t.is_buffer), device)
     if unplanned_params:
         log.warning("the model has %s of parameters the plan does not name; they were put on %s "
                     "and are not in the plan's memory accounting", format_bytes(unplanned_params), device)

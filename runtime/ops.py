@@ -10,9 +10,13 @@ graph's cross-stream edges.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-_OFFLOADERS: dict[int, object] = {}
+# weak: the model's hooks keep its offloader alive, and a model dropped while applied (without
+# remove()) must not be kept alive from here
+_OFFLOADERS: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
 _next_id = [0]
 
 

@@ -55,14 +55,23 @@ class Placement:
             a.data = data
 
     def offload_layer(self, refs: list[TensorRef], pin: bool) -> list[Offloaded]:
-        """Copy these tensors (one layer's) into one host arena and point them at it."""
-        entries = [self.track(r) for r in refs]
+        """Copy these tensors (one layer's) into one host arena and point them at it.
+
+        A tensor named twice (or already offloaded) is packed once. The arena is recorded
+        before any param points into it, so a failure part-way is rolled back by restore()."""
+        entries: list[_Entry] = []
+        for r in refs:
+            e = self.track(r)
+            if e.host is None and all(x is not e for x in entries):
+                entries.append(e)
+        if not entries:
+            return []
         arena, views = pack([e.tensor.data for e in entries], pin)
+        self.arenas.append((arena, entries))
         for e, v in zip(entries, views):
             e.host = v
             self._set(e, v)  # frees the device copy, if that was the only reference
-        self.arenas.append((arena, entries))
-        return [Offloaded(e.ref, v) for e, v in zip(entries, views)]
+        return [Offloaded(e.ref, e.host) for e in entries]
 
     def move(self, ref: TensorRef, device: torch.device) -> bool:
         """Move a resident tensor to ``device``; False when it was there already."""
@@ -73,25 +82,56 @@ class Placement:
         self._set(entry, t.data.to(device))
         return True
 
-    def restore(self) -> None:
-        """Put every tracked tensor back on its original device, values bit-identical."""
+    def restore(self) -> list[str]:
+        """Put every tracked tensor back on its original device, values bit-identical.
+
+        Tries every tensor even when one fails, and returns what it could not restore (empty
+        when all is back). What failed stays tracked, so calling it again retries only that."""
+        problems: list[str] = []
         for entry in self.unique_entries():
             if entry.host is None and entry.tensor.device != entry.device:
-                self._set(entry, entry.tensor.data.to(entry.device))
+                try:
+                    self._set(entry, entry.tensor.data.to(entry.device))
+                except Exception as exc:  # noqa: BLE001 - reported after every tensor had its turn
+                    problems.append(f"{_name(entry)}: could not move back to {entry.device}: {exc}")
+        kept = []
         for arena, entries in self.arenas:
+            failed = False
             for e in entries:
-                fresh = torch.empty_strided(e.host.shape, e.host.stride(), dtype=e.host.dtype, device=e.device)
-                fresh.copy_(e.host)
-                self._set(e, fresh)
-                e.host = None
-            if any(e.device.type == "cuda" for e in entries):
-                torch.cuda.synchronize()
-            arena.close()
-        self.arenas.clear()
+                if e.host is None:
+                    continue
+                try:
+                    fresh = torch.empty_strided(e.host.shape, e.host.stride(), dtype=e.host.dtype, device=e.device)
+                    fresh.copy_(e.host)
+                    self._set(e, fresh)
+                    e.host = None
+                except Exception as exc:  # noqa: BLE001
+                    failed = True
+                    problems.append(f"{_name(e)}: could not copy back from host memory to {e.device}: {exc}")
+            try:
+                if any(e.device.type == "cuda" for e in entries):
+                    torch.cuda.synchronize()
+                if not failed:
+                    arena.close()
+            except Exception as exc:  # noqa: BLE001
+                failed = True
+                problems.append(f"host memory of {', '.join(_name(e) for e in entries[:3])}: {exc}")
+            if failed:
+                kept.append((arena, entries))
+        self.arenas = kept
+        return problems
 
     def unique_entries(self) -> list[_Entry]:
         return list({id(e): e for e in self.entries.values()}.values())
 
+    def true_values(self) -> dict[int, torch.Tensor]:
+        """id(tensor object) -> its host copy, for every tensor offloaded now (aliases too)."""
+        return {key: e.host for key, e in self.entries.items() if e.host is not None}
+
     @property
     def host_bytes(self) -> int:
         return sum(a.nbytes for a, _ in self.arenas)
+
+
+def _name(entry: _Entry) -> str:
+    return entry.ref.full.lstrip(".")

@@ -284,7 +284,8 @@ class PrefetchOffloader(Offloader):
         return list(self.history)
 
     def remove(self) -> None:
-        self.sync_prev_onload()
+        if self.cuda and self.copy_stream is not None:  # None once removed: remove() may be retried
+            self.sync_prev_onload()
         super().remove()
         ops.unregister(self.handle_id)
         if self.pool is not None:
