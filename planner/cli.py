@@ -118,7 +118,7 @@ def _size(value: Optional[str], flag: str) -> Optional[int]:
     from schemas.sizes import parse_size
 
     try:
-        return parse_size(value.strip())
+        return parse_size(value)  # the parser allows surrounding spaces, tabs and newlines, nothing more
     except ValidationError as err:
         raise InputError(problems_from_validation(err, prefix=(flag,))) from None
 

@@ -55,7 +55,7 @@ def canonical_dtype(name: str) -> str:
 
         close = difflib.get_close_matches(key, list(DTYPE_BYTES) + list(DTYPE_ALIASES), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"unknown dtype '{name}'{hint}; expected one of: {', '.join(DTYPE_BYTES)}")
+        raise ValueError(f"unknown dtype {name!r}{hint}; expected one of: {', '.join(DTYPE_BYTES)}")
     return key
 
 

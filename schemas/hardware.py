@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, PositiveFloat, field_validator
+
+from schemas.ints import PositiveCount
 
 from schemas.strict import StrictModel
 
@@ -20,7 +22,7 @@ DEFAULT_PROFILE = "h200"
 class UvaPoint(StrictModel):
     """How many times a matmul at ``tokens`` rows reads a weight that lives in pinned host memory."""
 
-    tokens: PositiveInt
+    tokens: PositiveCount
     passes: float = Field(ge=1.0, description="bytes read over the link / the weight's bytes")
 
 

@@ -2,7 +2,7 @@
 
 A spec file has three top-level sections: ``model`` (required), ``memory`` and
 ``offload`` (optional). Layers are listed in execution order; a layer whose name
-holds ``{i}`` and has ``repeat: N`` expands to N layers. ``expand_layers`` gives
+holds ``{i}`` and has ``repeat: N`` expands to N layers. ``ModelSection.expanded()`` gives
 the expanded, fully resolved view that the planner works on.
 """
 
@@ -13,18 +13,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    NonNegativeInt,
-    PositiveInt,
     PrivateAttr,
+    StrictBool,
     field_validator,
     model_validator,
 )
 
 from schemas.dtypes import canonical_dtype, itemsize
+from schemas.ints import Count, PositiveCount
 from schemas.sizes import Size
+from schemas.spec_limits import check_bytes, check_counts
+from schemas.spec_names import check_dotted_name, check_printable
+from schemas.spec_ties import check_ties
 from schemas.strict import StrictModel
 from schemas.workload import Workload
 
@@ -36,25 +37,17 @@ ParamKind = Literal["attention", "dense_mlp", "shared_experts", "routed_experts"
 PARAM_KINDS: tuple[str, ...] = get_args(ParamKind)
 
 
-def _check_dotted_name(value: str, what: str) -> str:
-    if value and value[0] != "." and value[-1] != "." and ".." not in value and value == value.strip():
-        return value  # the common case, without splitting
-    if not value or value != value.strip():
-        raise ValueError(f"{what} must be a non-empty name without surrounding spaces")
-    if any(not part for part in value.split(".")):
-        raise ValueError(f"{what} '{value}' has an empty segment (leading, trailing or double dot)")
-    return value
 
 
 class ParamSpec(StrictModel):
     """One tensor of a layer: a shape list, or ``{shape, dtype, stride, buffer}``."""
 
-    shape: list[NonNegativeInt]
+    shape: list[Count]
     dtype: str | None = Field(default=None, description="defaults to model.dtype")
-    stride: list[NonNegativeInt] | None = Field(
+    stride: list[Count] | None = Field(
         default=None, description="element strides, for tensors that are not contiguous"
     )
-    buffer: bool = Field(default=False, description="a registered buffer rather than a parameter")
+    buffer: StrictBool = Field(default=False, description="a registered buffer rather than a parameter")
     kind: ParamKind | None = Field(
         default=None, description="what the param is, for offload.kinds/prefer (default: from its name)"
     )
@@ -96,8 +89,8 @@ class ParamSpec(StrictModel):
 class MoeSpec(StrictModel):
     """A mixture-of-experts layer: its routed experts and how many each token uses."""
 
-    experts: PositiveInt = Field(description="routed experts in the layer")
-    top_k: PositiveInt = Field(description="experts each token is routed to")
+    experts: PositiveCount = Field(description="routed experts in the layer")
+    top_k: PositiveCount = Field(description="experts each token is routed to")
 
     @model_validator(mode="after")
     def _k_within(self) -> MoeSpec:
@@ -110,8 +103,8 @@ class LayerSpec(StrictModel):
     """A module in execution order, or a template of ``repeat`` modules named with ``{i}``."""
 
     name: str
-    repeat: PositiveInt | None = Field(default=None, description="expand {i} in name to start..start+repeat-1")
-    start: NonNegativeInt = Field(default=0, description="first value of {i} (with repeat)")
+    repeat: PositiveCount | None = Field(default=None, description="expand {i} in name to start..start+repeat-1")
+    start: Count = Field(default=0, description="first value of {i} (with repeat)")
     params: dict[str, ParamSpec] = Field(default_factory=dict)
     tied: dict[str, str] = Field(
         default_factory=dict,
@@ -122,13 +115,23 @@ class LayerSpec(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return _check_dotted_name(value.replace(REPEAT_TOKEN, "0"), "layer name") and value
+        check_printable(value, "layer name")
+        return check_dotted_name(value.replace(REPEAT_TOKEN, "0"), "layer name") and value
 
-    @field_validator("params", "tied")
+    @field_validator("params")
     @classmethod
     def _param_names(cls, value: dict[str, Any]) -> dict[str, Any]:
         for key in value:
-            _check_dotted_name(key, "param name")
+            check_dotted_name(key, "param name")
+        return value
+
+    @field_validator("tied")
+    @classmethod
+    def _tied_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, target in value.items():
+            check_dotted_name(key, "tied param name")
+            check_printable(target, f"tied param {key!r}: target")
+            check_dotted_name(target.replace(REPEAT_TOKEN, "0"), f"tied param {key!r}: target")
         return value
 
     @model_validator(mode="after")
@@ -153,6 +156,11 @@ class ModelSection(StrictModel):
 
     _expanded: tuple[Layer, ...] = PrivateAttr(default=())
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_printable(value, "model name")
+
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, value: str) -> str:
@@ -160,6 +168,7 @@ class ModelSection(StrictModel):
 
     @model_validator(mode="after")
     def _expand_and_check(self) -> ModelSection:
+        check_counts(self.layers)  # before expanding: a huge repeat is refused at once
         self._expanded = _expand(self)
         return self
 
@@ -179,11 +188,11 @@ Strategy = Literal["budget", "group"]
 class OffloadSection(StrictModel):
     backend: Backend = "auto"
     strategy: Strategy = "budget"
-    group_size: PositiveInt | None = Field(
+    group_size: PositiveCount | None = Field(
         default=None, description="strategy group: offload the last num_in_group of every group_size layers"
     )
-    num_in_group: PositiveInt | None = None
-    prefetch_step: PositiveInt | None = Field(
+    num_in_group: PositiveCount | None = None
+    prefetch_step: PositiveCount | None = Field(
         default=None, description="prefetch: how many offloaded layers ahead the copy stream runs"
     )
     params: list[str] | None = Field(
@@ -207,7 +216,7 @@ class OffloadSection(StrictModel):
             if not value:
                 raise ValueError("params is empty: list at least one name segment, or leave it out")
             for item in value:
-                _check_dotted_name(item, "param segment")
+                check_dotted_name(item, "param segment")
         return value
 
     @field_validator("kinds", "prefer")
@@ -302,12 +311,13 @@ def _tensor(name: str, spec: ParamSpec, default_dtype: str) -> Tensor:
 
 
 def _expand(model: ModelSection) -> tuple[Layer, ...]:
+    entries = [tuple(_tensor(k, v, model.dtype) for k, v in spec.params.items()) for spec in model.layers]
+    check_bytes(model.layers, entries)
     layers: list[Layer] = []
     where: dict[str, int] = {}
-    for pos, spec in enumerate(model.layers):
+    for pos, (spec, params) in enumerate(zip(model.layers, entries)):
         indices = range(spec.start, spec.start + spec.repeat) if spec.repeat else [None]
         names = [spec.name.replace(REPEAT_TOKEN, str(i)) if spec.repeat else spec.name for i in indices]
-        params = tuple(_tensor(k, v, model.dtype) for k, v in spec.params.items())
         for i, name in zip(indices, names):
             if name in where:
                 raise ValueError(
@@ -317,12 +327,5 @@ def _expand(model: ModelSection) -> tuple[Layer, ...]:
             tied = {k: v.replace(REPEAT_TOKEN, str(i)) if i is not None else v for k, v in spec.tied.items()}
             template = spec.name if spec.repeat else None
             layers.append(Layer(name, len(layers), params, tied, template, spec.moe))
-    owners = {f"{layer.name}.{t.name}" for layer in layers for t in layer.params}
-    for layer in layers:
-        for rel, target in layer.tied.items():
-            if target not in owners:
-                raise ValueError(
-                    f"layer '{layer.name}': tied param '{rel}' points to '{target}', "
-                    "which is not a param of any layer"
-                )
+    check_ties(layers)
     return tuple(layers)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, PositiveFloat, PositiveInt, RootModel, field_validator
+from pydantic import Field, PositiveFloat, RootModel, field_validator
+
+from schemas.ints import PositiveCount
 
 from schemas.strict import StrictModel
 
@@ -21,7 +23,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
 
 class WorkloadItem(StrictModel):
-    tokens: PositiveInt = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
+    tokens: PositiveCount = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
     weight: PositiveFloat = Field(default=1.0, description="share of forwards of this kind (relative)")
 
 

@@ -27,6 +27,8 @@ Path_ = tuple[Any, ...]
 
 MAX_NODES = 2_000_000
 MAX_DEPTH = 200  # nesting of collections; real files nest a handful deep
+MAX_DIGITS = 100  # an int of more digits is refused as it is read (Python's int() stops at 4300)
+_MAX_INT = 10**MAX_DIGITS
 
 _PARSER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
@@ -46,6 +48,27 @@ class YamlProblem(Exception):
 
 def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
+
+
+def _construct(construct: Any, node: yaml.ScalarNode, path: Path_ = ()) -> Any:
+    """``construct(node)``, or YamlProblem at the node for a scalar that cannot be read: a number
+    of more than MAX_DIGITS digits (int() itself refuses over 4300), an impossible date."""
+    where = (node.start_mark.line + 1, node.start_mark.column + 1, path)
+    try:
+        value = construct(node)
+    except ValueError as err:
+        if node.tag == "tag:yaml.org,2002:int":
+            raise _too_large(*where) from None
+        raise YamlProblem(f"cannot read {node.value[:40]!r} as a {node.tag.rsplit(':', 1)[-1]}: {err}; "
+                          "quote it to make it a string", *where) from None
+    if value.__class__ is int and not -_MAX_INT < value < _MAX_INT:
+        raise _too_large(*where)
+    return value
+
+
+def _too_large(line: int | None = None, column: int | None = None, path: Path_ = ()) -> YamlProblem:
+    return YamlProblem(f"a number of more than {MAX_DIGITS} digits; no number here is that large",
+                       line, column, path)
 
 
 class _Builder:
@@ -69,7 +92,7 @@ class _Builder:
                 return self._collection(node, path)
             finally:
                 self.open.discard(id(node))
-        return self.loader.construct_object(node, deep=True)
+        return _construct(self.loader.construct_object, node, path)
 
     def _collection(self, node: yaml.Node, path: Path_) -> Any:
         if isinstance(node, yaml.SequenceNode):
@@ -78,7 +101,7 @@ class _Builder:
         self.loader.flatten_mapping(node)  # resolves `<<` merge keys; explicit keys come last and win
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = self.loader.construct_object(key_node, deep=True)
+            key = _construct(self.loader.construct_object, key_node, path)
             self.lines[path + (key,)] = _line(key_node)
             out[key] = self.build(value_node, path + (key,))
         return out
@@ -91,7 +114,7 @@ class _Builder:
             where = (_line(key_node), key_node.start_mark.column + 1)
             if not isinstance(key_node, yaml.ScalarNode):
                 raise YamlProblem("a mapping key must be a plain scalar, not a list or mapping", *where)
-            key = self.loader.construct_object(key_node, deep=True)
+            key = _construct(self.loader.construct_object, key_node, path)
             if key in first:
                 raise YamlProblem(f"duplicate key (first defined on line {first[key]})", *where,
                                   path=path + (key,))
@@ -127,14 +150,20 @@ def _json_fallback(text: str) -> tuple[Any, dict[Path_, int]] | None:
         out: dict[str, Any] = {}
         for key, value in pairs:
             if key in out:
-                raise YamlProblem(f"duplicate key '{key}'")
+                raise YamlProblem(f"duplicate key {key!r}")
             out[key] = value
         return out
+
+    def number(digits: str) -> int:
+        value = int(digits) if len(digits) <= MAX_DIGITS + 1 else None
+        if value is None or not -_MAX_INT < value < _MAX_INT:
+            raise _too_large()
+        return value
 
     if not text.lstrip().startswith(("{", "[")):
         return None
     try:
-        return json.loads(text, object_pairs_hook=no_duplicates), {}
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_int=number), {}
     except json.JSONDecodeError:
         return None
 
@@ -171,8 +200,9 @@ class _Unsupported(Exception):
     tagged collections, more than one document)."""
 
 
-class _Duplicate(Exception):
-    """A duplicate key met while building without lines (the caller re-reads with lines)."""
+class _NeedLines(Exception):
+    """A duplicate key, or a scalar that cannot be read, met while building without lines (the
+    caller re-reads with lines, to name the field)."""
 
 
 _MISSING = object()
@@ -202,14 +232,14 @@ class _Scalars:
         except KeyError:
             pass
         node = yaml.ScalarNode(self.tag(event), event.value, event.start_mark, event.end_mark, event.style)
-        out = self.cache[key] = self.constructor.construct_object(node)
+        out = self.cache[key] = _construct(self.constructor.construct_object, node)
         return out
 
 
 def _build_from_events(parser: yaml.SafeLoader, lines: dict[Path_, int] | None) -> Any:
     """The document's data from ``parser``'s events; with ``lines``, fill it with the line map.
 
-    Iterative (no recursion, so no depth limit but ours). Raises _Unsupported, _Duplicate
+    Iterative (no recursion, so no depth limit but ours). Raises _Unsupported, _NeedLines
     (without lines), YamlProblem, or the parser's yaml.YAMLError.
     """
     get = parser.get_event
@@ -240,7 +270,12 @@ def _build_from_events(parser: yaml.SafeLoader, lines: dict[Path_, int] | None) 
         if kind is ScalarEvent:
             if event.anchor is not None:
                 raise _Unsupported
-            value = scalar_value(event)
+            try:
+                value = scalar_value(event)
+            except YamlProblem as problem:
+                if lines is None:
+                    raise _NeedLines from None
+                raise _at(problem, stack) from None
             is_collection = False
         elif kind is MappingStartEvent or kind is SequenceStartEvent:
             if event.anchor is not None or (event.tag not in (None, "!", _COLLECTION_TAGS[kind])):
@@ -275,7 +310,7 @@ def _build_from_events(parser: yaml.SafeLoader, lines: dict[Path_, int] | None) 
                     raise _Unsupported
                 if value in parent:
                     if lines is None:
-                        raise _Duplicate
+                        raise _NeedLines
                     first = lines[frame[1] + (value,)]
                     raise YamlProblem(f"duplicate key (first defined on line {first})",
                                       mark.line + 1, mark.column + 1, path=frame[1] + (value,))
@@ -301,6 +336,18 @@ def _build_from_events(parser: yaml.SafeLoader, lines: dict[Path_, int] | None) 
     return root
 
 
+def _at(problem: YamlProblem, stack: list[list[Any]]) -> YamlProblem:
+    """``problem`` (met at the event being built) with the path of that event."""
+    if stack:
+        container, path, key = stack[-1]
+        if container.__class__ is list:
+            path = path + (len(container),)
+        elif key is not _MISSING:
+            path = path + (key,)
+        problem.path = path
+    return problem
+
+
 def _load_events(text: str, lines: dict[Path_, int] | None) -> Any:
     parser = _PARSER(text)
     try:
@@ -323,7 +370,7 @@ def load_data(text: str) -> Any:
     no line map (re-read with ``load_with_lines`` to report a problem with lines)."""
     try:
         return _load_events(text, None)
-    except _Duplicate:
+    except _NeedLines:
         return load_with_lines(text)[0]  # raises the YamlProblem naming both lines
     except (_Unsupported, yaml.YAMLError):
         return _load_nodes(text)[0]

@@ -1,0 +1,40 @@
+"""Names in a spec (the model, layers, params, tie targets, name segments): printable, in one
+Unicode spelling, and, for dotted names, without empty segments or surrounding spaces.
+
+Control characters, escape sequences, bidi overrides, zero-width and other invisible
+characters (Unicode categories C* and Z* but the ASCII space) are refused, so a name prints
+as what it is; messages show a refused name with ``repr``, which escapes them.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+
+def _describe(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    return f"the character U+{ord(ch):04X}{f' ({name})' if name else ''}"
+
+
+def check_printable(value: str, what: str) -> str:
+    """``value`` if every character prints and it is in NFC form; else ValueError naming the problem."""
+    if value.isascii() and value.isprintable():
+        return value  # the common case
+    if not value.isprintable():
+        bad = next(ch for ch in value if not ch.isprintable())
+        raise ValueError(f"{what} {value!r} holds {_describe(bad)}, a control, format or invisible "
+                         "character; names must be printable")
+    if not unicodedata.is_normalized("NFC", value):
+        raise ValueError(f"{what} {ascii(value)} is not in Unicode normal form NFC; write it as "
+                         f"{ascii(unicodedata.normalize('NFC', value))}, which prints the same")
+    return value
+
+
+def check_dotted_name(value: str, what: str) -> str:
+    """A dotted name (``model.layers.0``, ``mlp.w1``): printable, no empty segment, no surrounding spaces."""
+    check_printable(value, what)
+    if value and value[0] != "." and value[-1] != "." and ".." not in value and value == value.strip():
+        return value  # the common case, without splitting
+    if not value or value != value.strip():
+        raise ValueError(f"{what} must be a non-empty name without surrounding spaces (got {value!r})")
+    raise ValueError(f"{what} {value!r} has an empty segment (leading, trailing or double dot)")

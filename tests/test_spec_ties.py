@@ -1,0 +1,111 @@
+"""Every tensor name belongs to one entry, and a tie points straight at a param (schemas/spec_ties.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+import planner
+from schemas.spec import SpecFile
+
+
+def model(*layers: dict[str, Any]) -> dict[str, Any]:
+    return {"model": {"name": "m", "dtype": "float16", "layers": list(layers)}}
+
+
+def refused(data: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as info:
+        SpecFile.model_validate(data)
+    [error] = info.value.errors(include_url=False)
+    return str(error["msg"])
+
+
+EMBED = {"name": "model.embed", "params": {"weight": [100, 8]}}
+BLOCK = {"name": "model.layers.{i}", "repeat": 2, "params": {"mlp.w": [8, 8]}}
+
+
+@pytest.mark.parametrize("shape", [[100, 8], [3, 3]], ids=["same-shape", "other-shape"])
+def test_a_tied_name_that_another_layer_lists_as_a_param_is_refused(shape: list[int]) -> None:
+    """The case that slipped through: ``model`` ties ``lm_head.weight`` while ``model.lm_head`` lists ``weight``."""
+    msg = refused(model(EMBED, {"name": "model", "tied": {"lm_head.weight": "model.embed.weight"}},
+                        {"name": "model.lm_head", "params": {"weight": shape}}))
+    assert ("layer 'model.lm_head': param 'weight' is the tensor 'model.lm_head.weight', and layer 'model' "
+            "ties it as tied param 'lm_head.weight'") in msg
+
+
+def test_the_clash_is_found_whichever_comes_first() -> None:
+    msg = refused(model(EMBED, {"name": "model.lm_head", "params": {"weight": [100, 8]}},
+                        {"name": "model", "tied": {"lm_head.weight": "model.embed.weight"}}))
+    assert "layer 'model': tied param 'lm_head.weight' is the tensor 'model.lm_head.weight'" in msg
+    assert "layer 'model.lm_head' lists it as param 'weight'" in msg
+
+
+def test_one_tensor_listed_by_two_nested_layers_is_refused() -> None:
+    msg = refused(model({"name": "a", "params": {"b.w": [4]}}, {"name": "a.b", "params": {"w": [4]}}))
+    assert "layer 'a.b': param 'w' is the tensor 'a.b.w', and layer 'a' lists it as param 'b.w'" in msg
+
+
+def test_one_name_tied_by_two_nested_layers_is_refused() -> None:
+    msg = refused(model(EMBED, {"name": "a", "tied": {"b.w": "model.embed.weight"}},
+                        {"name": "a.b", "tied": {"w": "model.embed.weight"}}))
+    assert "layer 'a.b': tied param 'w' is the tensor 'a.b.w', and layer 'a' ties it as tied param 'b.w'" in msg
+
+
+def test_a_clash_inside_a_template_expansion_is_refused() -> None:
+    msg = refused(model(BLOCK, {"name": "model.layers", "params": {"1.mlp.w": [8, 8]}}))
+    assert "the tensor 'model.layers.1.mlp.w'" in msg
+
+
+def test_a_tie_to_itself_is_refused() -> None:
+    msg = refused(model(EMBED, {"name": "head", "params": {"b": [8]}, "tied": {"weight": "head.weight"}}))
+    assert "layer 'head': tied param 'weight' points to 'head.weight', itself" in msg
+
+
+def test_a_template_tie_to_itself_is_refused() -> None:
+    msg = refused(model(BLOCK | {"tied": {"mlp.v": "model.layers.{i}.mlp.v"}}))
+    assert "layer 'model.layers.0': tied param 'mlp.v' points to 'model.layers.0.mlp.v', itself" in msg
+
+
+def test_a_chain_of_ties_is_refused_naming_the_owner() -> None:
+    msg = refused(model(EMBED, {"name": "head", "tied": {"weight": "model.embed.weight"}},
+                        {"name": "extra", "tied": {"weight": "head.weight"}}))
+    assert ("layer 'extra': tied param 'weight' points to 'head.weight', which is itself tied "
+            "(to 'model.embed.weight'); tie it to 'model.embed.weight'") in msg
+
+
+def test_a_cycle_of_ties_is_refused() -> None:
+    msg = refused(model(EMBED, {"name": "a", "tied": {"w": "b.w"}}, {"name": "b", "tied": {"w": "a.w"}}))
+    assert "layer 'a': tied param 'w' points to 'b.w', which is itself tied (to 'a.w')" in msg
+    assert "a chain of ties must end at a param" in msg
+
+
+def test_a_tie_to_nothing_is_refused() -> None:
+    msg = refused(model(EMBED, {"name": "head", "tied": {"weight": "model.embed.bias"}}))
+    assert "layer 'head': tied param 'weight' points to 'model.embed.bias', which is not a param of any layer" in msg
+
+
+def test_a_template_token_in_a_plain_layer_tie_is_no_param() -> None:
+    msg = refused(model(BLOCK, {"name": "head", "tied": {"w": "model.layers.{i}.mlp.w"}}))
+    assert "points to 'model.layers.{i}.mlp.w', which is not a param of any layer" in msg
+
+
+def test_the_same_name_under_params_and_tied_is_refused() -> None:
+    msg = refused(model(EMBED, {"name": "head", "params": {"weight": [100, 8]},
+                                "tied": {"weight": "model.embed.weight"}}))
+    assert "weight listed under both params and tied" in msg
+
+
+def test_good_ties_are_kept_and_planned() -> None:
+    """A tie across layers, a tie inside a template's own block, and a tie to a param of the same layer."""
+    spec = SpecFile.model_validate(model(
+        EMBED,
+        BLOCK | {"tied": {"mlp.v": "model.layers.{i}.mlp.w"}},
+        {"name": "head", "params": {"bias": [100]}, "tied": {"weight": "model.embed.weight", "b2": "head.bias"}},
+    ))
+    layers = {layer.name: layer for layer in spec.model.expanded()}
+    assert layers["model.layers.1"].tied == {"mlp.v": "model.layers.1.mlp.w"}
+    assert layers["head"].tied == {"weight": "model.embed.weight", "b2": "head.bias"}
+    plan = planner.plan(spec, gpu_budget=10**6)
+    assert plan.summary.total_bytes == (800 + 2 * 64 + 100) * 2  # tied names add no bytes
