@@ -345,9 +345,7 @@ def _assemble(m: _Model, out: _Outcome, sha: str, model_name: str) -> Plan:
             prefetch=prefetch.get(layer.index)))
     pool = None
     if cost is not None and out.backend == "prefetch":
-        keys = [BufferKey(param=e.key[0], shape=list(e.key[1]), dtype=e.key[2],
-                          stride=None if e.key[3] is None else list(e.key[3]), bytes=e.nbytes, slots=list(e.slots))
-                for e in cost.pool]
+        keys = [BufferKey.from_entry(e) for e in cost.pool]
         pool = BufferPool(slots=num_slots(len(positions), cost.step), keys=keys, bytes=cost.buffer_bytes)
     offloaded = 0 if cost is None else cost.offloaded_bytes
     buffer = pool.bytes if pool else 0
