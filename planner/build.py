@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 from schemas.hardware import HardwareProfile, load_hardware
 from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
 from schemas.sizes import format_bytes
+from schemas.spec_hash import spec_sha256
 from schemas.spec import Layer, MemorySection, OffloadSection, SpecFile, Tensor
 from schemas.workload import DEFAULT_WORKLOAD, Workload
 
@@ -23,12 +23,6 @@ from planner.select import eligible_params, group_rule
 from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
 
 WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
-
-
-def spec_sha256(spec: SpecFile) -> str:
-    """sha256 of the spec's JSON as loaded (before any override): fields in schema order, layers
-    and params in file order, comments and formatting ignored."""
-    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
 
 
 @dataclass
@@ -348,9 +342,7 @@ def _assemble(m: _Model, out: _Outcome, sha: str, model_name: str) -> Plan:
             prefetch=prefetch.get(layer.index), moe=layer.moe))
     pool = None
     if cost is not None and out.backend == "prefetch":
-        keys = [BufferKey(param=e.key[0], shape=list(e.key[1]), dtype=e.key[2],
-                          stride=None if e.key[3] is None else list(e.key[3]), bytes=e.nbytes, slots=list(e.slots))
-                for e in cost.pool]
+        keys = [BufferKey.from_entry(e) for e in cost.pool]
         pool = BufferPool(slots=num_slots(len(positions), cost.step), keys=keys, bytes=cost.buffer_bytes)
     offloaded = 0 if cost is None else cost.offloaded_bytes
     buffer = pool.bytes if pool else 0

@@ -11,14 +11,12 @@ plain ``next`` edges; an owner right after the tied layer keeps ``kind="next"``)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import networkx as nx
 
+from schemas.numbered import split_numbered
 from schemas.spec import Layer
-
-_NUMBERED = re.compile(r"^(.*)\.(\d+)$")
 
 
 def build_graph(layers: Sequence[Layer]) -> nx.DiGraph:
@@ -69,8 +67,7 @@ def find_block_stack(graph: nx.DiGraph) -> list[str]:
     start = 0
     last: tuple[str, int] | None = None
     for i, name in enumerate(names):
-        m = _NUMBERED.match(name)
-        here = (m.group(1), int(m.group(2))) if m else None
+        here = split_numbered(name)
         if here is None:
             start = i + 1
         elif last is None or here != (last[0], last[1] + 1):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-_NUMBERED = re.compile(r"^(.*)\.(\d+)$")
+from schemas.numbered import NUMBERED as _NUMBERED
 
 
 def _ranges(ints: list[int]) -> str:

@@ -19,6 +19,7 @@ from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_probl
 from runtime.progress import Progress
 from runtime.tensors import TensorRef, plan_refs, resolve, split_owner
 from runtime.teardown import RemoveError, Step, run_steps
+from schemas.errors import InputError
 from schemas import Plan, SpecFile, format_bytes, load_plan
 
 log = logging.getLogger("runtime")
@@ -165,8 +166,7 @@ def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None) 
     """Every reason the plan cannot run on this model, in one error; the tensors it does not name."""
     invalid = plan_problems(plan)
     if invalid:
-        raise ApplyError(f"the plan is not valid ({len(invalid)} problem{'s' if len(invalid) != 1 else ''}); "
-                         "nothing was moved:\n" + "\n".join(f"  - {p}" for p in invalid))
+        raise InputError(invalid)
     problems = spec_problems(plan, spec)
     try:
         check_model(plan, model)

@@ -13,35 +13,29 @@ import torch
 from runtime.tensors import DTYPES
 from schemas import BufferPool as PoolSpec
 from schemas import PlanParam
-
-Key = tuple[str, tuple[int, ...], str, tuple[int, ...] | None]
-
-
-def key_of(rel: str, p: PlanParam) -> Key:
-    return (rel, tuple(p.shape), p.dtype, None if p.stride is None else tuple(p.stride))
+from schemas.buffer_pool import PoolKey
 
 
 class BufferPool:
     def __init__(self, spec: PoolSpec, device: torch.device) -> None:
         self.spec = spec
-        self.buffers: dict[Key, dict[int, torch.Tensor]] = {}
+        self.buffers: dict[PoolKey, dict[int, torch.Tensor]] = {}
         self.nbytes = 0
         for k in spec.keys:
-            key: Key = (k.param, tuple(k.shape), k.dtype, None if k.stride is None else tuple(k.stride))
-            dtype = DTYPES[k.dtype]
-            stride = tuple(k.stride) if k.stride is not None else None
+            key = k.key
+            dtype = DTYPES[key.dtype]
             slots = {}
             for slot in k.slots:
-                if stride is None:
-                    buf = torch.empty(tuple(k.shape), dtype=dtype, device=device)
+                if key.stride is None:
+                    buf = torch.empty(key.shape, dtype=dtype, device=device)
                 else:
-                    buf = torch.empty_strided(tuple(k.shape), stride, dtype=dtype, device=device)
+                    buf = torch.empty_strided(key.shape, key.stride, dtype=dtype, device=device)
                 slots[slot] = buf
                 self.nbytes += k.bytes
             self.buffers[key] = slots
 
     def buffer(self, rel: str, p: PlanParam, slot: int) -> torch.Tensor:
-        return self.buffers[key_of(rel, p)][slot]
+        return self.buffers[p.pool_key(rel)][slot]
 
     def close(self) -> None:
         self.buffers.clear()

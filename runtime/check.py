@@ -1,4 +1,8 @@
-"""Checking a plan against a model before anything moves."""
+"""Checking a plan against itself and against a model before anything moves.
+
+The plan's own consistency is ``schemas.plan_check`` (run again here: a Plan built with
+``model_construct`` or ``model_copy`` skipped validation); this module compares it with the model.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +22,10 @@ def _contiguous_strides(shape: list[int]) -> list[int]:
 
 
 def check_model(plan: Plan, model: nn.Module) -> None:
-    """Raise PlanMismatchError listing every difference between the plan and the model."""
+    """Raise PlanMismatchError listing every difference between the plan and the model (the plan
+    itself was checked first: runtime.plan_match.plan_problems)."""
     problems: list[str] = []
+    tie_targets = {owner for layer in plan.layers for owner in layer.tied.values()}
     for layer in plan.layers:
         try:
             model.get_submodule(layer.name)
@@ -61,42 +67,10 @@ def check_model(plan: Plan, model: nn.Module) -> None:
                 problems.append(f"'{full}' does not share storage with '{owner}' as the plan says")
         for rel in layer.offloaded:
             ref = resolve(model, layer.name, rel)
-            if ref is not None and _is_tied_target(plan, f"{layer.name}.{rel}"):
+            if ref is not None and f"{layer.name}.{rel}" in tie_targets:
                 problems.append(f"'{layer.name}.{rel}' is offloaded but another param is tied to it")
-    _check_summary(plan, problems)
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
-
-
-def _is_tied_target(plan: Plan, full: str) -> bool:
-    return any(owner == full for layer in plan.layers for owner in layer.tied.values())
-
-
-def _check_summary(plan: Plan, problems: list[str]) -> None:
-    s = plan.summary
-    pool = plan.buffer_pool.bytes if plan.buffer_pool else 0
-    if s.gpu_budget_bytes is not None and s.backend != "none":
-        if pool > s.gpu_budget_bytes:
-            problems.append(
-                f"the buffer pool ({pool} bytes) is larger than the plan's GPU budget ({s.gpu_budget_bytes} bytes)"
-            )
-        elif s.peak_gpu_bytes > s.gpu_budget_bytes:
-            problems.append(
-                f"peak_gpu_bytes ({s.peak_gpu_bytes}) exceeds the plan's GPU budget ({s.gpu_budget_bytes})"
-            )
-    if s.backend == "prefetch" and plan.buffer_pool is not None:
-        have = {(k.param, tuple(k.shape), k.dtype, tuple(k.stride or ())) : set(k.slots) for k in plan.buffer_pool.keys}
-        for layer in plan.layers:
-            if layer.prefetch is None:
-                continue
-            for rel in layer.offloaded:
-                p = layer.params[rel]
-                key = (rel, tuple(p.shape), p.dtype, tuple(p.stride or ()))
-                if layer.prefetch.slot not in have.get(key, set()):
-                    problems.append(
-                        f"'{layer.name}.{rel}' needs slot {layer.prefetch.slot} of buffer key "
-                        f"{rel} {p.shape} {p.dtype}, which the buffer pool lacks"
-                    )
 
 
 def meta_params(model: nn.Module) -> list[str]:

@@ -10,7 +10,6 @@ when the spec is at hand, that the plan was made from it.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,14 +19,13 @@ from torch import nn
 
 from runtime.tensors import resolve, storage_nbytes
 from schemas import Plan, SpecFile, format_bytes
+from schemas.errors import InputError, Problem, problems_from_validation
+from schemas.plan import DEFER_CHECK
+from schemas.plan_check import check_plan
+from schemas.spec_hash import spec_sha256
 
 Unplanned = Literal["refuse", "move"]
 UNPLANNED_CHOICES = ("refuse", "move")
-
-
-def spec_sha256(spec: SpecFile) -> str:
-    """The hash a plan records of its spec (the planner computes it the same way)."""
-    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -42,16 +40,19 @@ class Loose:
     persistent: bool
 
 
-def plan_problems(plan: Plan) -> list[str]:
-    """Problems of the plan object itself, by the same validator that loading a plan runs."""
+def plan_problems(plan: Plan) -> list[Problem]:
+    """Problems of the plan object itself, found as loading a plan file finds them: a plan built
+    with ``model_construct`` or edited in place skipped validation."""
     try:
-        Plan.model_validate(plan.model_dump())
-    except (ValidationError, AttributeError, TypeError) as exc:  # model_construct may leave fields out
-        if not isinstance(exc, ValidationError):
-            return [f"{type(exc).__name__}: {exc}"]
-        return [e["msg"].removeprefix("Value error, ")
-                + (f" (at {'.'.join(str(p) for p in e['loc'])})" if e["loc"] else "")
-                for e in exc.errors()]
+        checked = Plan.model_validate(plan.model_dump(), context={DEFER_CHECK: True})
+    except ValidationError as err:
+        return problems_from_validation(err, source="the plan")
+    except (AttributeError, TypeError) as exc:  # model_construct may leave fields out
+        return [Problem(f"an incomplete plan object ({type(exc).__name__}: {exc})", "the plan")]
+    try:
+        check_plan(checked, source="the plan")
+    except InputError as err:
+        return err.problems
     return []
 
 

@@ -12,16 +12,11 @@ import torch
 from torch import nn
 
 from schemas import Plan
+from schemas.dtypes import DTYPE_BYTES
+from schemas.spec import storage_elements
 
-DTYPES: dict[str, torch.dtype] = {
-    name: getattr(torch, name)
-    for name in (
-        "float64", "float32", "float16", "bfloat16", "complex128", "complex64", "int64", "int32",
-        "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool", "float8_e4m3fn",
-        "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
-    )
-    if hasattr(torch, name)
-}
+# the torch dtype of every dtype name a plan may hold (schemas.dtypes), where this torch has it
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_BYTES if hasattr(torch, name)}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -74,10 +69,8 @@ def plan_refs(plan: Plan, model: nn.Module) -> dict[str, TensorRef]:
 
 
 def span_elements(t: torch.Tensor) -> int:
-    """Elements the tensor's strided extent covers (numel when contiguous)."""
-    if t.numel() == 0:
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    """Elements the tensor's strided extent covers (numel when contiguous), as the plan counts them."""
+    return storage_elements(tuple(t.shape), tuple(t.stride()))
 
 
 def storage_nbytes(t: torch.Tensor) -> int:

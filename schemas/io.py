@@ -2,7 +2,8 @@
 
 Loading parses fast without a line map (``yaml_lines.load_data``, duplicate keys still
 rejected) and re-reads the text with lines only when validation fails, to point at the
-lines. Plans are written compactly: fields equal to their default are left out (loading
+lines. A plan is checked against itself too (``schemas.plan_check``): every derived field
+is recomputed, so a hand-edited plan that contradicts itself is refused. Plans are written compactly: fields equal to their default are left out (loading
 fills them back in), except ``plan_version`` and each layer's ``offloaded``.
 """
 
@@ -15,8 +16,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.errors import InputError, Problem, format_path, input_error_from_validation
-from schemas.plan import Plan, PlanLayer
+from schemas.errors import InputError, Problem, format_path, input_error_from_validation, line_of
+from schemas.plan import DEFER_CHECK, Plan, PlanLayer
+from schemas.plan_check import plan_findings
 from schemas.spec import SpecFile
 from schemas.yaml_lines import YamlProblem, load_data, load_with_lines
 from schemas.yaml_write import dump_yaml
@@ -91,13 +93,30 @@ def _validate(cls: type[M], data: Any, text: str, name: str) -> M:
     if want and found and found != want:
         raise InputError(Problem(f"this is a {found} file, not a {want}: {_HINT[want]}", name, 1))
     try:
-        return cls.model_validate(data)
+        model = cls.model_validate(data, context={DEFER_CHECK: True})
     except ValidationError as err:
-        try:
-            data, lines = load_with_lines(text)  # the same data, now with the line of every node
-        except YamlProblem as problem:
-            raise _yaml_problem(problem, name) from None
+        data, lines = _with_lines(text, name)
         raise input_error_from_validation(err, source=name, data=data, lines=lines, root=cls) from None
+    if isinstance(model, Plan):
+        _check_plan(model, text, name)
+    return model
+
+
+def _with_lines(text: str, name: str) -> tuple[Any, dict]:
+    """The same data, now with the line of every node (read only when there is something to point at)."""
+    try:
+        return load_with_lines(text)
+    except YamlProblem as problem:
+        raise _yaml_problem(problem, name) from None
+
+
+def _check_plan(plan: Plan, text: str, name: str) -> None:
+    """The plan check (schemas/plan_check.py), each finding pointing at its line of the file."""
+    findings = plan_findings(plan)
+    if findings:
+        data, lines = _with_lines(text, name)
+        raise InputError([Problem(f.text, name, line_of(f.loc, data, lines), format_path(f.loc))
+                          for f in findings])
 
 
 def load_model(cls: type[M], path: str | Path, text: str | None = None) -> M:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, model_validator
+from pydantic import Field, NonNegativeInt, ValidationInfo, model_validator
 
+from schemas.buffer_pool import PoolEntry, PoolKey
+from schemas.plan_check import findings_text, plan_findings
 from schemas.prediction import Predictions
 from schemas.spec import MoeSpec, ParamKind
 from schemas.strict import StrictModel
@@ -20,6 +22,8 @@ from schemas.strict import StrictModel
 PLAN_VERSION = 1
 
 PlanBackend = Literal["prefetch", "uva", "none"]
+
+DEFER_CHECK = "defer_plan_check"  # validation context key: the caller runs the plan check itself
 
 
 class PlanParam(StrictModel):
@@ -31,6 +35,10 @@ class PlanParam(StrictModel):
     kind: ParamKind | None = Field(
         default=None, description="what the param is; written when the offload selection used kinds"
     )
+
+    def pool_key(self, rel: str) -> PoolKey:
+        """The buffer-pool key of this param, named ``rel`` in its layer."""
+        return PoolKey.of(rel, self.shape, self.dtype, self.stride)
 
 
 class Prefetch(StrictModel):
@@ -57,15 +65,6 @@ class PlanLayer(StrictModel):
     prefetch: Prefetch | None = None
     moe: MoeSpec | None = Field(default=None, description="routed experts and top-k (from the spec)")
 
-    @model_validator(mode="after")
-    def _offloaded_known(self) -> PlanLayer:
-        unknown = [p for p in self.offloaded if p not in self.params]
-        if unknown:
-            raise ValueError(f"layer '{self.name}' offloads unknown params: {', '.join(unknown)}")
-        if self.prefetch is not None and not self.offloaded:
-            raise ValueError(f"layer '{self.name}' has a prefetch entry but offloads nothing")
-        return self
-
 
 class BufferKey(StrictModel):
     """One kind of buffer in the pool: params with this relative name, shape and dtype share it."""
@@ -76,6 +75,16 @@ class BufferKey(StrictModel):
     stride: list[NonNegativeInt] | None = None
     bytes: NonNegativeInt = Field(description="bytes of one buffer")
     slots: list[NonNegativeInt] = Field(description="slot ids this key has a buffer for")
+
+    @property
+    def key(self) -> PoolKey:
+        return PoolKey.of(self.param, self.shape, self.dtype, self.stride)
+
+    @classmethod
+    def from_entry(cls, e: PoolEntry) -> BufferKey:
+        k = e.key
+        return cls(param=k.param, shape=list(k.shape), dtype=k.dtype,
+                   stride=None if k.stride is None else list(k.stride), bytes=e.nbytes, slots=list(e.slots))
 
 
 class BufferPool(StrictModel):
@@ -113,30 +122,13 @@ class Plan(StrictModel):
     buffer_pool: BufferPool | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> Plan:
-        names = [layer.name for layer in self.layers]
-        if len(set(names)) != len(names):
-            dup = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"duplicate layer names: {', '.join(dup)}")
-        known = set(names)
-        prefetch = self.summary.backend == "prefetch"
-        for layer in self.layers:
-            if layer.prefetch is not None:
-                if not prefetch:
-                    raise ValueError(f"layer '{layer.name}' has a prefetch entry but the backend is "
-                                     f"'{self.summary.backend}'")
-                if layer.prefetch.copy_before not in known:
-                    raise ValueError(f"layer '{layer.name}': copy_before names unknown layer "
-                                     f"'{layer.prefetch.copy_before}'")
-                if self.buffer_pool is None or layer.prefetch.slot >= self.buffer_pool.slots:
-                    raise ValueError(f"layer '{layer.name}': slot {layer.prefetch.slot} is not in the buffer pool")
-            elif prefetch and layer.offloaded:
-                raise ValueError(f"layer '{layer.name}' is offloaded under prefetch but has no prefetch entry")
-        offloaded = sum(layer.offloaded_bytes for layer in self.layers)
-        if offloaded != self.summary.offloaded_bytes:
-            raise ValueError(
-                f"summary.offloaded_bytes is {self.summary.offloaded_bytes} but the layers offload {offloaded}"
-            )
+    def _consistent(self, info: ValidationInfo) -> Plan:
+        """Every derived field agrees with the rest (schemas/plan_check.py). ``schemas.io`` loads with
+        ``context={DEFER_CHECK: True}`` and runs the check itself, to point at the lines of the file."""
+        if not (info.context or {}).get(DEFER_CHECK):
+            findings = plan_findings(self)
+            if findings:
+                raise ValueError(findings_text(findings))
         return self
 
     def layer(self, name: str) -> PlanLayer:

@@ -8,13 +8,11 @@ identical blocks ``prefix.0 … prefix.N-1`` into one ``prefix.{i}`` template.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.numbered import NUMBERED as _BLOCK
 from schemas.spec import REPEAT_TOKEN, SpecFile, storage_elements
-
-_BLOCK = re.compile(r"^(.*)\.(\d+)$")
 
 
 @dataclass

@@ -8,7 +8,7 @@ from conftest import EXAMPLES, ROOT, make_spec
 from pydantic import ValidationError
 
 import planner
-from planner.build import spec_sha256
+from schemas.spec_hash import spec_sha256
 from planner.errors import InfeasibleError, PlanningError
 from schemas import Plan, SpecFile, dump_model, load_spec
 from schemas.io import load_model

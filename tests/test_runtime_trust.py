@@ -27,7 +27,7 @@ from runtime import ops  # noqa: E402
 from runtime.apply import _ACTIVE  # noqa: E402
 from runtime.guard import AppliedModelError, handle_of  # noqa: E402
 from runtime.placement import Placement  # noqa: E402
-from runtime.plan_match import spec_sha256  # noqa: E402
+from schemas.spec_hash import spec_sha256  # noqa: E402
 from runtime.teardown import RemoveError  # noqa: E402
 from schemas import Plan  # noqa: E402
 

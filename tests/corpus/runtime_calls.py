@@ -24,6 +24,7 @@ import planner
 import runtime
 from corpus.case import ApiCase
 from runtime.errors import ApplyError, PlanMismatchError
+from schemas.errors import InputError
 from runtime.guard import AppliedModelError
 from schemas import Plan
 
@@ -127,7 +128,11 @@ def _nested_layer_names_same_tensor(model, _tmp):
                                   params={"up_proj.weight": block.params["mlp.up_proj.weight"]},
                                   tied={}, offloaded=[], resident_bytes=block.params["mlp.up_proj.weight"].bytes,
                                   offloaded_bytes=0, prefetch=None)
-    return _apply(model, Plan.model_construct(**{**dict(plan), "layers": [plan.layers[0], inner, *plan.layers[1:]]}))
+    n, s = inner.resident_bytes, plan.summary  # a plan consistent in itself: only the model shows the clash
+    summary = s.model_copy(update={"layers": s.layers + 1, "total_bytes": s.total_bytes + n,
+                                   "resident_bytes": s.resident_bytes + n, "peak_gpu_bytes": s.peak_gpu_bytes + n})
+    return _apply(model, Plan.model_construct(**{**dict(plan), "summary": summary,
+                                                 "layers": [plan.layers[0], inner, *plan.layers[1:]]}))
 
 
 def _extra_root_param(model, _tmp):
@@ -217,10 +222,10 @@ CASES: list[ApiCase] = [
              expect=("not in the plan", "model.layers.3", "unplanned='move'")),
     _refused("unplanned-root-param", _extra_root_param, expect=("temperature", "unplanned='move'")),
     _refused("unplanned-persistent-buffer", _extra_block_buffer, expect=("model.layers.2.lora_scale",)),
-    _refused("plan-lists-a-layer-twice", _layer_twice, error=(ApplyError, PlanMismatchError),
+    _refused("plan-lists-a-layer-twice", _layer_twice, error=(InputError, PlanMismatchError),
              expect=("model.layers.0",)),
-    _refused("plan-offloads-a-param-twice", _offloaded_twice, error=(ApplyError, PlanMismatchError),
-             expect=("twice",)),
+    _refused("plan-offloads-a-param-twice", _offloaded_twice, error=(InputError, PlanMismatchError),
+             expect=("self_attn.q_proj.weight",)),
     _refused("plan-names-a-tensor-under-two-layers", _nested_layer_names_same_tensor,
              expect=("model.layers.0.mlp.up_proj.weight", "same tensor")),
     _refused("plan-from-another-spec", lambda m, t: _apply(m, spec=runtime.describe(make_llama(_cfg(4)))),

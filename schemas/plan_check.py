@@ -1,0 +1,324 @@
+"""The plan check: every field a plan derives is recomputed from the plan's own content.
+
+A plan file is read by people and may be edited by hand, so nothing derived is trusted:
+param bytes (from shape, dtype and stride), per-layer and summary totals, the peak and the
+budgets, backend consistency, ties, the buffer pool (``schemas.buffer_pool.build_pool``) and
+every prefetch entry (``schemas.schedule.schedule`` from the step). All findings are
+collected, each with the field path it is about; the wording is in ``schemas/plan_wording.py``.
+
+The check is linear in the size of the plan: plans of 1,000-layer models are loaded often.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from schemas import plan_wording as say
+from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, pool_bytes
+from schemas.dtypes import DTYPE_BYTES, canonical_dtype
+from schemas.errors import InputError, Problem, format_path
+from schemas.schedule import num_slots, schedule
+from schemas.spec import storage_elements
+
+if TYPE_CHECKING:
+    from schemas.plan import Plan, PlanLayer, PlanParam
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+Loc = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing in a plan that contradicts the rest of it: the field path and what is wrong."""
+
+    loc: Loc
+    text: str
+
+    def __str__(self) -> str:
+        return f"{format_path(self.loc)}: {self.text}"
+
+
+def check_plan(plan: Plan, source: str | None = None) -> None:
+    """Raise InputError listing every finding of ``plan_findings`` (nothing when the plan is consistent)."""
+    findings = plan_findings(plan)
+    if findings:
+        raise InputError([Problem(f.text, source, None, format_path(f.loc)) for f in findings])
+
+
+def findings_text(findings: list[Finding]) -> str:
+    return say.summary_intro(len(findings)) + ":\n" + "\n".join(f"  {f}" for f in findings)
+
+
+def plan_findings(plan: Plan) -> list[Finding]:
+    out: list[Finding] = []
+    tied_to = _tie_targets(plan)
+    owners = _owners(plan) if tied_to else {}
+    first_index: dict[str, int] = {}
+    totals = _Totals()
+    for i, layer in enumerate(plan.layers):
+        first = first_index.setdefault(layer.name, i)
+        if first != i:
+            out.append(Finding(("layers", i, "name"), say.duplicate_layer(layer.name, first)))
+        _check_layer(i, layer, plan.summary.backend, tied_to, owners, totals, out)
+    _check_summary(plan, totals, out)
+    _check_prefetch(plan, totals, out)
+    return out
+
+
+@dataclass
+class _Totals:
+    """What the layers add up to, and the buffer pool rebuilt from them."""
+
+    total: int = 0
+    offloaded: int = 0
+    offloaded_layers: list[int] = field(default_factory=list)  # indices, in order
+    pool: list[PoolEntry] = field(default_factory=list)
+    buffer: int = 0  # bytes of ``pool``
+
+
+def _tie_targets(plan: Plan) -> dict[str, list[str]]:
+    """Full name of a tied param's owner -> the full names of the params tied to it."""
+    out: dict[str, list[str]] = {}
+    for layer in plan.layers:
+        for rel, target in layer.tied.items():
+            out.setdefault(target, []).append(f"{layer.name}.{rel}")
+    return out
+
+
+def _owners(plan: Plan) -> dict[str, tuple[PlanLayer, str]]:
+    """Full name -> (layer, relative name) of every param and tied param (only built when ties exist)."""
+    return {f"{layer.name}.{rel}": (layer, rel) for layer in plan.layers for rel in layer.params}
+
+
+def _param_bytes(i: int, rel: str, p: PlanParam, out: list[Finding]) -> None:
+    size = DTYPE_BYTES.get(p.dtype)
+    if size is None or p.stride is not None or p.bytes != storage_elements(p.shape, None) * size:
+        _param_problems(("layers", i, "params", rel), p, out)
+
+
+def _param_problems(loc: Loc, p: PlanParam, out: list[Finding]) -> None:
+    size = DTYPE_BYTES.get(p.dtype)
+    if size is None:
+        try:
+            canonical = canonical_dtype(p.dtype)
+        except ValueError as err:
+            out.append(Finding(loc + ("dtype",), str(err)))
+        else:
+            out.append(Finding(loc + ("dtype",), say.dtype_alias(p.dtype, canonical)))
+        return
+    if p.stride is not None and len(p.stride) != len(p.shape):
+        out.append(Finding(loc + ("stride",), say.stride_rank(p.stride, p.shape)))
+        return
+    want = storage_elements(p.shape, p.stride) * size
+    if p.bytes != want:
+        out.append(Finding(loc + ("bytes",), say.mismatch(p.bytes, want, say.param_bytes_source(
+            p.shape, p.dtype, p.stride))))
+
+
+def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list[str]],
+                 owners: dict[str, tuple[PlanLayer, str]], totals: _Totals, out: list[Finding]) -> None:
+    loc: Loc = ("layers", i)
+    params = layer.params
+    own = 0
+    for rel, p in params.items():
+        _param_bytes(i, rel, p, out)
+        if rel not in layer.tied:
+            own += p.bytes
+    offloaded = 0
+    seen: set[str] = set()
+    for j, rel in enumerate(layer.offloaded):
+        where = loc + ("offloaded", j)
+        if rel in seen:
+            out.append(Finding(where, say.offloaded_twice(rel)))
+            continue
+        seen.add(rel)
+        if rel in layer.tied:
+            out.append(Finding(where, say.offloaded_tied(rel, layer.tied[rel])))
+        elif rel not in params:
+            out.append(Finding(where, say.offloaded_unknown(rel, list(params))))
+        else:
+            offloaded += params[rel].bytes
+            if tied_to:
+                full = f"{layer.name}.{rel}"
+                if full in tied_to:
+                    out.append(Finding(where, say.offloaded_tie_target(full, tied_to[full])))
+    for rel, target in layer.tied.items():
+        _check_tie(loc, layer, rel, target, owners, out)
+    if layer.resident_bytes != own - offloaded:
+        out.append(Finding(loc + ("resident_bytes",), say.mismatch(
+            layer.resident_bytes, own - offloaded, "its params' bytes less the offloaded ones (tied params "
+            "count at their owner)")))
+    if layer.offloaded_bytes != offloaded:
+        out.append(Finding(loc + ("offloaded_bytes",), say.mismatch(
+            layer.offloaded_bytes, offloaded, "the bytes of its offloaded params")))
+    totals.total += own
+    totals.offloaded += offloaded
+    if layer.offloaded:
+        totals.offloaded_layers.append(i)
+    if layer.prefetch is not None:
+        if backend != "prefetch":
+            out.append(Finding(loc + ("prefetch",), say.prefetch_without_backend(backend)))
+        elif not layer.offloaded:
+            out.append(Finding(loc + ("prefetch",), say.prefetch_without_offload()))
+    elif backend == "prefetch" and layer.offloaded:
+        out.append(Finding(loc + ("prefetch",), say.prefetch_missing()))
+
+
+def _check_tie(loc: Loc, layer: PlanLayer, rel: str, target: str,
+               owners: dict[str, tuple[PlanLayer, str]], out: list[Finding]) -> None:
+    where = loc + ("tied", rel)
+    found = owners.get(target)
+    if found is None:
+        out.append(Finding(where, say.tied_unknown_target(target)))
+        return
+    owner_layer, owner_rel = found
+    if owner_layer is layer and owner_rel == rel:
+        out.append(Finding(where, say.tied_to_itself(target)))
+        return
+    if owner_rel in owner_layer.tied:
+        out.append(Finding(where, say.tied_chain(target)))
+        return
+    mine = layer.params.get(rel)
+    if mine is None:
+        out.append(Finding(where, say.tied_missing_param(rel)))
+        return
+    theirs = owner_layer.params[owner_rel]
+    if (mine.shape, mine.dtype, mine.stride) != (theirs.shape, theirs.dtype, theirs.stride):
+        out.append(Finding(loc + ("params", rel), say.tied_differs(
+            rel, say.param_bytes_source(mine.shape, mine.dtype, mine.stride), target,
+            say.param_bytes_source(theirs.shape, theirs.dtype, theirs.stride))))
+
+
+def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
+    s = plan.summary
+    loc: Loc = ("summary",)
+    n = len(totals.offloaded_layers)
+    resident = totals.total - totals.offloaded
+    if s.backend == "none" and n:
+        first = plan.layers[totals.offloaded_layers[0]].name
+        out.append(Finding(loc + ("backend",), say.none_offloads(n, first)))
+    if plan.buffer_pool is not None and not (s.backend == "prefetch" and n):
+        out.append(Finding(("buffer_pool",), say.pool_without_prefetch(s.backend)))
+    if s.prefetch_step is not None and not (s.backend == "prefetch" and n):
+        out.append(Finding(loc + ("prefetch_step",), say.step_without_prefetch(s.backend, s.prefetch_step)))
+    if not SHA256.fullmatch(s.spec_sha256):
+        out.append(Finding(loc + ("spec_sha256",), say.sha_format(s.spec_sha256)))
+    buffer = _rebuilt_buffer(plan, totals)
+    peak = resident + buffer
+    wants = [
+        ("layers", len(plan.layers), "the layers listed"),
+        ("offloaded_layers", n, "the layers that offload params"),
+        ("total_bytes", totals.total, "the layers' params (tied params count at their owner)"),
+        ("offloaded_bytes", totals.offloaded, "the layers' offloaded_bytes"),
+        ("resident_bytes", resident, "total_bytes less offloaded_bytes"),
+        ("pinned_host_bytes", totals.offloaded, "offloaded_bytes (each offloaded param is pinned once)"),
+        ("buffer_bytes", buffer, "the buffer pool" if plan.buffer_pool is not None or buffer else "no buffer pool"),
+        ("peak_gpu_bytes", peak, f"resident_bytes {resident} + buffer_bytes {buffer}"),
+    ]
+    for name, want, source in wants:
+        found = getattr(s, name)
+        if found != want:
+            out.append(Finding(loc + (name,), say.mismatch(found, want, source)))
+    if s.gpu_budget_bytes is not None and peak > s.gpu_budget_bytes:
+        if buffer > s.gpu_budget_bytes:
+            out.append(Finding(("buffer_pool", "bytes"), say.over_budget(
+                "the buffer pool alone", buffer, "GPU budget", "gpu_budget_bytes", s.gpu_budget_bytes)))
+        else:
+            out.append(Finding(loc + ("peak_gpu_bytes",), say.over_budget(
+                "the peak", peak, "GPU budget", "gpu_budget_bytes", s.gpu_budget_bytes)))
+    if s.cpu_budget_bytes is not None and totals.offloaded > s.cpu_budget_bytes:
+        out.append(Finding(loc + ("pinned_host_bytes",), say.over_budget(
+            "the pinned host memory", totals.offloaded, "host budget", "cpu_budget_bytes", s.cpu_budget_bytes)))
+
+
+def _rebuilt_buffer(plan: Plan, totals: _Totals) -> int:
+    """GPU bytes of the buffer pool the plan's offloaded layers need (checked in _check_prefetch)."""
+    s = plan.summary
+    if s.backend != "prefetch" or not totals.offloaded_layers:
+        return 0
+    step = s.prefetch_step if s.prefetch_step is not None and s.prefetch_step >= 1 else None
+    if step is None:
+        return plan.buffer_pool.bytes if plan.buffer_pool is not None else 0
+    interned: dict[Signature, Signature] = {}  # equal layers share one signature: few objects, one pass
+    sigs = [interned.setdefault(sig, sig) for sig in map(_signature, (plan.layers[i] for i in totals.offloaded_layers))]
+    totals.pool = build_pool(sigs, num_slots(len(sigs), step))
+    totals.buffer = pool_bytes(totals.pool)
+    return totals.buffer
+
+
+def _signature(layer: PlanLayer) -> Signature:
+    params = layer.params
+    return tuple((PoolKey.of(rel, params[rel].shape, params[rel].dtype, params[rel].stride), params[rel].bytes)
+                 for rel in dict.fromkeys(layer.offloaded) if rel in params and rel not in layer.tied)
+
+
+def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
+    s = plan.summary
+    positions = totals.offloaded_layers
+    if s.backend != "prefetch" or not positions:
+        return
+    if s.prefetch_step is None:
+        out.append(Finding(("summary", "prefetch_step"), say.step_missing()))
+        return
+    if s.prefetch_step < 1:
+        out.append(Finding(("summary", "prefetch_step"), say.step_too_small(s.prefetch_step)))
+        return
+    n, step = len(positions), s.prefetch_step
+    k = num_slots(n, step)
+    source = say.schedule_source(step, n, k)
+    if plan.buffer_pool is None:
+        out.append(Finding(("buffer_pool",), say.pool_missing()))
+    else:
+        _check_pool(plan, totals, k, source, out)
+    layers = plan.layers
+    num_layers = len(layers)
+    for p, t in zip(positions, schedule(positions, num_layers, step)):
+        pf = layers[p].prefetch
+        if pf is None:
+            continue  # reported with the layer
+        loc: Loc = ("layers", p, "prefetch")
+        before = layers[t.copy_before(num_layers)].name
+        if pf.slot != t.slot:
+            out.append(Finding(loc + ("slot",), say.mismatch(pf.slot, t.slot, source)))
+        if pf.copy_before != before:
+            out.append(Finding(loc + ("copy_before",), say.mismatch(pf.copy_before, before, source)))
+        if pf.previous_forward != t.previous_forward:
+            out.append(Finding(loc + ("previous_forward",), say.mismatch(pf.previous_forward, t.previous_forward,
+                                                                       source)))
+
+
+def _check_pool(plan: Plan, totals: _Totals, k: int, source: str, out: list[Finding]) -> None:
+    pool = plan.buffer_pool
+    assert pool is not None
+    entries = totals.pool
+    loc: Loc = ("buffer_pool",)
+    if pool.slots != k:
+        out.append(Finding(loc + ("slots",), say.mismatch(pool.slots, k, source)))
+    want = {e.key: e for e in entries}
+    seen: set[PoolKey] = set()
+    for i, bk in enumerate(pool.keys):
+        key = bk.key
+        where = loc + ("keys", i)
+        if key in seen:
+            out.append(Finding(where, say.pool_key_twice(key)))
+            continue
+        seen.add(key)
+        e = want.get(key)
+        if e is None:
+            out.append(Finding(where, say.pool_key_unneeded(key)))
+            continue
+        if bk.bytes != e.nbytes:
+            out.append(Finding(where + ("bytes",), say.mismatch(bk.bytes, e.nbytes, "the offloaded params with this key")))
+        if list(bk.slots) != list(e.slots):
+            out.append(Finding(where + ("slots",), say.mismatch(
+                bk.slots, e.slots, f"the slots of the offloaded layers holding {key.param} ({source})")))
+    missing = [e.key for e in entries if e.key not in seen]
+    if missing:
+        out.append(Finding(loc + ("keys",), say.pool_keys_missing(missing)))
+    elif len(pool.keys) == len(entries) and [bk.key for bk in pool.keys] != [e.key for e in entries]:
+        out.append(Finding(loc + ("keys",), say.pool_keys_order()))
+    if pool.bytes != totals.buffer:
+        out.append(Finding(loc + ("bytes",), say.mismatch(pool.bytes, totals.buffer, "the buffers the offloaded layers need")))

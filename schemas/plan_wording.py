@@ -1,0 +1,155 @@
+"""The sentences of the plan check (schemas/plan_check.py), kept apart from its decisions.
+
+Each function returns the text after a field path, e.g. for
+``layers[3].params['mlp.w1'].bytes``: ``1 in the file, 512 from shape [16, 16], dtype float16``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def value(v: Any) -> str:
+    if v is None:
+        return "nothing"
+    if isinstance(v, str):
+        return f"'{v}'"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return str(v)
+
+
+def mismatch(found: Any, want: Any, source: str) -> str:
+    return f"{value(found)} in the file, {value(want)} from {source}"
+
+
+def param_bytes_source(shape: Sequence[int], dtype: str, stride: Sequence[int] | None) -> str:
+    strided = "" if stride is None else f", stride {value(stride)}"
+    return f"shape {value(shape)}, dtype {dtype}{strided}"
+
+
+def dtype_alias(found: str, canonical: str) -> str:
+    return f"dtype '{found}' is a short form; a plan spells it '{canonical}'"
+
+
+def stride_rank(stride: Sequence[int], shape: Sequence[int]) -> str:
+    return f"stride {value(stride)} has {len(stride)} entries but shape {value(shape)} has {len(shape)}"
+
+
+def duplicate_layer(name: str, first: int) -> str:
+    return f"layer name '{name}' is also the name of layers[{first}]"
+
+
+def offloaded_twice(rel: str) -> str:
+    return f"'{rel}' is listed more than once"
+
+
+def offloaded_unknown(rel: str, known: Sequence[str]) -> str:
+    from schemas.errors import suggest
+
+    return f"'{rel}' is not a param of this layer{suggest(rel, list(known))}"
+
+
+def offloaded_tied(rel: str, owner: str) -> str:
+    return f"'{rel}' is tied to '{owner}' and shares its storage: a tied param is never offloaded"
+
+
+def offloaded_tie_target(full: str, tied: Sequence[str]) -> str:
+    more = f" and {len(tied) - 3} more" if len(tied) > 3 else ""
+    return (f"'{full}' is offloaded but {', '.join(repr(t) for t in tied[:3])}{more} share its storage "
+            "(tied): a tied param's owner stays on the GPU")
+
+
+def tied_missing_param(rel: str) -> str:
+    return f"tied param '{rel}' has no entry under params (the plan lists it with its owner's shape and dtype)"
+
+
+def tied_unknown_target(target: str) -> str:
+    return f"'{target}' is not a param of any layer of the plan"
+
+
+def tied_to_itself(target: str) -> str:
+    return f"'{target}' is the param itself"
+
+
+def tied_chain(target: str) -> str:
+    return f"'{target}' is itself a tied param; tie to the param that owns the storage"
+
+
+def tied_differs(rel: str, mine: str, target: str, theirs: str) -> str:
+    return f"'{rel}' is {mine} but its owner '{target}' is {theirs}"
+
+
+def prefetch_without_backend(backend: str) -> str:
+    return f"a prefetch entry, but the backend is '{backend}' (only the prefetch backend has them)"
+
+
+def prefetch_without_offload() -> str:
+    return "a prefetch entry, but the layer offloads nothing"
+
+
+def prefetch_missing() -> str:
+    return "the layer offloads params under the prefetch backend but has no prefetch entry"
+
+
+def schedule_source(step: int, n: int, slots: int) -> str:
+    return f"the schedule of prefetch_step {step} over {n} offloaded layers in {slots} slots"
+
+
+def step_too_small(step: int) -> str:
+    return f"must be >= 1 (got {step}): the copy of a layer starts at least one offloaded layer ahead"
+
+
+def step_missing() -> str:
+    return "the prefetch backend with offloaded layers needs a prefetch_step (>= 1)"
+
+
+def step_without_prefetch(backend: str, step: int) -> str:
+    return f"{step}, but only the prefetch backend with offloaded layers has a prefetch_step (backend '{backend}')"
+
+
+def pool_without_prefetch(backend: str) -> str:
+    return f"backend '{backend}' has no buffer pool (only prefetch with offloaded layers does)"
+
+
+def pool_missing() -> str:
+    return "the prefetch backend with offloaded layers needs a buffer_pool"
+
+
+def none_offloads(count: int, first: str) -> str:
+    return f"'none' keeps every param on the GPU, but {count} layer(s) offload params (first: '{first}')"
+
+
+def pool_key_text(key: Any) -> str:
+    stride = "" if key.stride is None else f" stride {value(key.stride)}"
+    return f"{key.param} {value(key.shape)} {key.dtype}{stride}"
+
+
+def pool_key_unneeded(key: Any) -> str:
+    return f"no offloaded param needs a buffer {pool_key_text(key)}"
+
+
+def pool_key_twice(key: Any) -> str:
+    return f"buffer {pool_key_text(key)} is listed more than once"
+
+
+def pool_keys_missing(keys: Sequence[Any]) -> str:
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return "missing buffers the offloaded layers need: " + "; ".join(pool_key_text(k) for k in keys[:3]) + more
+
+
+def pool_keys_order() -> str:
+    return "keys are not in order (by param, shape, dtype, stride)"
+
+
+def over_budget(what: str, found: int, budget: str, budget_field: str, limit: int) -> str:
+    return f"{what} ({found} bytes) is larger than the plan's {budget} (summary.{budget_field}: {limit})"
+
+
+def sha_format(found: str) -> str:
+    return f"{value(found)} is not a sha256 (64 lowercase hex digits)"
+
+
+def summary_intro(count: int) -> str:
+    return f"the plan contradicts itself ({count} problem{'s' if count != 1 else ''})"
