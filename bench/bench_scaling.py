@@ -82,7 +82,7 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}, Python "
           f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f}; best of {args.repeat}\n")
     print("| spec | budget | layers | backend | what | wall s | CPU s | CPU growth | outcome |")
-    print("|---|---:|---|---|---|---:|---:|---:|---|")
+    print("|---|---|---:|---|---|---:|---:|---:|---|")
     previous: dict[tuple, tuple[int, float]] = {}
 
     def row(key: tuple, layers: int, wall: float, cpu: float, result: str) -> None:

@@ -18,7 +18,7 @@ import planner
 import planner.build
 from planner.cost import Cost, evaluate
 from planner.errors import InfeasibleError, PlanningError
-from planner.peak_bound import tier_bound
+from planner.peak_bound import MAX_PERIOD, TierBound, floor_sum, pieces, tier_bound
 from planner.select import longest_run, spread
 from planner.select_budget import Search, Tier, _fewest_possible
 from schemas import dump_model
@@ -62,9 +62,19 @@ templates = st.lists(block, min_size=1, max_size=3)
 
 
 @st.composite
-def cases(draw):
+def stacks(draw) -> list[dict]:
+    """Blocks in any order, or a few blocks then a repeating pattern (dense/MoE interleaved) to some length."""
     kinds = draw(templates)
-    blocks = draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=14))
+    if draw(st.booleans()):
+        return draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=14))
+    head = draw(st.lists(st.sampled_from(kinds), max_size=3))
+    cycle = draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=4))
+    return head + (cycle * 40)[:draw(st.integers(1, 40))]
+
+
+@st.composite
+def cases(draw):
+    blocks = draw(stacks())
     offload: dict = {"strategy": "budget", "backend": draw(st.sampled_from(["auto", "prefetch", "uva"]))}
     step = draw(st.none() | st.integers(1, 4))
     if step is not None:
@@ -140,7 +150,7 @@ def test_uniform_stack_bound_is_exact():
     m = planner.build._model(spec, spec.memory, spec.offload)
     tier = m.tiers[0]
     bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes, num_layers=len(m.layers))
-    assert len(bound.runs) == 1
+    assert len(bound.pieces) == 1
     for n in range(41):
         picked = tier.pick(n)
         cost = evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
@@ -153,3 +163,28 @@ def test_longest_run_of_spread(members):
     """spread(M, n) has runs of consecutive indices no longer than ceil(n / (M - n)), and one that long."""
     for n in range(1, members):
         assert longest_run(spread(members, n), members + 1) == -(-n // (members - n))
+
+
+@given(st.integers(0, 60), st.integers(1, 200), st.integers(0, 500), st.integers(0, 500))
+def test_floor_sum(count, m, a, b):
+    assert floor_sum(count, m, a, b) == sum((a * q + b) // m for q in range(count))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.sampled_from([0, 3, 7]), st.integers(0, 1)), min_size=1,
+                                   max_size=MAX_PERIOD + 2), st.integers(1, 30)), min_size=1, max_size=4))
+def test_offloaded_counts_exact_on_periodic_members(parts):
+    """offloaded(n) by pieces (floor sums) equals the sum over spread(M, n), for every n."""
+    added = [x for pattern, reps in parts for x in (pattern * reps)]
+    cut = pieces(added)
+    assert [x for c in cut for x in (list(c.pattern) * (c.end - c.start))[:c.end - c.start]] == added
+    bound = tier_bound_of(added)
+    for n in range(len(added) + 1):
+        chosen = [added[j] for j in spread(len(added), n)]
+        assert bound.offloaded(n) == (sum(b for b, _ in chosen), sum(k for _, k in chosen))
+
+
+def tier_bound_of(added: list[tuple[int, int]]):
+    """A bound over members adding ``added`` that counts by pieces for every n > 0 (work 0)."""
+    return TierBound(members=len(added), base_bytes=0, base_layers=0, pieces=tuple(pieces(added)),
+                     added=tuple(added), work=0, base_run=0, members_adjacent=True, smallest_layer=0, total_bytes=0)
