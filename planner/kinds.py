@@ -90,14 +90,20 @@ def _classify(segments: tuple[str, ...]) -> ParamKind:
     return "other"
 
 
+def _segments(name: str) -> tuple[str, ...]:
+    return tuple("#" if s.isdigit() else s.lower() for s in name.split("."))
+
+
+_relative_segments = lru_cache(maxsize=4096)(_segments)  # a param's name within its layer repeats across layers
+
+
 def classify(name: str) -> ParamKind:
     """The kind of the param with this full dotted name (case-insensitive; numbers never matter)."""
-    segments = tuple("#" if s.isdigit() else s.lower() for s in name.split("."))
-    return _classify(segments)
+    return _classify(_segments(name))
 
 
 def param_kind(layer: str, name: str, explicit: str | None = None) -> ParamKind:
     """The kind of param ``name`` (relative to ``layer``): the spec's explicit ``kind``, else ``classify``."""
     if explicit is not None:
         return explicit  # type: ignore[return-value]  # validated against PARAM_KINDS by the spec
-    return classify(f"{layer}.{name}")
+    return _classify(_segments(layer) + _relative_segments(name))  # = classify(f"{layer}.{name}")

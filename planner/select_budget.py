@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from planner.buffer_pool import signature
 from planner.cost import Candidate, Cost, evaluate
+from planner.peak_bound import tier_bound
 from planner.select import spread
 from schemas.spec import Tensor
 
@@ -123,31 +124,45 @@ def search(
     gpu_budget: int,
     cpu_budget: int | None,
 ) -> Search:
-    """Try the states (t, n) in ladder order (n = 0 only on the first tier) and stop at the first fit.
+    """The first state (t, n) in ladder order (n = 0 only on the first tier) whose plan fits.
 
-    The states whose resident bytes alone exceed the budget whatever layers are picked are skipped.
     A plan fits when its peak is within ``gpu_budget`` and its pinned bytes within ``cpu_budget``.
+    When nothing fits, ``lowest`` is the plan with the lowest peak within the cpu budget, the first
+    one found when the states are tried in ladder order, except that the states whose resident
+    bytes alone exceed the budget whatever layers are picked come last.
+
+    Only the states that ``peak_bound`` cannot rule out are evaluated (planner/peak_bound.py).
     """
     common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
-    lowest: Cost | None = None
-    skipped: list[tuple[int, int]] = []
-    for t, tier in enumerate(tiers):
+    bounds = [tier_bound(t.base, t.full, t.members, total_bytes=total_bytes, num_layers=num_layers) for t in tiers]
+    exact: dict[tuple[int, int], Cost] = {}
+
+    def cost(t: int, n: int) -> Cost:
+        if (t, n) not in exact:
+            picked = tiers[t].pick(n)
+            exact[t, n] = evaluate(picked, range(len(picked)), **common)
+        return exact[t, n]
+
+    states = []  # (peak bound, order, t, n) of every state within the cpu budget
+    for t, (tier, bound) in enumerate(zip(tiers, bounds)):
         first = _fewest_possible(tier.member_bytes(), total_bytes - tier.base_bytes(), gpu_budget)
-        bottom = 0 if t == 0 else 1
-        skipped += [(t, n) for n in range(bottom, first)]
-        for n in range(max(first, bottom), len(tier.members) + 1):
-            picked = tier.pick(n)
-            cost = evaluate(picked, range(len(picked)), **common)
-            if cpu_budget is not None and cost.offloaded_bytes > cpu_budget:
+        for n in range(0 if t == 0 else 1, len(tier.members) + 1):
+            offloaded, layers = bound.offloaded(n)
+            if cpu_budget is not None and offloaded > cpu_budget:
                 continue
-            lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
-            if cost.peak_gpu_bytes <= gpu_budget:
-                return Search(backend, cost, lowest, (t, n))
-    for t, n in skipped:  # nothing fits: the lowest peak over every state, for the error message
-        picked = tiers[t].pick(n)
-        cost = evaluate(picked, range(len(picked)), **common)
-        if cpu_budget is None or cost.offloaded_bytes <= cpu_budget:
-            lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
+            peak = bound.peak_bound(n, offloaded, layers, backend, step)
+            if n >= first and peak <= gpu_budget and cost(t, n).peak_gpu_bytes <= gpu_budget:
+                return Search(backend, exact[t, n], exact[t, n], (t, n))
+            states.append((peak, (n < first, t, n), t, n))
+    states.sort()
+    lowest: Cost | None = None
+    lowest_order: tuple = ()
+    for peak, order, t, n in states:  # nothing fits: the lowest peak, for the error message
+        if lowest is not None and (peak, order) > (lowest.peak_gpu_bytes, lowest_order):
+            break
+        found = cost(t, n)
+        if lowest is None or (found.peak_gpu_bytes, order) < (lowest.peak_gpu_bytes, lowest_order):
+            lowest, lowest_order = found, order
     assert lowest is not None  # (0, 0) pins nothing
     return Search(backend, None, lowest)
 

@@ -1,0 +1,190 @@
+"""The bounded budget search gives byte-identical plans and errors to the exhaustive one it replaced.
+
+``reference_search`` is the search as it was before planner/peak_bound.py (every state evaluated
+in ladder order); it is kept here as the specification of the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from conftest import make_spec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import planner
+import planner.build
+from planner.cost import Cost, evaluate
+from planner.errors import InfeasibleError, PlanningError
+from planner.peak_bound import MAX_PERIOD, TierBound, floor_sum, pieces, tier_bound
+from planner.select import longest_run, spread
+from planner.select_budget import Search, Tier, _fewest_possible
+from schemas import dump_model
+
+
+def reference_search(tiers: Sequence[Tier], *, total_bytes: int, num_layers: int, backend: str,
+                     step: int | None, gpu_budget: int, cpu_budget: int | None) -> Search:
+    common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
+    lowest: Cost | None = None
+    skipped: list[tuple[int, int]] = []
+    for t, tier in enumerate(tiers):
+        first = _fewest_possible(tier.member_bytes(), total_bytes - tier.base_bytes(), gpu_budget)
+        bottom = 0 if t == 0 else 1
+        skipped += [(t, n) for n in range(bottom, first)]
+        for n in range(max(first, bottom), len(tier.members) + 1):
+            picked = tier.pick(n)
+            cost = evaluate(picked, range(len(picked)), **common)
+            if cpu_budget is not None and cost.offloaded_bytes > cpu_budget:
+                continue
+            lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
+            if cost.peak_gpu_bytes <= gpu_budget:
+                return Search(backend, cost, lowest, (t, n))
+    for t, n in skipped:
+        picked = tiers[t].pick(n)
+        cost = evaluate(picked, range(len(picked)), **common)
+        if cpu_budget is None or cost.offloaded_bytes <= cpu_budget:
+            lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
+    assert lowest is not None
+    return Search(backend, None, lowest)
+
+
+# Params of every kind the prefer ladder orders, in a few shapes so that blocks share signatures or not.
+PARAMS = ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.up_proj.weight",
+          "mlp.down_proj.weight", "mlp.gate.weight", "mlp.experts.0.w1.weight", "mlp.experts.1.w1.weight",
+          "mlp.shared_experts.w1.weight")
+KINDS = ("attention", "dense_mlp", "routed_experts", "shared_experts", "router", "norm")
+SHAPES = ([8], [4, 8], [8, 8], [16, 8])
+
+block = st.dictionaries(st.sampled_from(PARAMS), st.sampled_from(SHAPES), min_size=1, max_size=5)
+templates = st.lists(block, min_size=1, max_size=3)
+
+
+@st.composite
+def stacks(draw) -> list[dict]:
+    """Blocks in any order, or a few blocks then a repeating pattern (dense/MoE interleaved) to some length."""
+    kinds = draw(templates)
+    if draw(st.booleans()):
+        return draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=14))
+    head = draw(st.lists(st.sampled_from(kinds), max_size=3))
+    cycle = draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=4))
+    return head + (cycle * 40)[:draw(st.integers(1, 40))]
+
+
+@st.composite
+def cases(draw):
+    blocks = draw(stacks())
+    offload: dict = {"strategy": "budget", "backend": draw(st.sampled_from(["auto", "prefetch", "uva"]))}
+    step = draw(st.none() | st.integers(1, 4))
+    if step is not None:
+        offload["prefetch_step"] = step
+    prefer = draw(st.none() | st.lists(st.sampled_from(KINDS), unique=True, min_size=1, max_size=4))
+    if prefer is not None:
+        offload["prefer"] = prefer
+    params = draw(st.none() | st.sampled_from([["mlp"], ["self_attn", "mlp"], ["experts"]]))
+    if params is not None:
+        offload["params"] = params
+    spec = make_spec(blocks, head=draw(st.booleans()), offload=offload)
+    total = sum(layer.nbytes for layer in spec.model.expanded())
+    gpu = max(1, int(total * draw(st.floats(0, 1.05))))
+    cpu = draw(st.none() | st.floats(0, 1.0).map(lambda f: max(1, int(total * f))))
+    return spec, gpu, cpu
+
+
+def outcome(spec, gpu: int, cpu: int | None, search) -> str:
+    """The plan file (JSON) or the error, planning with ``search`` as the budget search."""
+    saved = planner.build.search
+    planner.build.search = search
+    try:
+        return dump_model(planner.plan(spec, gpu_budget=gpu, cpu_budget=cpu), "json")
+    except InfeasibleError as err:
+        return f"infeasible {err.min_gpu_budget}: {err}"
+    except (PlanningError, ValidationError) as err:
+        return f"{type(err).__name__}: {err}"
+    finally:
+        planner.build.search = saved
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.integers(0, 2000))
+def test_plans_and_errors_identical_to_the_exhaustive_search(case, above):
+    """At the drawn budget, and just below, at and above the smallest feasible one (where plans fit tightly)."""
+    spec, gpu, cpu = case
+    smallest = outcome(spec, 1, cpu, reference_search)
+    budgets = [gpu]
+    if smallest.startswith("infeasible") and not smallest.startswith("infeasible None"):
+        least = int(smallest.split()[1].rstrip(":"))
+        budgets += [least - 1, least, least + above]
+    for budget in budgets:
+        assert outcome(spec, budget, cpu, planner.build.search) == outcome(spec, budget, cpu, reference_search)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.sampled_from(["prefetch", "uva"]))
+def test_search_result_identical_and_bound_holds(case, backend):
+    spec, gpu, cpu = case
+    m = planner.build._model(spec, spec.memory, spec.offload)
+    if not m.candidates:
+        return
+    args = dict(total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
+                step=spec.offload.prefetch_step, gpu_budget=gpu, cpu_budget=cpu)
+    assert planner.build.search(m.tiers, **args) == reference_search(m.tiers, **args)
+    for t, tier in enumerate(m.tiers):
+        bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes, num_layers=len(m.layers))
+        for n in range(len(tier.members) + 1):
+            picked = tier.pick(n)
+            cost = evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
+                            backend=backend, step=spec.offload.prefetch_step)
+            offloaded, layers = bound.offloaded(n)
+            assert (offloaded, layers) == (cost.offloaded_bytes, len(picked))
+            peak = bound.peak_bound(n, offloaded, layers, backend, spec.offload.prefetch_step)
+            assert peak <= cost.peak_gpu_bytes
+            if backend == "uva":
+                assert peak == cost.peak_gpu_bytes
+
+
+def test_uniform_stack_bound_is_exact():
+    """On a stack of identical blocks the bound is the peak: the search evaluates almost nothing."""
+    spec = make_spec([{"a.weight": [8, 8], "b.weight": [8]}] * 40)
+    m = planner.build._model(spec, spec.memory, spec.offload)
+    tier = m.tiers[0]
+    bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes, num_layers=len(m.layers))
+    assert len(bound.pieces) == 1
+    for n in range(41):
+        picked = tier.pick(n)
+        cost = evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
+                        backend="prefetch", step=None)
+        assert bound.peak_bound(n, *bound.offloaded(n), "prefetch", None) == cost.peak_gpu_bytes
+
+
+@pytest.mark.parametrize("members", range(1, 120))
+def test_longest_run_of_spread(members):
+    """spread(M, n) has runs of consecutive indices no longer than ceil(n / (M - n)), and one that long."""
+    for n in range(1, members):
+        assert longest_run(spread(members, n), members + 1) == -(-n // (members - n))
+
+
+@given(st.integers(0, 60), st.integers(1, 200), st.integers(0, 500), st.integers(0, 500))
+def test_floor_sum(count, m, a, b):
+    assert floor_sum(count, m, a, b) == sum((a * q + b) // m for q in range(count))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.sampled_from([0, 3, 7]), st.integers(0, 1)), min_size=1,
+                                   max_size=MAX_PERIOD + 2), st.integers(1, 30)), min_size=1, max_size=4))
+def test_offloaded_counts_exact_on_periodic_members(parts):
+    """offloaded(n) by pieces (floor sums) equals the sum over spread(M, n), for every n."""
+    added = [x for pattern, reps in parts for x in (pattern * reps)]
+    cut = pieces(added)
+    assert [x for c in cut for x in (list(c.pattern) * (c.end - c.start))[:c.end - c.start]] == added
+    bound = tier_bound_of(added)
+    for n in range(len(added) + 1):
+        chosen = [added[j] for j in spread(len(added), n)]
+        assert bound.offloaded(n) == (sum(b for b, _ in chosen), sum(k for _, k in chosen))
+
+
+def tier_bound_of(added: list[tuple[int, int]]):
+    """A bound over members adding ``added`` that counts by pieces for every n > 0 (work 0)."""
+    return TierBound(members=len(added), base_bytes=0, base_layers=0, pieces=tuple(pieces(added)),
+                     added=tuple(added), work=0, base_run=0, members_adjacent=True, smallest_layer=0, total_bytes=0)
