@@ -116,6 +116,19 @@ class ExpertCounter:
             h.remove()
 
 
+def record_stats(plan, model, config, device, path: Path) -> None:
+    """Handle.stats() of five decode forwards with per-layer CUDA-event timing, for `planner explain`."""
+    ids = inputs(WorkloadItem(tokens=1), "decode", config.vocab_size, device)
+    handle = runtime.apply(plan, model, device=str(device), stats=True)
+    try:
+        with torch.inference_mode():
+            for _ in range(5):
+                model(ids, use_cache=False)
+        path.write_text(json.dumps(handle.stats(), indent=1))
+    finally:
+        handle.remove()
+
+
 def run_rows(kind: str, model, config, hw, cases, workload: Workload, device, args, out) -> None:
     spec = runtime.describe(model, name=kind)
     for label, options in cases:
@@ -160,6 +173,7 @@ def run_rows(kind: str, model, config, hw, cases, workload: Workload, device, ar
             handle.remove()
         if kind == "llama" and label.startswith("prefetch 8GB"):
             Path(args.out).with_suffix(".plan.yaml").write_text(__import__("schemas").dump_model(plan))
+            record_stats(plan, model, config, device, Path(args.out).with_suffix(".stats.json"))
 
 
 def main(argv: list[str] | None = None) -> int:
