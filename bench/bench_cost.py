@@ -14,6 +14,7 @@ each layer's router picked, against the uniform-routing expectation the cost mod
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -47,6 +48,7 @@ def timer(device: torch.device, fn, repeat: int, warmup: int) -> float:
     with torch.inference_mode():
         for _ in range(warmup):
             fn()
+        gc.collect()
         times = []
         for _ in range(repeat):
             if device.type == "cuda":
@@ -143,7 +145,8 @@ def run_rows(kind: str, model, config, hw, cases, workload: Workload, device, ar
         try:
             for name, item in workload.items():
                 ids = inputs(item, name, config.vocab_size, device)
-                repeat = 3 if args.small else (5 if item.tokens >= 2048 and plan.summary.backend == "uva" else 7)
+                slow = item.tokens >= 2048 and plan.summary.backend == "uva"
+                repeat = 3 if args.small else (5 if slow else 15)
                 counter = ExpertCounter(model) if kind == "moe" else None
                 ms = timer(device, lambda: model(ids, use_cache=False), repeat=repeat, warmup=2)
                 experts = None

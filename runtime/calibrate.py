@@ -19,6 +19,7 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 from __future__ import annotations
 
 import datetime
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -45,16 +46,23 @@ def _gpu_ms(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> floa
     return statistics.median(times)
 
 
-def _wall_ms(fn: Callable[[], object], repeat: int = 7, warmup: int = 2) -> float:
+def _wall_ms(fn: Callable[[], object], repeat: int = 15, warmup: int = 3) -> float:
+    """CPU-bound wall time: the median of ``repeat`` runs (as the benchmarks report), with the
+    garbage collector held off."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        gc.enable()
     return statistics.median(times)
 
 
@@ -105,10 +113,10 @@ def cpu_costs(device: torch.device) -> dict[str, float]:
 
 def _forward_ms(model: torch.nn.Module, ids: torch.Tensor) -> float:
     with torch.inference_mode():
-        return _wall_ms(lambda: model(ids, use_cache=False), repeat=9, warmup=3)
+        return _wall_ms(lambda: model(ids, use_cache=False), repeat=21, warmup=3)
 
 
-def model_cpu_costs(device: torch.device, launch_us: float) -> dict[str, object]:
+def model_cpu_costs(device: torch.device) -> dict[str, object]:
     """CPU time of one more eager decoder block (dense and MoE) and of one more routed expert per
     token, from tiny transformers models whose GPU work is negligible."""
     try:
@@ -122,19 +130,22 @@ def model_cpu_costs(device: torch.device, launch_us: float) -> dict[str, object]
     def forward_ms(model: torch.nn.Module) -> float:
         return _forward_ms(model.to(device, torch.bfloat16).eval(), ids)
 
-    def moe(layers: int, top_k: int) -> float:
-        return forward_ms(Qwen3MoeForCausalLM(Qwen3MoeConfig(
+    def moe_model(layers: int, top_k: int) -> torch.nn.Module:
+        return Qwen3MoeForCausalLM(Qwen3MoeConfig(
             num_hidden_layers=layers, num_experts=8, num_experts_per_tok=top_k, moe_intermediate_size=32,
-            decoder_sparse_step=1, mlp_only_layers=[], **small)))
+            decoder_sparse_step=1, mlp_only_layers=[], **small))
 
-    dense = {n: forward_ms(LlamaForCausalLM(LlamaConfig(num_hidden_layers=n, **small))) for n in (4, 12)}
-    sparse = {n: moe(n, 2) for n in (4, 12)}
-    wide = moe(12, 6)
-    expert_us = max(0.0, (wide - sparse[12]) / 12 / 4 * 1e3)
-    return {"block_cpu_us": (dense[12] - dense[4]) / 8 * 1e3, "moe_block_cpu_us": (sparse[12] - sparse[4]) / 8 * 1e3,
-            "expert_cpu_us": expert_us,
-            # a per-expert loop costs several launches per expert, and reads the routing back first
-            "moe_sync": expert_us > 2 * launch_us}
+    dense = {n: forward_ms(LlamaForCausalLM(LlamaConfig(num_hidden_layers=n, **small))) for n in (4, 20)}
+    sparse = {n: forward_ms(moe_model(n, 2)) for n in (4, 20)}
+    figures: dict[str, object] = {"block_cpu_us": (dense[20] - dense[4]) / 16 * 1e3,
+                                  "moe_block_cpu_us": (sparse[20] - sparse[4]) / 16 * 1e3}
+    # grouped expert kernels cost the same whatever the experts a batch touches; a per-expert loop
+    # (transformers' eager experts) costs launches per expert and reads the routing back first
+    implementation = getattr(moe_model(1, 2).config, "_experts_implementation", None)
+    looped = implementation in (None, "eager")
+    figures["moe_sync"] = looped
+    figures["expert_cpu_us"] = max(0.0, (forward_ms(moe_model(20, 6)) - sparse[20]) / 20 / 4 * 1e3) if looped else 0.0
+    return figures
 
 
 def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
@@ -184,7 +195,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(link(device))
     figures.update(matmuls(device))
     figures.update(cpu_costs(device))
-    figures.update(model_cpu_costs(device, float(figures["launch_us"])))
+    figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
     gpu = torch.cuda.get_device_name(device)
