@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
 MAX_LISTED = 10
 
@@ -142,7 +142,7 @@ def model_at(root: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | Non
     """The model class whose fields are the keys valid at ``loc`` (None when not a model)."""
     tp: Any = root
     for part in loc:
-        tp = _strip_optional(tp)
+        tp = _unwrap_root(_strip_optional(tp))
         origin = typing.get_origin(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             field = tp.model_fields.get(part) if isinstance(part, str) else None
@@ -155,8 +155,15 @@ def model_at(root: type[BaseModel], loc: Sequence[Any]) -> type[BaseModel] | Non
             tp = typing.get_args(tp)[1]
         else:
             return None
-    tp = _strip_optional(tp)
+    tp = _unwrap_root(_strip_optional(tp))
     return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _unwrap_root(tp: Any) -> Any:
+    """A RootModel stands for its root's type (its errors' locs have no ``root`` step)."""
+    while isinstance(tp, type) and issubclass(tp, RootModel):
+        tp = _strip_optional(tp.model_fields["root"].annotation)
+    return tp
 
 
 def suggest(word: str, choices: Sequence[str]) -> str:

@@ -55,7 +55,7 @@ class HardwareProfile(StrictModel):
     def _sorted(cls, points: list[UvaPoint]) -> list[UvaPoint]:
         tokens = [p.tokens for p in points]
         if tokens != sorted(set(tokens)):
-            raise ValueError("uva_passes must be listed by increasing tokens, each once")
+            raise ValueError("must be listed by increasing tokens, each once")
         return points
 
     def passes(self, tokens: float) -> float:

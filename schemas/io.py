@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import InputError, Problem, format_path, input_error_from_validation, line_of
+from schemas.hardware import HardwareProfile
 from schemas.plan import DEFER_CHECK, Plan, PlanLayer
 from schemas.plan_check import plan_findings
 from schemas.spec import SpecFile
@@ -50,22 +51,26 @@ def read_text(path: str | Path) -> str:
                          "expected a YAML or JSON file") from None
 
 
-_KIND = {SpecFile: "spec", Plan: "plan"}
+_KIND = {SpecFile: "spec", Plan: "plan", HardwareProfile: "hardware profile"}
 _HINT = {
-    "spec": "a spec file has the top-level keys model (required), memory and offload",
+    "spec": "a spec file has the top-level keys model (required), memory, offload, workload and hardware",
     "plan": "a plan file has the top-level keys plan_version, summary, layers and buffer_pool; "
             "make one with `planner plan SPEC`",
+    "hardware profile": "a hardware profile has the top-level keys name, source, h2d_gbps, uva_gbps, ...; "
+                        "make one with `planner calibrate -o FILE`",
 }
 
 
 def guess_kind(data: Any) -> str | None:
-    """'spec' or 'plan' from the top-level keys of parsed data, or None."""
+    """'spec', 'plan' or 'hardware profile' from the top-level keys of parsed data, or None."""
     if not isinstance(data, dict):
         return None
     if "plan_version" in data or ("summary" in data and "layers" in data):
         return "plan"
     if "model" in data:
         return "spec"
+    if "h2d_gbps" in data or "uva_passes" in data:
+        return "hardware profile"
     return None
 
 

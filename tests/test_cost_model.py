@@ -161,3 +161,51 @@ def test_a_mid_layer_sync_stops_the_cpu_running_ahead():
     slow = LayerWork(gpu_ms=3, cpu_ms=5, copy_ms=0, copy_bytes=0, synced_gpu_ms=2, synced_cpu_ms=4)
     assert simulate([w(5, cpu=1), slow], []).step_ms == 6 + 4 + 0  # waits for 6, then 4 ms of CPU
     assert simulate([w(5, cpu=1), LayerWork(3, 5, 0, 0)], []).step_ms == 8  # no sync: CPU ran ahead
+
+
+def test_describe_reads_experts_and_top_k_from_moe_routers():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import runtime
+
+    small = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=16)
+    with torch.device("meta"):
+        qwen = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, **small))
+        mixtral = transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            num_local_experts=4, num_experts_per_tok=1, **{k: v for k, v in small.items() if k != "head_dim"}))
+        llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small))
+    for model, want in ((qwen, (8, 2)), (mixtral, (4, 1))):
+        layers = runtime.describe(model).model.expanded()
+        moe = {(layer.moe.experts, layer.moe.top_k) for layer in layers if layer.moe is not None}
+        assert moe == {want}
+        assert sum(layer.moe is not None for layer in layers) == 2  # the two decoder blocks only
+    assert all(layer.moe is None for layer in runtime.describe(llama).model.expanded())
+
+
+def test_the_spec_workload_and_hardware_set_the_predictions(tmp_path):
+    import planner
+    from cli_samples import TINY_SPEC, invoke
+    from schemas import load_spec
+
+    f = tmp_path / "spec.yaml"
+    f.write_text(TINY_SPEC.replace("offload:", "workload: {decode: {tokens: 1}, prefill: {tokens: 512, weight: 0.25}}\n"
+                                               "hardware: h200\noffload:"))
+    plan = planner.plan(load_spec(f), gpu_budget=10**6)
+    rows = {p.workload: p for p in plan.predictions.workloads}
+    assert rows["prefill"].tokens == 512 and rows["prefill"].weight == 0.25 and rows["decode"].tokens == 1
+    weighted = (rows["decode"].step_ms + 0.25 * rows["prefill"].step_ms) / 1.25
+    assert plan.predictions.weighted_step_ms == pytest.approx(weighted, abs=1e-3)
+    assert plan.predictions.hardware == "h200"
+    result = invoke("plan", str(f), "--tokens", "8", "--gpu-budget", "1MB")  # the command line replaces the spec's workload
+    assert result.exit_code == 0, result.output
+    assert "workload: decode\n      tokens: 8" in result.stdout and "prefill" not in result.stdout.split("layers:")[0]
+
+
+def test_a_calibrated_profile_file_round_trips(tmp_path):
+    from schemas.io import dump_model
+
+    f = tmp_path / "gpu.yaml"
+    f.write_text(dump_model(HW, "yaml"))
+    assert load_hardware(str(f)) == HW
