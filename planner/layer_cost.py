@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from planner.kinds import param_kind
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanLayer, PlanParam
+from schemas.spec import Tensor
 
 _HEADS = {"lm_head", "embed_out"}
 
@@ -114,3 +115,11 @@ def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile)
     synced = routed if (moe is not None and hw.moe_sync) else None
     return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,
                      expert_us / 1e3 if synced is not None else 0.0)
+
+
+def gpu_and_uva_ms(layer: str, t: Tensor, tokens: int, hw: HardwareProfile,
+                   moe: tuple[int, int] | None) -> tuple[float, float]:
+    """A spec tensor's kernel time at ``tokens`` from GPU memory and read through UVA."""
+    p = PlanParam.model_construct(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes, kind=t.kind)
+    role = _role(layer, t.name, p)
+    return _param_ms(role, p, tokens, hw, "gpu", moe), _param_ms(role, p, tokens, hw, "uva", moe)

@@ -1,0 +1,178 @@
+"""``strategy: auto``: which params leave the GPU, and by which backend, for the lowest predicted
+step time of the declared workload under the budgets.
+
+Deciding is one fixed order of moves, computed from the model, the workload and the hardware
+profile (never from the budget), and the shortest prefix of that order that fits:
+
+1. *Units*: a layer's eligible params of one kind (tied targets never move). Any layer may hold
+   units, not only a detected block stack: an embedding or an LM head is a unit too.
+2. Each unit's cost of being read in place through UVA (its predicted kernel time over the link
+   less its time from GPU memory, weighted over the workload) is set against the cost of copying
+   it once a forward (its bytes over the pinned host-to-GPU link). Cheaper on UVA: a UVA move
+   (an embedding lookup reads T rows; routed experts at small batches read only the experts
+   they touch). Otherwise its layer is a prefetch candidate.
+3. A layer is prefetched whole (all its prefetch-candidate units in one copy), and only if more
+   layers than there are slots share its buffer signature: a layer unlike the others would need
+   buffers of its own and save nothing. Other units fall back to UVA at their UVA cost.
+4. The order: moves by cost per byte, cheapest first (UVA moves at their own cost; prefetch moves
+   at the link's cost per byte, taken in van der Corput order over the candidate layers so that
+   every prefix is spread evenly over the stack).
+5. The plan for a budget is the shortest prefix whose peak fits. Raising the budget can only
+   shorten the prefix: no param ever moves from the GPU to the host because the budget grew.
+
+The peak of a prefix is reckoned with the pool's upper bound (each buffer key's bytes times
+``min(layers holding it, slots)``), so a prefix that fits by this reckoning fits exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from planner.buffer_pool import Signature, signature
+from planner.errors import InfeasibleError
+from planner.kinds import param_kind
+from planner.layer_cost import gpu_and_uva_ms
+from schemas.hardware import HardwareProfile
+from schemas.spec import Layer, Tensor
+from schemas.workload import Workload
+
+
+@dataclass(frozen=True)
+class Move:
+    position: int  # the layer's position in execution order
+    params: tuple[str, ...]
+    nbytes: int
+    backend: str  # uva | prefetch
+    ms_per_byte: float  # weighted predicted cost of the move, per byte moved
+    kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Order:
+    """The moves in the order they are taken, and what a prefix of them costs in memory."""
+
+    moves: tuple[Move, ...]
+    signatures: tuple[Signature | None, ...]  # per move: the prefetched signature (None for UVA)
+    slots: int
+
+
+def _van_der_corput(n: int) -> list[int]:
+    """0..n-1 ordered so that every prefix is spread evenly (bit-reversed ranks)."""
+    bits = max(1, (n - 1).bit_length())
+    return sorted(range(n), key=lambda i: (int(f"{i:0{bits}b}"[::-1], 2), i))
+
+
+def _weighted(workload: Workload) -> list[tuple[int, float]]:
+    items = workload.items()
+    total = sum(item.weight for _, item in items)
+    return [(item.tokens, item.weight / total) for _, item in items]
+
+
+def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
+                workload: Workload, slots: int) -> Order:
+    """The fixed order of moves for these layers (``eligible``: position -> params that may move)."""
+    tokens = _weighted(workload)
+    link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
+    uva_moves: list[Move] = []
+    prefetch_parts: dict[int, list[Tensor]] = {}
+    for position, params in eligible.items():
+        layer = layers[position]
+        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        by_kind: dict[str, list[Tensor]] = {}
+        for t in params:
+            by_kind.setdefault(param_kind(layer.name, t.name, t.kind), []).append(t)
+        for kind, group in by_kind.items():
+            nbytes = sum(t.nbytes for t in group)
+            if nbytes == 0:
+                continue
+            extra = 0.0
+            for t in group:
+                for count, share in tokens:
+                    gpu, uva = gpu_and_uva_ms(layer.name, t, count, hw, moe)
+                    extra += share * (uva - gpu)
+            move = Move(position, tuple(t.name for t in group), nbytes, "uva", max(extra, 0.0) / nbytes, (kind,))
+            if move.ms_per_byte < link_ms_per_byte:
+                uva_moves.append(move)
+            else:
+                prefetch_parts.setdefault(position, []).extend(group)
+                uva_moves.append(move)  # its fallback, used if the layer cannot be prefetched
+    # prefetch candidates: layers whose prefetched signature more than `slots` layers share
+    sigs: dict[int, Signature] = {}
+    interned: dict[Signature, Signature] = {}
+    for position, group in prefetch_parts.items():
+        ordered = sorted(group, key=lambda t: [p.name for p in layers[position].params].index(t.name))
+        sig = signature(ordered)
+        sigs[position] = interned.setdefault(sig, sig)
+    count: dict[int, int] = {}
+    for sig in sigs.values():
+        count[id(sig)] = count.get(id(sig), 0) + 1
+    candidates = sorted(p for p, sig in sigs.items() if count[id(sig)] > slots)
+    chosen = set(candidates)
+    moves = [m for m in uva_moves if not (m.position in chosen and m.ms_per_byte >= link_ms_per_byte)]
+    prefetch = []
+    for rank in _van_der_corput(len(candidates)) if candidates else []:
+        position = candidates[rank]
+        group = sorted(prefetch_parts[position], key=lambda t: [p.name for p in layers[position].params].index(t.name))
+        kinds = tuple(sorted({param_kind(layers[position].name, t.name, t.kind) for t in group}))
+        prefetch.append(Move(position, tuple(t.name for t in group), sum(t.nbytes for t in group), "prefetch",
+                             link_ms_per_byte, kinds))
+    # merge by cost per byte; prefetch moves keep their spread order among themselves (stable sort)
+    ordered_moves = sorted(moves + prefetch, key=lambda m: m.ms_per_byte)
+    signatures = tuple(sigs[m.position] if m.backend == "prefetch" else None for m in ordered_moves)
+    return Order(tuple(ordered_moves), signatures, slots)
+
+
+@dataclass(frozen=True)
+class Fit:
+    taken: int  # moves taken from the order
+    peak_bound: int  # the peak by the pool's upper bound
+
+
+def peaks(order: Order, total_bytes: int) -> list[tuple[int, int]]:
+    """(peak upper bound, pinned bytes) after taking 0, 1, ..., len(order) moves."""
+    out = [(total_bytes, 0)]
+    offloaded = prefetched = pool = 0
+    held: dict[tuple, int] = {}  # pool key -> prefetched layers holding it
+    size: dict[tuple, int] = {}  # pool key -> bytes of one buffer
+    for move, sig in zip(order.moves, order.signatures):
+        offloaded += move.nbytes
+        if sig is not None:
+            prefetched += 1
+            slots = min(prefetched, order.slots)
+            grew = slots > min(prefetched - 1, order.slots)
+            for key, nbytes in sig:
+                size[key] = nbytes
+                held[key] = held.get(key, 0) + 1
+            if grew:  # the slot count itself grew: every key may use one more buffer
+                pool = sum(size[key] * min(n, slots) for key, n in held.items())
+            else:
+                pool += sum(nbytes for key, nbytes in sig if held[key] <= slots)
+        out.append((total_bytes - offloaded + pool, offloaded))
+    return out
+
+
+def fit(order: Order, total_bytes: int, gpu_budget: int | None, cpu_budget: int | None) -> Fit:
+    """The shortest prefix of ``order`` that fits both budgets, or InfeasibleError with the
+    smallest GPU budget any prefix needs within the CPU budget."""
+    table = peaks(order, total_bytes)
+    for taken, (peak, pinned) in enumerate(table):
+        if cpu_budget is not None and pinned > cpu_budget:
+            break
+        if gpu_budget is None or peak <= gpu_budget:
+            return Fit(taken, peak)
+    within = [peak for peak, pinned in table if cpu_budget is None or pinned <= cpu_budget]
+    need = min(within)
+    raise InfeasibleError(
+        f"no auto plan fits the gpu_budget: the smallest peak any plan reaches is {need} bytes"
+        + (" within the cpu_budget" if cpu_budget is not None else ""), need)
+
+
+def where(order: Order, taken: int, layers: Sequence[Layer]) -> dict[str, dict[str, str]]:
+    """Layer name -> param -> backend for the first ``taken`` moves."""
+    out: dict[str, dict[str, str]] = {}
+    for move in order.moves[:taken]:
+        target = out.setdefault(layers[move.position].name, {})
+        for name in move.params:
+            target[name] = move.backend
+    return out
