@@ -334,6 +334,27 @@ def _pool_text(plan: Plan) -> str:
     return f"{pool.slots} slots, {len(pool.keys)} keys, {format_bytes(pool.bytes)}"
 
 
+def _pool_keys(plan: Plan) -> dict[str, str]:
+    """Each kind of buffer in words (param, dtype, shape, stride) -> its slot ids."""
+    keys = plan.buffer_pool.keys if plan.buffer_pool else []
+    return {f"{k.param} {k.dtype}[{', '.join(map(str, k.shape))}]" + (
+        "" if k.stride is None else f" stride [{', '.join(map(str, k.stride))}]"): _field_text(k.slots) for k in keys}
+
+
+def _pool_changes(old: Plan, new: Plan) -> list[Change]:
+    """The pool's size and the kinds of buffer it holds; else which slots each kind has."""
+    out = []
+    if _pool_text(old) != _pool_text(new):
+        out.append(Change("buffer_pool", _pool_text(old), _pool_text(new)))
+    a, b = _pool_keys(old), _pool_keys(new)
+    gone, came = [k for k in a if k not in b], [k for k in b if k not in a]
+    if gone or came:
+        out.append(Change("buffer_pool keys", ", ".join(gone) or "none", ", ".join(came) or "none"))
+    if not out:  # the same size and kinds: say which kinds changed slots
+        out += [Change(f"buffer_pool slots of {k}", a[k], b[k]) for k in a if k in b and a[k] != b[k]]
+    return out
+
+
 def _flat(value: object, path: str, out: dict[str, object]) -> dict[str, object]:
     if isinstance(value, dict):
         for k, v in value.items():
@@ -394,7 +415,7 @@ def diff_plans(old: Plan, new: Plan) -> PlanDiff:
         d.offloaded_layers = Change("offloaded_layers", so.offloaded_layers, sn.offloaded_layers)
     d.settings = [Change(f, getattr(so, f), getattr(sn, f)) for f in SETTINGS if getattr(so, f) != getattr(sn, f)]
     if old.buffer_pool != new.buffer_pool:
-        d.other.append(Change("buffer_pool", _pool_text(old), _pool_text(new)))
+        d.other += _pool_changes(old, new)
     if not d.changed and old != new:
         d.other += _leftovers(old, new)
     return d

@@ -320,3 +320,15 @@ def test_what_nothing_else_compares_is_named_by_field(plans):
     d = diff_plans(old, reworded)
     assert d.changed and [(c.field, c.new) for c in d.other] == [("summary.backend_reason", "chosen by hand")]
     assert "  summary.backend_reason: " in render_diff(d, "text")
+
+
+def test_a_dtype_change_is_one_line_per_kind_of_layer(llama8b, tmp_path):
+    path = tmp_path / "f16.yaml"
+    path.write_text(LLAMA.read_text().replace("dtype: bfloat16", "dtype: float16"))
+    d = diff_plans(planner.plan(llama8b), planner.plan(load_spec(path)))
+    assert not d.moves and not d.schedule
+    assert [(g.layers_text, g.params_text, g.what, g.old, g.new) for g in d.model.params] == [
+        ("model.embed_tokens, model.norm, lm_head", "weight", "dtype", "bfloat16", "float16"),
+        ("model.layers.{0..31}", "*", "dtype", "bfloat16", "float16")]
+    (pool,) = d.other  # same size, other kinds of buffer
+    assert pool.field == "buffer_pool keys" and "mlp.up_proj.weight float16[14336, 4096]" in pool.new
