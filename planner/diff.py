@@ -1,21 +1,33 @@
-"""What changed between two plans: params moved between GPU and host, settings, memory, schedule,
-and the predicted step time per workload (only when both plans were predicted alike)."""
+"""What changed between two plans, decided here and worded in planner/diff_render.py.
+
+In review order: how much moved (the churn), the model (name, spec hash, layers added, removed or
+renamed, param shapes and dtypes), memory with the predicted step time per workload (compared only
+when both plans were predicted alike), which params moved between ``GPU``, ``host (prefetch)`` and
+``host (uva)``, the settings, the prefetch schedule, and the rest. Layers and params with the same
+change are grouped (``model.layers.{2,4,6}: mlp.*``); groups are exact.
+"""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from schemas.plan import Plan
+from schemas.plan import Plan, PlanLayer, PlanParam
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
-from planner.names import compress_names
+from planner.diff_render import render_diff
+from planner.names import join_names
+
+__all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "placements", "render_diff"]
 
 BYTE_FIELDS = ("gpu_budget_bytes", "cpu_budget_bytes", "total_bytes", "resident_bytes", "offloaded_bytes",
                "buffer_bytes", "peak_gpu_bytes", "pinned_host_bytes")
 SETTINGS = ("backend", "strategy", "prefetch_step")
-OTHER_SUMMARY = ("model", "spec_sha256", "layers", "offloaded_layers")
+MODEL_FIELDS = ("model", "spec_sha256", "layers")  # summary fields that describe the model
+PARAM_FIELDS = ("shape", "dtype", "stride", "buffer", "kind")  # compared per param (bytes follow from them)
+
+GPU, PREFETCH, UVA = "GPU", "host (prefetch)", "host (uva)"
+MOVE_ORDER = ((GPU, PREFETCH), (GPU, UVA), (PREFETCH, GPU), (UVA, GPU), (PREFETCH, UVA), (UVA, PREFETCH))
 
 
 @dataclass(frozen=True)
@@ -50,37 +62,219 @@ class TimeDelta:
         return self.new_ms / self.old_ms if self.old_ms > 0 else None
 
 
+@dataclass
+class ParamGroup:
+    """One change to the same params of several layers: a move (``what`` = ``placement``, old and new
+    are placements) or a change to the params' description (``shape``, ``dtype``, ``stride``,
+    ``buffer``, ``kind``, ``tied``, or ``param`` for one added or removed)."""
+
+    what: str
+    old: str
+    new: str
+    layers: list[str]
+    params: list[str]  # relative to each layer
+    layers_text: str  # model.layers.{2,4,6}
+    params_text: str  # ``*`` every param of the layer, ``mlp.*`` every param under ``mlp.``
+    bytes: int  # of the params in all the layers (the new size; the old one for a removed param)
+
+
+@dataclass
+class Churn:
+    """Params that moved, by direction, with their bytes."""
+
+    to_host: int = 0
+    to_host_bytes: int = 0
+    to_gpu: int = 0
+    to_gpu_bytes: int = 0
+    between_host: int = 0  # prefetch <-> UVA
+    between_host_bytes: int = 0
+    net_gpu_bytes: int = 0  # to_gpu_bytes - to_host_bytes
+
+    @property
+    def moved(self) -> bool:
+        return bool(self.to_host or self.to_gpu or self.between_host)
+
+
+@dataclass
+class ModelDiff:
+    changes: list[Change] = field(default_factory=list)  # model, spec_sha256, layer count
+    layers_added: list[str] = field(default_factory=list)
+    layers_removed: list[str] = field(default_factory=list)
+    layers_renamed: list[tuple[str, str]] = field(default_factory=list)  # (old, new): same params
+    layer_order_changed: bool = False
+    params: list[ParamGroup] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes or self.layers_added or self.layers_removed or self.layers_renamed
+                    or self.layer_order_changed or self.params)
+
+
 @dataclass(frozen=True)
 class PrefetchChange:
     layer: str
     old: dict | None  # {slot, copy_before, previous_forward} or None
     new: dict | None
 
+    @property
+    def kind(self) -> str:
+        return "new" if self.old is None else ("dropped" if self.new is None else "changed")
+
 
 @dataclass
 class PlanDiff:
-    settings: list[Change] = field(default_factory=list)  # backend, strategy, prefetch_step
+    churn: Churn = field(default_factory=Churn)
+    model: ModelDiff = field(default_factory=ModelDiff)
     memory: list[MemoryDelta] = field(default_factory=list)  # every summary byte field (changed or not)
-    to_host: dict[str, list[str]] = field(default_factory=dict)  # layer -> params moved GPU -> host
-    to_gpu: dict[str, list[str]] = field(default_factory=dict)  # layer -> params moved host -> GPU
-    prefetch: list[PrefetchChange] = field(default_factory=list)  # slot / trigger changes
-    layers_added: list[str] = field(default_factory=list)
-    layers_removed: list[str] = field(default_factory=list)
-    other: list[Change] = field(default_factory=list)  # model, spec hash, counts, param specs, pool, notes
-    param_names: dict[str, list[str]] = field(default_factory=dict)  # every param of each layer with moves
     time: list[TimeDelta] = field(default_factory=list)  # every workload (changed or not), when comparable
     hardware: str | None = None  # the profile both plans were predicted with
     time_note: str | None = None  # why the predicted times are not compared
+    moves: list[ParamGroup] = field(default_factory=list)  # what = "placement"
+    offloaded_layers: Change | None = None
+    settings: list[Change] = field(default_factory=list)  # backend, strategy, prefetch_step
+    schedule: list[PrefetchChange] = field(default_factory=list)  # slot / trigger changes, in layer order
+    other: list[Change] = field(default_factory=list)  # buffer pool, predictions, or what else differs
 
     @property
     def changed(self) -> bool:
-        return bool(self.settings or any(m.old != m.new for m in self.memory) or self.to_host or self.to_gpu
-                    or self.prefetch or self.layers_added or self.layers_removed or self.other
-                    or any(t.old_ms != t.new_ms for t in self.time))
+        return bool(self.churn.moved or self.model.changed or any(m.old != m.new for m in self.memory)
+                    or any(t.old_ms != t.new_ms for t in self.time) or self.moves or self.offloaded_layers
+                    or self.settings or self.schedule or self.other)
+
+    def _moved(self, to_gpu: bool) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for g in self.moves:
+            if (g.new == GPU) == to_gpu and GPU in (g.old, g.new):
+                for layer in g.layers:
+                    out.setdefault(layer, []).extend(g.params)
+        return out
+
+    @property
+    def to_host(self) -> dict[str, list[str]]:
+        """Layer -> params that moved from the GPU to host memory."""
+        return self._moved(to_gpu=False)
+
+    @property
+    def to_gpu(self) -> dict[str, list[str]]:
+        """Layer -> params that moved from host memory to the GPU."""
+        return self._moved(to_gpu=True)
 
 
-def _workloads(preds: Predictions) -> list[tuple[str, int, float]]:
-    return [(p.workload, p.tokens, p.weight) for p in preds.workloads]
+def placements(plan: Plan, layer: PlanLayer) -> dict[str, str]:
+    """Where each param of ``layer`` lives: GPU, host (prefetch) or host (uva). A layer's ``uva`` list
+    (when plans carry one) names the offloaded params read through UVA; without it the plan's backend
+    says how all of them are read."""
+    uva = set(getattr(layer, "uva", None) or [])
+    offloaded = set(layer.offloaded)
+    all_uva = plan.summary.backend == "uva"
+    return {p: GPU if p not in offloaded else (UVA if all_uva or p in uva else PREFETCH) for p in layer.params}
+
+
+# ---------------------------------------------------------------------------
+# Grouping: one line for the same change in many layers.
+
+
+@dataclass(frozen=True)
+class _Item:
+    layer: str
+    param: str
+    what: str
+    old: str
+    new: str
+    bytes: int
+
+
+def _compress_params(params: list[str], all_params: list[str]) -> str:
+    """``*`` for all of a layer's params; ``mlp.*`` when every param under ``mlp.`` is listed."""
+    if len(all_params) > 1 and set(params) == set(all_params):
+        return "*"
+    out, done = [], set()
+    for p in params:
+        if p in done:
+            continue
+        head = p.split(".")[0]
+        under = [q for q in all_params if q.startswith(head + ".")]
+        if len(under) > 1 and set(under) <= set(params):
+            out.append(f"{head}.*")
+            done.update(under)
+        else:
+            out.append(p)
+            done.add(p)
+    return ", ".join(out)
+
+
+def _group(items: list[_Item], layer_params: dict[str, list[str]], order: list[tuple]) -> list[ParamGroup]:
+    """Items of one change in one layer become one entry; layers with the same entry are merged.
+    Groups are sorted by ``order`` (positions of (old, new); others last), then by first layer."""
+    per_layer: dict[tuple, list[_Item]] = {}
+    for it in items:
+        per_layer.setdefault((it.layer, it.what, it.old, it.new), []).append(it)
+    merged: dict[tuple, list[tuple[str, int]]] = {}
+    position = {name: i for i, name in enumerate(layer_params)}
+    for (layer, what, old, new), its in per_layer.items():
+        params = [it.param for it in its]
+        text = _compress_params(params, layer_params.get(layer, params))
+        merged.setdefault((what, old, new, tuple(params), text), []).append((layer, sum(it.bytes for it in its)))
+    groups = [ParamGroup(what, old, new, [name for name, _ in rows], list(params), join_names(name for name, _ in rows),
+                         text, sum(b for _, b in rows))
+              for (what, old, new, params, text), rows in merged.items()]
+    rank = {pair: i for i, pair in enumerate(order)}
+    groups.sort(key=lambda g: (rank.get((g.old, g.new), len(rank)), position.get(g.layers[0], len(position))))
+    return groups
+
+
+# ---------------------------------------------------------------------------
+# The model.
+
+
+def _describe(p: PlanParam) -> str:
+    return f"{p.dtype}[{', '.join(map(str, p.shape))}]"
+
+
+def _field_text(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(getattr(value, "value", value))
+
+
+def _signature(layer: PlanLayer) -> tuple:
+    return tuple((name, tuple(p.shape), p.dtype) for name, p in layer.params.items())
+
+
+def _renames(removed: list[PlanLayer], added: list[PlanLayer]) -> list[tuple[str, str]]:
+    """Removed and added layers with the same params (names, shapes, dtypes), paired in order."""
+    pairs, free = [], list(added)
+    for lo in removed:
+        match = next((ln for ln in free if _signature(ln) == _signature(lo)), None)
+        if match is not None:
+            free.remove(match)
+            pairs.append((lo.name, match.name))
+    return pairs
+
+
+def _param_items(lo: PlanLayer, ln: PlanLayer) -> list[_Item]:
+    """How the params of one layer (in both plans) changed."""
+    items = []
+    for name in [*lo.params, *(p for p in ln.params if p not in lo.params)]:
+        po, pn = lo.params.get(name), ln.params.get(name)
+        if po is None or pn is None:
+            items.append(_Item(ln.name, name, "param", "none" if po is None else _describe(po),
+                               "none" if pn is None else _describe(pn), (pn or po).bytes))
+            continue
+        for f in PARAM_FIELDS:
+            a, b = getattr(po, f), getattr(pn, f)
+            if a != b:
+                items.append(_Item(ln.name, name, f, _field_text(a), _field_text(b), pn.bytes))
+        if lo.tied.get(name) != ln.tied.get(name):
+            items.append(_Item(ln.name, name, "tied", _field_text(lo.tied.get(name)),
+                               _field_text(ln.tied.get(name)), pn.bytes))
+    return items
+
+
+# ---------------------------------------------------------------------------
+# The diff.
 
 
 def _time(d: PlanDiff, old: Predictions | None, new: Predictions | None) -> None:
@@ -106,177 +300,122 @@ def _time(d: PlanDiff, old: Predictions | None, new: Predictions | None) -> None
     d.time = [TimeDelta(o.workload, o.tokens, o.step_ms, n.step_ms) for o, n in zip(old.workloads, new.workloads)]
 
 
-def _prefetch(layer) -> dict | None:
-    return None if layer.prefetch is None else layer.prefetch.model_dump()
+def _workloads(preds: Predictions) -> list[tuple[str, int, float]]:
+    return [(p.workload, p.tokens, p.weight) for p in preds.workloads]
 
 
-def diff_plans(old: Plan, new: Plan) -> PlanDiff:
-    d = PlanDiff()
-    so, sn = old.summary, new.summary
-    d.settings = [Change(f, getattr(so, f), getattr(sn, f)) for f in SETTINGS if getattr(so, f) != getattr(sn, f)]
-    d.memory = [MemoryDelta(f, getattr(so, f), getattr(sn, f)) for f in BYTE_FIELDS]
-    d.other = [Change(f, getattr(so, f), getattr(sn, f)) for f in OTHER_SUMMARY if getattr(so, f) != getattr(sn, f)]
-    old_layers = {layer.name: layer for layer in old.layers}
-    new_layers = {layer.name: layer for layer in new.layers}
-    d.layers_removed = [name for name in old_layers if name not in new_layers]
-    d.layers_added = [name for name in new_layers if name not in old_layers]
-    for name, ln in new_layers.items():
-        lo = old_layers.get(name)
-        if lo is None:
-            continue
-        before, after = set(lo.offloaded), set(ln.offloaded)
-        if after - before:
-            d.to_host[name] = [p for p in ln.offloaded if p not in before]
-        if before - after:
-            d.to_gpu[name] = [p for p in lo.offloaded if p not in after]
-        if _prefetch(lo) != _prefetch(ln):
-            d.prefetch.append(PrefetchChange(name, _prefetch(lo), _prefetch(ln)))
-        if name in d.to_host or name in d.to_gpu:
-            d.param_names[name] = list(ln.params)
-        if lo.params != ln.params or lo.tied != ln.tied:
-            d.other.append(Change(f"layers.{name}.params", "differ", "differ"))
-    if [layer.name for layer in old.layers if layer.name in new_layers] != [
-            layer.name for layer in new.layers if layer.name in old_layers]:
-        d.other.append(Change("layer order", "differs", "differs"))
-    if old.buffer_pool != new.buffer_pool:
-        d.other.append(Change("buffer_pool", _pool_text(old), _pool_text(new)))
-    _time(d, old.predictions, new.predictions)
-    if not d.changed and old != new:
-        d.other.append(Change("notes" if so.notes != sn.notes else "plan", "differ", "differ"))
-    return d
+def _prefetch(layer: PlanLayer, renamed: dict[str, str] | None = None) -> dict | None:
+    if layer.prefetch is None:
+        return None
+    data = layer.prefetch.model_dump()
+    if renamed:
+        data["copy_before"] = renamed.get(data["copy_before"], data["copy_before"])
+    return data
+
+
+def _churn(moves: list[ParamGroup]) -> Churn:
+    c = Churn()
+    for g in moves:
+        n = len(g.params) * len(g.layers)
+        if g.new == GPU:
+            c.to_gpu, c.to_gpu_bytes = c.to_gpu + n, c.to_gpu_bytes + g.bytes
+        elif g.old == GPU:
+            c.to_host, c.to_host_bytes = c.to_host + n, c.to_host_bytes + g.bytes
+        else:
+            c.between_host, c.between_host_bytes = c.between_host + n, c.between_host_bytes + g.bytes
+    c.net_gpu_bytes = c.to_gpu_bytes - c.to_host_bytes
+    return c
 
 
 def _pool_text(plan: Plan) -> str:
     pool = plan.buffer_pool
     if pool is None:
         return "none"
-    return f"{pool.slots} slots, {len(pool.keys)} keys, {pool.bytes} bytes"
+    return f"{pool.slots} slots, {len(pool.keys)} keys, {format_bytes(pool.bytes)}"
 
 
-# ---------------------------------------------------------------------------
-# Rendering.
+def _pool_keys(plan: Plan) -> dict[str, str]:
+    """Each kind of buffer in words (param, dtype, shape, stride) -> its slot ids."""
+    keys = plan.buffer_pool.keys if plan.buffer_pool else []
+    return {f"{k.param} {k.dtype}[{', '.join(map(str, k.shape))}]" + (
+        "" if k.stride is None else f" stride [{', '.join(map(str, k.stride))}]"): _field_text(k.slots) for k in keys}
 
 
-def _moves(moves: dict[str, list[str]], param_names: dict[str, list[str]]) -> list[tuple[str, str]]:
-    """(compressed layer names, compressed params) lines; layers moving the same params are merged."""
-    by_params: dict[tuple[str, ...], list[str]] = {}
-    for layer, params in moves.items():
-        by_params.setdefault(tuple(params), []).append(layer)
-    lines = []
-    for params, layers in by_params.items():
-        # layers are merged only when they move the same params and hold the same params
-        for names in _same_params(layers, param_names):
-            text = _compress_params(list(params), param_names[names[0]])
-            lines.append((", ".join(compress_names(names)), text))
-    return lines
+def _pool_changes(old: Plan, new: Plan) -> list[Change]:
+    """The pool's size and the kinds of buffer it holds; else which slots each kind has."""
+    out = []
+    if _pool_text(old) != _pool_text(new):
+        out.append(Change("buffer_pool", _pool_text(old), _pool_text(new)))
+    a, b = _pool_keys(old), _pool_keys(new)
+    gone, came = [k for k in a if k not in b], [k for k in b if k not in a]
+    if gone or came:
+        out.append(Change("buffer_pool keys", ", ".join(gone) or "none", ", ".join(came) or "none"))
+    if not out:  # the same size and kinds: say which kinds changed slots
+        out += [Change(f"buffer_pool slots of {k}", a[k], b[k]) for k in a if k in b and a[k] != b[k]]
+    return out
 
 
-def _same_params(layers: list[str], param_names: dict[str, list[str]]) -> list[list[str]]:
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for layer in layers:
-        groups.setdefault(tuple(param_names[layer]), []).append(layer)
-    return list(groups.values())
-
-
-def _compress_params(params: list[str], all_params: list[str]) -> str:
-    """``*`` for all of a layer's params; ``mlp.*`` when every param under ``mlp.`` is listed."""
-    if set(params) == set(all_params):
-        return "*"
-    out, done = [], set()
-    for p in params:
-        if p in done:
-            continue
-        head = p.split(".")[0]
-        under = [q for q in all_params if q.startswith(head + ".")]
-        if len(under) > 1 and set(under) <= set(params):
-            out.append(f"{head}.*")
-            done.update(under)
-        else:
-            out.append(p)
-            done.add(p)
-    return ", ".join(out)
-
-
-def _fmt_bytes(n: int | None) -> str:
-    return "-" if n is None else f"{format_bytes(n)} ({n})"
-
-
-def _fmt_delta(n: int) -> str:
-    return "0" if n == 0 else ("+" if n > 0 else "-") + f"{format_bytes(abs(n))} ({n:+d})"
-
-
-def render_diff(d: PlanDiff, fmt: str = "text") -> str:
-    """Render as ``text``, ``markdown`` (a pull-request comment) or ``json``.
-
-    Moved params collapse exactly: ``*`` is every param of the layer, ``mlp.*`` every param under ``mlp.``.
-    """
-    if fmt == "json":
-        data = asdict(d) | {"changed": d.changed}
-        del data["param_names"]
-        for m, row in zip(d.memory, data["memory"]):
-            row["delta"] = m.delta
-        for t, row in zip(d.time, data["time"]):
-            row["ratio"] = None if t.ratio is None else round(t.ratio, 4)
-        return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-    if fmt not in ("text", "markdown"):
-        raise ValueError(f"unknown diff format '{fmt}': expected text, markdown or json")
-    md = fmt == "markdown"
-    out: list[str] = []
-    if not d.changed:
-        return "plans are equal\n"
-    out.append("## Plan diff" if md else "plan diff")
-    for c in d.settings:
-        out.append(f"- {c.field}: {c.old} → {c.new}" if md else f"{c.field}: {c.old} -> {c.new}")
-    out.append("")
-    if md:
-        out += ["| memory | old | new | delta |", "|---|---:|---:|---:|"]
-        out += [f"| {m.field} | {_fmt_bytes(m.old)} | {_fmt_bytes(m.new)} | {_fmt_delta(m.delta)} |"
-                for m in d.memory]
+def _flat(value: object, path: str, out: dict[str, object]) -> dict[str, object]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(v, f"{path}.{k}" if path else str(k), out)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        for i, v in enumerate(value):
+            _flat(v, f"{path}.{v.get('name', v.get('workload', i))}", out)
     else:
-        out += [f"{m.field}: {_fmt_bytes(m.old)} -> {_fmt_bytes(m.new)} ({_fmt_delta(m.delta)})"
-                for m in d.memory if m.delta or m.old != m.new]
-    out += _time_lines(d, md)
-    arrow = "→" if md else "->"
-    for title, moves, where in (("GPU → host" if md else "GPU -> host", d.to_host, "host"),
-                                ("host → GPU" if md else "host -> GPU", d.to_gpu, "GPU")):
-        if moves:
-            out += ["", f"### Moved {title}" if md else f"moved {title}:"]
-            for layers, params in _moves(moves, d.param_names):
-                out.append(f"- `{layers}`: `{params}` {arrow} {where}" if md else f"  {layers}: {params} {arrow} {where}")
-    if d.prefetch:
-        out += ["", "### Schedule changes" if md else "schedule changes:"]
-        for p in d.prefetch:
-            out.append(f"{'- ' if md else '  '}{p.layer}: {_sched(p.old)} {arrow} {_sched(p.new)}")
-    for title, names in (("layers added", d.layers_added), ("layers removed", d.layers_removed)):
-        if names:
-            out += ["", f"{'### ' if md else ''}{title}{'' if md else ':'}", ("- " if md else "  ") + ", ".join(
-                compress_names(names))]
-    if d.other:
-        out += ["", "### Other changes" if md else "other changes:"]
-        out += [f"{'- ' if md else '  '}{c.field}: {c.old} {arrow} {c.new}" for c in d.other]
-    return "\n".join(out) + "\n"
+        out[path] = value
+    return out
 
 
-def _ratio(t: TimeDelta) -> str:
-    return "-" if t.ratio is None else f"x{t.ratio:.2f}"
+def _leftovers(old: Plan, new: Plan) -> list[Change]:
+    """What differs when nothing compared above did (the summary's explanations, details of the
+    predictions, ...): each differing field by its path."""
+    a, b = _flat(old.model_dump(), "", {}), _flat(new.model_dump(), "", {})
+    return [Change(k, a.get(k), b.get(k)) for k in [*a, *(k for k in b if k not in a)] if a.get(k) != b.get(k)]
 
 
-def _time_lines(d: PlanDiff, md: bool) -> list[str]:
-    """Predicted step time per workload next to the memory change (or why it is not compared)."""
-    if d.time_note:
-        return ["", d.time_note]
-    if not d.time:
-        return []
-    if md:
-        return ["", f"| predicted step on {d.hardware} | tokens | old ms | new ms | ratio |",
-                "|---|---:|---:|---:|---:|"] + [
-            f"| {t.workload} | {t.tokens} | {t.old_ms:.3f} | {t.new_ms:.3f} | {_ratio(t)} |" for t in d.time]
-    return [f"predicted step, {t.workload} ({t.tokens} token{'s' * (t.tokens != 1)}) on {d.hardware}: {t.old_ms:.3f} ms -> "
-            f"{t.new_ms:.3f} ms ({_ratio(t)})" for t in d.time]
+def diff_plans(old: Plan, new: Plan) -> PlanDiff:
+    d = PlanDiff()
+    so, sn = old.summary, new.summary
+    old_layers = {layer.name: layer for layer in old.layers}
+    new_layers = {layer.name: layer for layer in new.layers}
 
+    m = d.model
+    m.changes = [Change(f, getattr(so, f), getattr(sn, f)) for f in MODEL_FIELDS if getattr(so, f) != getattr(sn, f)]
+    removed = [layer for layer in old.layers if layer.name not in new_layers]
+    added = [layer for layer in new.layers if layer.name not in old_layers]
+    m.layers_renamed = _renames(removed, added)
+    old_name = {n: o for o, n in m.layers_renamed}
+    new_name = {o: n for o, n in m.layers_renamed}
+    m.layers_removed = [layer.name for layer in removed if layer.name not in new_name]
+    m.layers_added = [layer.name for layer in added if layer.name not in old_name]
+    matched = [(old_layers[old_name.get(ln.name, ln.name)], ln) for ln in new.layers
+               if old_name.get(ln.name, ln.name) in old_layers]
+    kept = {lo.name for lo, _ in matched}
+    m.layer_order_changed = [lo.name for lo, _ in matched] != [layer.name for layer in old.layers if layer.name in kept]
 
-def _sched(p: dict | None) -> str:
-    if p is None:
-        return "none"
-    prev = ", previous forward" if p["previous_forward"] else ""
-    return f"slot {p['slot']}, copy before {p['copy_before']}{prev}"
+    layer_params = {ln.name: list(ln.params) for ln in new.layers}
+    param_items: list[_Item] = []
+    move_items: list[_Item] = []
+    for lo, ln in matched:
+        param_items += _param_items(lo, ln)
+        before, after = placements(old, lo), placements(new, ln)
+        for p, where in after.items():
+            if p in before and before[p] != where:
+                move_items.append(_Item(ln.name, p, "placement", before[p], where, ln.params[p].bytes))
+        if _prefetch(lo, new_name) != _prefetch(ln):
+            d.schedule.append(PrefetchChange(ln.name, _prefetch(lo, new_name), _prefetch(ln)))
+    m.params = _group(param_items, layer_params, order=[])
+    d.moves = _group(move_items, layer_params, order=list(MOVE_ORDER))
+    d.churn = _churn(d.moves)
+
+    d.memory = [MemoryDelta(f, getattr(so, f), getattr(sn, f)) for f in BYTE_FIELDS]
+    _time(d, old.predictions, new.predictions)
+    if so.offloaded_layers != sn.offloaded_layers:
+        d.offloaded_layers = Change("offloaded_layers", so.offloaded_layers, sn.offloaded_layers)
+    d.settings = [Change(f, getattr(so, f), getattr(sn, f)) for f in SETTINGS if getattr(so, f) != getattr(sn, f)]
+    if old.buffer_pool != new.buffer_pool:
+        d.other += _pool_changes(old, new)
+    if not d.changed and old != new:
+        d.other += _leftovers(old, new)
+    return d
