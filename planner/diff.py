@@ -129,6 +129,10 @@ def diff_plans(old: Plan, new: Plan) -> PlanDiff:
             d.to_host[name] = [p for p in ln.offloaded if p not in before]
         if before - after:
             d.to_gpu[name] = [p for p in lo.offloaded if p not in after]
+        for was, now in (("prefetch", "uva"), ("uva", "prefetch")):  # offloaded in both, the backend changed
+            switched = [p for p in ln.offloaded if p in before and (p in ln.uva) == (now == "uva") != (p in lo.uva)]
+            if switched:
+                d.other.append(Change(f"layers.{name} {_compress_params(switched, list(ln.params))}", was, now))
         if _prefetch(lo) != _prefetch(ln):
             d.prefetch.append(PrefetchChange(name, _prefetch(lo), _prefetch(ln)))
         if name in d.to_host or name in d.to_gpu:
