@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, ValidationInfo, model_validator
 
 from schemas.buffer_pool import PoolEntry, PoolKey
-from schemas.plan_backends import PREFETCHING, PlanBackend
+from schemas.plan_backends import PREFETCHING, PlanBackend  # noqa: F401 (PREFETCHING: re-exported for readers)
 from schemas.plan_check import findings_text, plan_findings
 from schemas.prediction import Predictions
 from schemas.spec import MoeSpec, ParamKind
@@ -24,8 +24,6 @@ from schemas.strict import StrictModel
 PLAN_VERSION = 1
 
 
-
-__all__ = ["PREFETCHING", "PlanBackend"]  # with the models below; defined in schemas/plan_backends.py
 
 DEFER_CHECK = "defer_plan_check"  # validation context key: the caller runs the plan check itself
 

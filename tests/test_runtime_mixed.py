@@ -21,19 +21,7 @@ from planner.assignment import Assignment  # noqa: E402
 from runtime import ops  # noqa: E402
 from runtime.apply import _ACTIVE  # noqa: E402
 from schemas.spec_hash import spec_sha256  # noqa: E402
-from test_runtime_cpu import IDS, assert_restored, snapshot  # noqa: E402
-
-CFG = LlamaConfig(vocab=256, dim=64, layers=9, heads=4, kv_heads=2, hidden=160)
-
-
-@pytest.fixture()
-def model():
-    return make_llama(CFG)
-
-
-@pytest.fixture()
-def spec(model):
-    return runtime.describe(model, name="tiny-llama")
+from test_runtime_cpu import IDS, assert_restored, model, snapshot, spec  # noqa: E402,F401 (fixtures)
 
 
 def group(spec, g, k, step, backends, backend="prefetch"):
@@ -112,17 +100,6 @@ def test_uva_params_read_host_memory_and_the_others_their_slot(model, spec):
     assert {k.param for k in plan.buffer_pool.keys} == {r for layer in plan.layers for r in layer.prefetched}
 
 
-def test_interrupted_forward_recovers(model, spec):
-    want = copy.deepcopy(model)(IDS)
-    plan = mixed_plans(spec)[1]
-    with runtime.apply(plan, model, device="cpu"):
-        boom = model.model.layers[4].register_forward_hook(lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
-        with pytest.raises(RuntimeError, match="boom"):
-            model(IDS)
-        boom.remove()
-        assert torch.equal(model(IDS), want)
-
-
 def test_failure_while_pointing_at_uva_rolls_back(model, spec, monkeypatch):
     from runtime import mixed
 
@@ -158,27 +135,13 @@ def test_cycles_of_mixed_and_plain_plans_leave_nothing_behind(model, spec):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("which", [0, 1, 3])
 def test_gpu_eager_graph_and_compile_bit_identical(which):
-    from test_runtime_gpu import graph_outputs
+    from test_runtime_gpu import assert_exact_on_gpu
 
-    cfg = LlamaConfig(vocab=512, dim=256, layers=9, heads=4, kv_heads=2, hidden=704)
-    base = make_llama(cfg)
-    ids = torch.randint(0, 500, (1, 8), device="cuda")
-    ref = copy.deepcopy(base).cuda()
-    with torch.no_grad():
-        want = ref(ids)
-    want_graph = graph_outputs(ref, ids)
-    del ref
-    plan = mixed_plans(runtime.describe(base))[which]
-    before = {name: t.clone() for name, t in base.state_dict().items()}
-    with runtime.apply(plan, base, "cuda"):
-        with torch.no_grad():
-            for _ in range(3):
-                assert torch.equal(base(ids), want)
-        for got, exp in zip(graph_outputs(base, ids), want_graph):
-            assert torch.equal(got, exp)
+    def compiled_too(base, ids, want):
         compiled = torch.compile(base, fullgraph=True)
         with torch.no_grad():
-            for _ in range(3):
+            for _ in range(3):  # compiled kernels may round differently from eager ones
                 torch.testing.assert_close(compiled(ids), want, rtol=2e-2, atol=2e-2)
-    for name, t in base.state_dict().items():
-        assert t.device.type == "cpu" and torch.equal(t, before[name]), name
+
+    base = make_llama(LlamaConfig(vocab=512, dim=256, layers=9, heads=4, kv_heads=2, hidden=704))
+    assert_exact_on_gpu(base, lambda spec: mixed_plans(spec)[which], compiled_too)
