@@ -103,7 +103,7 @@ def _memory_panel(ax: Any, plan: Plan) -> tuple[Any, Any]:
 
 def _timeline_panel(ax: Any, plan: Plan, hw: HardwareProfile, name: str, tokens: int) -> tuple[Any, ...]:
     t = timeline(plan, hw, tokens)
-    cpu_ends = list(accumulate(layer_work(layer, plan.summary.backend, tokens, hw).cpu_ms for layer in plan.layers))
+    cpu_ends = list(accumulate(layer_work(layer, tokens, hw).cpu_ms for layer in plan.layers))
     y = _ROWS
     colors = [_COLORS["offloaded_layer"] if layer.offloaded else _COLORS["compute"] for layer in plan.layers]
     compute = ax.barh([y["compute"]] * len(t.layers), [lt.end - lt.start for lt in t.layers],

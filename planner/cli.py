@@ -129,6 +129,27 @@ def _segments(value: Optional[str]) -> Optional[list[str]]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _backends(value: Optional[str]) -> Optional[dict[str, str]]:
+    """--backends KIND=BACKEND,... as a dict (the values are checked with the spec's offload section)."""
+    if value is None:
+        return None
+    from schemas.errors import InputError
+
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        kind, sep, backend = (x.strip() for x in part.partition("="))
+        if not sep or not kind or not backend:
+            raise InputError(f"--backends: '{part}' is not KIND=BACKEND (e.g. routed_experts=uva,attention=prefetch)")
+        if kind in out:
+            raise InputError(f"--backends: {kind} is given twice")
+        out[kind] = backend
+    if not out:
+        raise InputError("--backends: no KIND=BACKEND given (e.g. routed_experts=uva)")
+    return out
+
+
 def _workload(options: Optional[list[str]], tokens: Optional[int]) -> Any:
     """--workload/--tokens as a Workload (None: the spec's or the default)."""
     if not options and tokens is None:
@@ -161,6 +182,7 @@ PLAN_EPILOG = _epilog(
     "planner plan spec.yaml --strategy group --group-size 4 --num-in-group 1 --format json",
     "cat spec.yaml | planner plan - --gpu-budget 1.5TB > plan.yaml",
     "planner plan spec.yaml --gpu-budget 8GB --workload decode --workload prefill=2048:0.1 --hardware h200",
+    "planner plan moe.yaml --gpu-budget 24GB --backends routed_experts=uva,attention=prefetch",
     tail="Sizes: a number of bytes or a number with a unit; GB/MB/TB are powers of 10, GiB/MiB/TiB "
     "powers of 2.\n\n" + exit_codes_note(
         "0 planned", "1 nothing fits the budget (the smallest feasible budget is printed)", "2 bad input")
@@ -203,6 +225,10 @@ def plan_command(
     prefer: Annotated[Optional[str], typer.Option(
         "--prefer", help="Strategy budget: offload these kinds in order, e.g. routed_experts,dense_mlp,attention.",
         show_default=False)] = None,
+    backends: Annotated[Optional[str], typer.Option(
+        "--backends", metavar="KIND=BACKEND,...", help="A backend per kind for its offloaded params, e.g. "
+        "routed_experts=uva,attention=prefetch; other kinds use --backend (overrides offload.backends).",
+        show_default=False)] = None,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", metavar="NAME|FILE", help="Hardware profile for the predicted step times: a bundled name "
         "(h200) or a file from `planner calibrate` (overrides the spec's hardware; default h200).",
@@ -235,6 +261,7 @@ def plan_command(
         "params": _segments(params),
         "kinds": _segments(kinds),
         "prefer": _segments(prefer),
+        "backends": _backends(backends),
         "workload": _workload(workload, tokens),
         "hardware": hardware,
     }

@@ -17,17 +17,22 @@ class Candidate:
     position: int  # in execution order
     params: tuple[str, ...]  # eligible param names, in spec order
     nbytes: int  # bytes of those params
-    signature: Signature
+    signature: Signature  # of the params it prefetches (all of them unless some are on UVA)
+    uva: tuple[str, ...] = ()  # backend mixed: the params read through UVA (the others are prefetched)
+
+    @property
+    def prefetches(self) -> bool:
+        return len(self.uva) < len(self.params)
 
 
 @dataclass(frozen=True)
 class Cost:
-    backend: str  # prefetch | uva
+    backend: str  # prefetch | uva | mixed (per candidate: its uva params, the others prefetched)
     chosen: tuple[int, ...]  # indices into the candidate list
     resident_bytes: int
     offloaded_bytes: int
     buffer_bytes: int
-    longest_run: int
+    longest_run: int  # of the prefetched layers (of all offloaded layers for uva)
     step: int | None  # prefetch step used (None for uva)
     pool: tuple[PoolEntry, ...]
     picked: tuple[Candidate, ...] = ()  # the chosen candidates: the offloaded layers and their params
@@ -46,13 +51,16 @@ def evaluate(
     backend: str,
     step: int | None,
 ) -> Cost:
-    """Cost of offloading ``chosen`` candidates (sorted) with ``backend``; ``step`` None = automatic."""
+    """Cost of offloading ``chosen`` candidates (sorted) with ``backend``; ``step`` None = automatic.
+
+    Backend mixed: the pool and the schedule cover the candidates that prefetch a param."""
     picked = [candidates[i] for i in chosen]
     offloaded = sum(c.nbytes for c in picked)
-    run = longest_run([c.position for c in picked], num_layers)
-    if backend != "prefetch" or not picked:
+    copied = picked if backend == "prefetch" else [c for c in picked if c.prefetches] if backend == "mixed" else []
+    run = longest_run([c.position for c in (picked if backend == "uva" else copied)], num_layers)
+    if not copied:
         return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, 0, run, None, (), tuple(picked))
     used = step if step is not None else max(1, run)
-    pool = build_pool([c.signature for c in picked], num_slots(len(picked), used))
+    pool = build_pool([c.signature for c in copied], num_slots(len(copied), used))
     return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, used, tuple(pool),
                 tuple(picked))

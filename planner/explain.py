@@ -129,7 +129,7 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
     for layer, lt in zip(plan.layers, t.layers):
         if layer.prefetch is None:
             continue
-        work = layer_work(layer, plan.summary.backend, tokens, hw)
+        work = layer_work(layer, tokens, hw)
         predicted_bytes += work.copy_bytes
         measured = [m for f in used for m in f.layers if m.name == layer.name]
         row = LayerComparison(

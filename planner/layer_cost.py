@@ -1,7 +1,8 @@
 """What one layer costs at T tokens: GPU time, CPU issue time and prefetch copy time.
 
 A roofline per param, from the plan alone (shapes, dtypes, kinds, which params are offloaded
-and how) and a hardware profile:
+and how: a param in the layer's ``uva`` list is read over the host link, another offloaded param
+is copied into a slot by the prefetch stream) and a hardware profile:
 
 - a matrix (2-D or more) is a matmul: ``max(2·T·numel / matmul rate, bytes / memory rate)``;
   through UVA the bytes come over the host link instead, read ``passes(T)`` times;
@@ -87,9 +88,12 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     return fixed + max(flops / (hw.matmul_tflops * 1e9), nbytes * passes / rate / 1e6)
 
 
-def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile) -> LayerWork:
-    """The layer's GPU, CPU and copy time at ``tokens`` under the plan's ``backend``."""
+def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile) -> LayerWork:
+    """The layer's GPU, CPU and copy time at ``tokens``: its ``uva`` params read over the link, its other
+    offloaded params copied."""
     off = set(layer.offloaded)
+    on_uva = set(layer.uva)
+    copied = off - on_uva
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
     gpu = routed = 0.0
     matrices = 0
@@ -97,11 +101,11 @@ def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile)
     for rel, p in layer.params.items():
         role = _role(layer.name, rel, p)
         matrices += role in ("matmul", "routed")
-        where = "uva" if (rel in off and backend == "uva") else "gpu"
+        where = "uva" if rel in on_uva else "gpu"
         ms = _param_ms(role, p, tokens, hw, where, moe)
         gpu += ms
         routed += ms if role == "routed" else 0.0
-        if rel in off and backend == "prefetch":
+        if rel in copied:
             copy_bytes += p.bytes
     if moe is not None:
         cpu_us = hw.moe_block_cpu_us
@@ -110,7 +114,7 @@ def layer_work(layer: PlanLayer, backend: str, tokens: int, hw: HardwareProfile)
     else:
         cpu_us = hw.launch_us * (1 + len(layer.params))
     expert_us = 0.0 if moe is None else hw.expert_cpu_us * touched_experts(moe[0], moe[1], tokens)
-    copies = len(off) if backend == "prefetch" else 0
+    copies = len(copied)
     copy_ms = copy_bytes / hw.h2d_gbps / 1e6 + copies * hw.copy_call_us / 1e3
     synced = routed if (moe is not None and hw.moe_sync) else None
     return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,

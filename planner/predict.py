@@ -20,9 +20,8 @@ def copies_of(plan: Plan) -> list[Copy]:
 
 def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
     """One forward of ``plan`` at ``tokens`` on ``hw``."""
-    backend = plan.summary.backend
-    work = [layer_work(layer, backend, tokens, hw) for layer in plan.layers]
-    return simulate(work, copies_of(plan) if backend == "prefetch" else [])
+    work = [layer_work(layer, tokens, hw) for layer in plan.layers]
+    return simulate(work, copies_of(plan))
 
 
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from schemas.plan import Plan
+from schemas.plan import PREFETCHING, Plan
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
@@ -21,6 +21,7 @@ def layer_rows(plan: Plan) -> list[dict[str, Any]]:
             "resident_bytes": layer.resident_bytes,
             "offloaded_bytes": layer.offloaded_bytes,
             "offloaded": list(layer.offloaded),
+            "uva": list(layer.uva),
             "slot": None if pf is None else pf.slot,
             "copy_before": None if pf is None else pf.copy_before,
             "previous_forward": False if pf is None else pf.previous_forward,
@@ -102,6 +103,13 @@ def _trigger(row: dict[str, Any]) -> str:
     return row["copy_before"] + (" (prev. forward)" if row["previous_forward"] else "")
 
 
+def _offloaded_cell(row: dict[str, Any], mixed: bool) -> str:
+    if not mixed or not row["uva"]:
+        return ", ".join(row["offloaded"])
+    on_uva = set(row["uva"])
+    return ", ".join(f"{p} (uva)" if p in on_uva else p for p in row["offloaded"])
+
+
 def render_table(plan: Plan, console: Any, predictions: Predictions | None = None) -> None:
     """Print the summary, the per-layer table, the totals and the predictions (default the
     plan's own) on a rich Console."""
@@ -111,7 +119,8 @@ def render_table(plan: Plan, console: Any, predictions: Predictions | None = Non
     step = f", prefetch_step {s.prefetch_step}" if s.prefetch_step is not None else ""
     console.print(f"[bold]{s.model}[/bold]: backend [cyan]{s.backend}[/cyan] ({s.backend_reason}), "
                   f"strategy {s.strategy}{step}", highlight=False, markup=True)
-    prefetch = s.backend == "prefetch"
+    prefetch = s.backend in PREFETCHING
+    mixed = s.backend == "mixed"  # mark the UVA params; the others are prefetched
     table = Table(show_footer=True, header_style="bold", footer_style="bold")
     t = totals(plan)
     table.add_column("#", justify="right", footer="", no_wrap=True)
@@ -125,7 +134,7 @@ def render_table(plan: Plan, console: Any, predictions: Predictions | None = Non
     for row in layer_rows(plan):
         cells = [str(row["index"]), row["name"], format_bytes(row["resident_bytes"]),
                  format_bytes(row["offloaded_bytes"]) if row["offloaded_bytes"] else "-",
-                 ", ".join(row["offloaded"])]
+                 _offloaded_cell(row, mixed)]
         if prefetch:
             cells += ["" if row["slot"] is None else str(row["slot"]), _trigger(row)]
         table.add_row(*cells, style=None if row["offloaded"] else "dim")

@@ -42,6 +42,11 @@ class Offloader:
     def offloaded_pairs(self) -> list[tuple[TensorRef, torch.Tensor]]:
         return [(o.ref, o.host) for o in self.offloaded]
 
+    def uva_pairs(self) -> list[tuple[TensorRef, torch.Tensor]]:
+        """The offloaded params the plan puts on UVA (its layers' ``uva`` lists)."""
+        on_uva = {f"{layer.name}.{rel}" for layer in self.plan.layers for rel in layer.uva}
+        return [(o.ref, o.host) for o in self.offloaded if o.ref.full in on_uva]
+
     # -- life cycle -------------------------------------------------------------------
     def wrap_modules(self) -> None:
         """Register the hooks the backend needs (none by default)."""
@@ -81,4 +86,8 @@ def make_offloader(backend: str, **kwargs) -> Offloader:
         from runtime.prefetch import PrefetchOffloader
 
         return PrefetchOffloader(**kwargs)
-    raise ValueError(f"unknown backend '{backend}'; expected none, uva or prefetch")
+    if backend == "mixed":
+        from runtime.mixed import MixedOffloader
+
+        return MixedOffloader(**kwargs)
+    raise ValueError(f"unknown backend '{backend}'; expected none, uva, prefetch or mixed")

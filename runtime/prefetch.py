@@ -87,7 +87,7 @@ class PrefetchOffloader(Offloader):
             if pl.prefetch is None:
                 continue
             pairs, nbytes = [], 0
-            for rel in pl.offloaded:
+            for rel in pl.prefetched:
                 o = host_of[f"{pl.name}.{rel}"]
                 pairs.append((o.host, self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)))
                 nbytes += pl.params[rel].bytes
@@ -165,7 +165,7 @@ class PrefetchOffloader(Offloader):
         for pl in self.plan.layers:
             if pl.prefetch is None:
                 continue
-            for rel in pl.offloaded:
+            for rel in pl.prefetched:
                 ref = host_of[f"{pl.name}.{rel}"].ref
                 ref.get().data = self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)
         for j, layer in enumerate(self.layers):

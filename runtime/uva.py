@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from runtime.offloader import Offloader
-from runtime.tensors import storage_nbytes
+from runtime.tensors import TensorRef, storage_nbytes
 
 log = logging.getLogger("runtime")
 
@@ -58,46 +58,57 @@ def uva_supported(device: torch.device) -> bool:
         return False
 
 
+def read_in_place(offloader: Offloader, pairs: list[tuple[TensorRef, torch.Tensor]]) -> None:
+    """Point each param of ``pairs`` at a device view of its pinned host copy (on the CPU: the host
+    copy itself). Where the device cannot read host memory, fall back to copying each layer's
+    params in before it runs (eager only, with a warning)."""
+    device = offloader.device
+    if not pairs:
+        return
+    if not uva_supported(device):
+        warnings.warn(
+            "UVA (GPU reads of pinned host memory) is not available on this device; "
+            "offloaded params are copied to the GPU before each layer instead (slower)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        offloader.fallback_copy = True
+        _install_copy_fallback(offloader, pairs)
+        return
+    for ref, host in pairs:
+        ref.get().data = host if device.type == "cpu" else device_view(host, device)
+
+
+def _install_copy_fallback(offloader: Offloader, pairs: list[tuple[TensorRef, torch.Tensor]]) -> None:
+    """Copy a layer's offloaded params in before it runs and drop them after (eager only)."""
+    device = offloader.device
+    placeholder = {}
+    for ref, host in pairs:
+        placeholder[ref.full] = torch.empty(0, dtype=host.dtype, device=device)
+        ref.get().data = placeholder[ref.full]
+    by_layer: dict[str, list] = {}
+    for ref, host in pairs:
+        by_layer.setdefault(ref.layer, []).append((ref, host))
+
+    for layer, layer_pairs in by_layer.items():
+        module = offloader.model.get_submodule(layer)
+
+        def pre(_m, _args, layer_pairs=layer_pairs):
+            for ref, host in layer_pairs:
+                ref.get().data = host.to(device, non_blocking=True)
+
+        def post(_m, _args, _out, layer_pairs=layer_pairs):
+            for ref, _host in layer_pairs:
+                ref.get().data = placeholder[ref.full]
+
+        offloader.hooks.append(module.register_forward_pre_hook(pre))
+        offloader.hooks.append(module.register_forward_hook(post))
+
+
 class UvaOffloader(Offloader):
     """Points each offloaded param at a device view of its pinned host copy."""
 
     name = "uva"
 
     def post_init(self) -> None:
-        device = self.device
-        if not uva_supported(device):
-            warnings.warn(
-                "UVA (GPU reads of pinned host memory) is not available on this device; "
-                "offloaded params are copied to the GPU before each layer instead (slower)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            self.fallback_copy = True
-            self._install_copy_fallback()
-            return
-        for ref, host in self.offloaded_pairs():
-            ref.get().data = host if device.type == "cpu" else device_view(host, device)
-
-    def _install_copy_fallback(self) -> None:
-        """Copy a layer's offloaded params in before it runs and drop them after (eager only)."""
-        placeholder = {}
-        for ref, host in self.offloaded_pairs():
-            placeholder[ref.full] = torch.empty(0, dtype=host.dtype, device=self.device)
-            ref.get().data = placeholder[ref.full]
-        by_layer: dict[str, list] = {}
-        for ref, host in self.offloaded_pairs():
-            by_layer.setdefault(ref.layer, []).append((ref, host))
-
-        for layer, pairs in by_layer.items():
-            module = self.model.get_submodule(layer)
-
-            def pre(_m, _args, pairs=pairs):
-                for ref, host in pairs:
-                    ref.get().data = host.to(self.device, non_blocking=True)
-
-            def post(_m, _args, _out, pairs=pairs):
-                for ref, _host in pairs:
-                    ref.get().data = placeholder[ref.full]
-
-            self.hooks.append(module.register_forward_pre_hook(pre))
-            self.hooks.append(module.register_forward_hook(post))
+        read_in_place(self, self.offloaded_pairs())

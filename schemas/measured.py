@@ -41,7 +41,7 @@ class MeasuredForward(StrictModel):
 class MeasuredStats(StrictModel):
     """``Handle.stats()``: the backend, the recent forwards and the pinned host memory."""
 
-    backend: Literal["prefetch", "uva", "none"]
+    backend: Literal["prefetch", "uva", "mixed", "none"]
     forwards: list[MeasuredForward] = Field(min_length=1)
     pinned_host_bytes: NonNegativeInt = 0
 

@@ -3,8 +3,9 @@
 A plan is the planner's output and the runtime's input. It is deterministic and
 meant to be read and diffed in review: every layer in execution order with all of
 its params (so the runtime can check the model against it), which of them are
-offloaded, and, for the prefetch backend, the buffer slot each offloaded layer
-uses and the point at which its copy starts.
+offloaded and, of those, which GPU kernels read in place through UVA (``uva``); every
+other offloaded param is prefetched: the plan gives the buffer slot its layer uses and
+the point at which its copy starts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, ValidationInfo, model_validator
 
 from schemas.buffer_pool import PoolEntry, PoolKey
+from schemas.plan_backends import PREFETCHING, PlanBackend  # noqa: F401 (PREFETCHING: re-exported for readers)
 from schemas.plan_check import findings_text, plan_findings
 from schemas.prediction import Predictions
 from schemas.spec import MoeSpec, ParamKind
@@ -21,7 +23,7 @@ from schemas.strict import StrictModel
 
 PLAN_VERSION = 1
 
-PlanBackend = Literal["prefetch", "uva", "none"]
+
 
 DEFER_CHECK = "defer_plan_check"  # validation context key: the caller runs the plan check itself
 
@@ -60,10 +62,20 @@ class PlanLayer(StrictModel):
     params: dict[str, PlanParam] = Field(description="every param of the layer, by name relative to it")
     tied: dict[str, str] = Field(default_factory=dict, description="param -> full name of its storage owner")
     offloaded: list[str] = Field(default_factory=list, description="params kept in host memory")
+    uva: list[str] = Field(default_factory=list, description="the offloaded params GPU kernels read in place "
+                           "through UVA; every other offloaded param is prefetched")
     resident_bytes: NonNegativeInt
     offloaded_bytes: NonNegativeInt
     prefetch: Prefetch | None = None
     moe: MoeSpec | None = Field(default=None, description="routed experts and top-k (from the spec)")
+
+    @property
+    def prefetched(self) -> list[str]:
+        """The offloaded params copied into a buffer slot before the layer runs (not on UVA)."""
+        if not self.uva:
+            return list(self.offloaded)
+        on_uva = set(self.uva)
+        return [rel for rel in self.offloaded if rel not in on_uva]
 
 
 class BufferKey(StrictModel):

@@ -2,8 +2,9 @@
 
 A plan file is read by people and may be edited by hand, so nothing derived is trusted:
 param bytes (from shape, dtype and stride), per-layer and summary totals, the peak and the
-budgets, backend consistency, ties, the buffer pool (``schemas.buffer_pool.build_pool``) and
-every prefetch entry (``schemas.schedule.schedule`` from the step). All findings are
+budgets, backend consistency (which offloaded params are on UVA, which are prefetched), ties,
+the buffer pool (``schemas.buffer_pool.build_pool``) and every prefetch entry
+(``schemas.schedule.schedule`` from the step), both from the prefetched params only. All findings are
 collected, each with the field path it is about; the wording is in ``schemas/plan_wording.py``.
 
 The check is linear in the size of the plan: plans of 1,000-layer models are loaded often.
@@ -19,6 +20,7 @@ from schemas import plan_wording as say
 from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, pool_bytes
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
+from schemas.plan_backends import PREFETCHING
 from schemas.schedule import num_slots, schedule
 from schemas.spec import storage_elements
 
@@ -75,6 +77,8 @@ class _Totals:
     total: int = 0
     offloaded: int = 0
     offloaded_layers: list[int] = field(default_factory=list)  # indices, in order
+    prefetched_layers: list[int] = field(default_factory=list)  # indices of layers with prefetched params
+    uva_params: int = 0  # offloaded params read through UVA
     pool: list[PoolEntry] = field(default_factory=list)
     buffer: int = 0  # bytes of ``pool``
 
@@ -145,6 +149,7 @@ def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list
                 full = f"{layer.name}.{rel}"
                 if full in tied_to:
                     out.append(Finding(where, say.offloaded_tie_target(full, tied_to[full])))
+    prefetched = _check_uva(loc, layer, backend, seen, totals, out)
     for rel, target in layer.tied.items():
         _check_tie(loc, layer, rel, target, owners, out)
     if layer.resident_bytes != own - offloaded:
@@ -158,13 +163,39 @@ def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list
     totals.offloaded += offloaded
     if layer.offloaded:
         totals.offloaded_layers.append(i)
+    if prefetched:
+        totals.prefetched_layers.append(i)
     if layer.prefetch is not None:
-        if backend != "prefetch":
+        if backend not in PREFETCHING:
             out.append(Finding(loc + ("prefetch",), say.prefetch_without_backend(backend)))
         elif not layer.offloaded:
             out.append(Finding(loc + ("prefetch",), say.prefetch_without_offload()))
-    elif backend == "prefetch" and layer.offloaded:
-        out.append(Finding(loc + ("prefetch",), say.prefetch_missing()))
+        elif not prefetched:
+            out.append(Finding(loc + ("prefetch",), say.prefetch_all_uva()))
+    elif backend in PREFETCHING and prefetched:
+        out.append(Finding(loc + ("prefetch",), say.prefetch_missing(backend)))
+
+
+def _check_uva(loc: Loc, layer: PlanLayer, backend: str, offloaded: set[str], totals: _Totals,
+               out: list[Finding]) -> bool:
+    """Check ``layer.uva`` (a subset of the offloaded params, agreeing with the backend); whether the
+    layer prefetches any param."""
+    on_uva: set[str] = set()
+    for j, rel in enumerate(layer.uva):
+        where = loc + ("uva", j)
+        if rel in on_uva:
+            out.append(Finding(where, say.offloaded_twice(rel)))
+        elif rel not in offloaded:
+            out.append(Finding(where, say.uva_not_offloaded(rel, layer.offloaded)))
+        else:
+            on_uva.add(rel)
+    totals.uva_params += len(on_uva)
+    prefetched = [rel for rel in offloaded if rel not in on_uva]
+    if backend == "uva" and prefetched:
+        out.append(Finding(loc + ("uva",), say.uva_plan_prefetches(sorted(prefetched, key=layer.offloaded.index))))
+    elif backend == "prefetch" and layer.uva:
+        out.append(Finding(loc + ("uva",), say.prefetch_plan_uva(layer.uva)))
+    return bool(prefetched)
 
 
 def _check_tie(loc: Loc, layer: PlanLayer, rel: str, target: str,
@@ -200,9 +231,12 @@ def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
     if s.backend == "none" and n:
         first = plan.layers[totals.offloaded_layers[0]].name
         out.append(Finding(loc + ("backend",), say.none_offloads(n, first)))
-    if plan.buffer_pool is not None and not (s.backend == "prefetch" and n):
+    if s.backend == "mixed" and not (totals.uva_params and totals.prefetched_layers):
+        out.append(Finding(loc + ("backend",), say.mixed_one_kind(totals.uva_params > 0, n > 0)))
+    prefetching = s.backend in PREFETCHING and totals.prefetched_layers
+    if plan.buffer_pool is not None and not prefetching:
         out.append(Finding(("buffer_pool",), say.pool_without_prefetch(s.backend)))
-    if s.prefetch_step is not None and not (s.backend == "prefetch" and n):
+    if s.prefetch_step is not None and not prefetching:
         out.append(Finding(loc + ("prefetch_step",), say.step_without_prefetch(s.backend, s.prefetch_step)))
     if not SHA256.fullmatch(s.spec_sha256):
         out.append(Finding(loc + ("spec_sha256",), say.sha_format(s.spec_sha256)))
@@ -235,33 +269,35 @@ def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
 
 
 def _rebuilt_buffer(plan: Plan, totals: _Totals) -> int:
-    """GPU bytes of the buffer pool the plan's offloaded layers need (checked in _check_prefetch)."""
+    """GPU bytes of the buffer pool the plan's prefetched layers need (checked in _check_prefetch)."""
     s = plan.summary
-    if s.backend != "prefetch" or not totals.offloaded_layers:
+    if s.backend not in PREFETCHING or not totals.prefetched_layers:
         return 0
     step = s.prefetch_step if s.prefetch_step is not None and s.prefetch_step >= 1 else None
     if step is None:
         return plan.buffer_pool.bytes if plan.buffer_pool is not None else 0
     interned: dict[Signature, Signature] = {}  # equal layers share one signature: few objects, one pass
-    sigs = [interned.setdefault(sig, sig) for sig in map(_signature, (plan.layers[i] for i in totals.offloaded_layers))]
+    sigs = [interned.setdefault(sig, sig) for sig in map(_signature, (plan.layers[i] for i in totals.prefetched_layers))]
     totals.pool = build_pool(sigs, num_slots(len(sigs), step))
     totals.buffer = pool_bytes(totals.pool)
     return totals.buffer
 
 
 def _signature(layer: PlanLayer) -> Signature:
-    params = layer.params
+    """The pool keys of the layer's prefetched params (offloaded, not on UVA)."""
+    params, on_uva = layer.params, set(layer.uva)
     return tuple((PoolKey.of(rel, params[rel].shape, params[rel].dtype, params[rel].stride), params[rel].bytes)
-                 for rel in dict.fromkeys(layer.offloaded) if rel in params and rel not in layer.tied)
+                 for rel in dict.fromkeys(layer.offloaded) if rel in params and rel not in layer.tied
+                 and rel not in on_uva)
 
 
 def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
     s = plan.summary
-    positions = totals.offloaded_layers
-    if s.backend != "prefetch" or not positions:
+    positions = totals.prefetched_layers
+    if s.backend not in PREFETCHING or not positions:
         return
     if s.prefetch_step is None:
-        out.append(Finding(("summary", "prefetch_step"), say.step_missing()))
+        out.append(Finding(("summary", "prefetch_step"), say.step_missing(s.backend)))
         return
     if s.prefetch_step < 1:
         out.append(Finding(("summary", "prefetch_step"), say.step_too_small(s.prefetch_step)))
@@ -270,7 +306,7 @@ def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
     k = num_slots(n, step)
     source = say.schedule_source(step, n, k)
     if plan.buffer_pool is None:
-        out.append(Finding(("buffer_pool",), say.pool_missing()))
+        out.append(Finding(("buffer_pool",), say.pool_missing(s.backend)))
     else:
         _check_pool(plan, totals, k, source, out)
     layers = plan.layers

@@ -82,15 +82,48 @@ def tied_differs(rel: str, mine: str, target: str, theirs: str) -> str:
 
 
 def prefetch_without_backend(backend: str) -> str:
-    return f"a prefetch entry, but the backend is '{backend}' (only the prefetch backend has them)"
+    return f"a prefetch entry, but the backend is '{backend}' (only the prefetch and mixed backends have them)"
 
 
 def prefetch_without_offload() -> str:
     return "a prefetch entry, but the layer offloads nothing"
 
 
-def prefetch_missing() -> str:
-    return "the layer offloads params under the prefetch backend but has no prefetch entry"
+def prefetch_all_uva() -> str:
+    return "a prefetch entry, but every offloaded param of the layer is on UVA (nothing to copy)"
+
+
+def prefetch_missing(backend: str) -> str:
+    if backend == "prefetch":
+        return "the layer offloads params under the prefetch backend but has no prefetch entry"
+    return f"the layer prefetches params (offloaded, not on UVA) under the {backend} backend but has no prefetch entry"
+
+
+def uva_not_offloaded(rel: str, offloaded: Sequence[str]) -> str:
+    from schemas.errors import suggest
+
+    return f"'{rel}' is not an offloaded param of this layer (uva lists offloaded params only){suggest(rel, list(offloaded))}"
+
+
+def uva_plan_prefetches(rels: Sequence[str]) -> str:
+    more = f" and {len(rels) - 3} more" if len(rels) > 3 else ""
+    return (f"backend 'uva' reads every offloaded param through UVA, but {', '.join(repr(r) for r in rels[:3])}{more} "
+            f"{'is' if len(rels) == 1 else 'are'} not listed here (list {'it' if len(rels) == 1 else 'them'}, "
+            "or make the plan 'mixed')")
+
+
+def prefetch_plan_uva(rels: Sequence[str]) -> str:
+    return (f"backend 'prefetch' copies every offloaded param, but {value(list(rels))} "
+            f"{'is' if len(rels) == 1 else 'are'} listed as on UVA "
+            "(a plan with both is 'mixed')")
+
+
+def mixed_one_kind(has_uva: bool, offloads: bool) -> str:
+    if not offloads:
+        return "'mixed' prefetches some offloaded params and reads the others through UVA, but no layer offloads any param (use 'none')"
+    if not has_uva:
+        return "'mixed' prefetches some offloaded params and reads the others through UVA, but no layer lists a param under uva (use 'prefetch')"
+    return "'mixed' prefetches some offloaded params and reads the others through UVA, but every offloaded param is on UVA (use 'uva')"
 
 
 def schedule_source(step: int, n: int, slots: int) -> str:
@@ -101,20 +134,23 @@ def step_too_small(step: int) -> str:
     return f"must be >= 1 (got {step}): the copy of a layer starts at least one offloaded layer ahead"
 
 
-def step_missing() -> str:
-    return "the prefetch backend with offloaded layers needs a prefetch_step (>= 1)"
+def step_missing(backend: str) -> str:
+    if backend == "prefetch":
+        return "the prefetch backend with offloaded layers needs a prefetch_step (>= 1)"
+    return f"the {backend} backend with prefetched params needs a prefetch_step (>= 1)"
 
 
 def step_without_prefetch(backend: str, step: int) -> str:
-    return f"{step}, but only the prefetch backend with offloaded layers has a prefetch_step (backend '{backend}')"
+    return (f"{step}, but only the prefetch backend (or mixed) with prefetched params has a prefetch_step "
+            f"(backend '{backend}')")
 
 
 def pool_without_prefetch(backend: str) -> str:
-    return f"backend '{backend}' has no buffer pool (only prefetch with offloaded layers does)"
+    return f"backend '{backend}' has no buffer pool (only prefetch or mixed with prefetched params does)"
 
 
-def pool_missing() -> str:
-    return "the prefetch backend with offloaded layers needs a buffer_pool"
+def pool_missing(backend: str) -> str:
+    return f"the {backend} backend with prefetched params needs a buffer_pool"
 
 
 def none_offloads(count: int, first: str) -> str:

@@ -182,6 +182,7 @@ class MemorySection(StrictModel):
 
 
 Backend = Literal["auto", "prefetch", "uva", "none"]
+KindBackend = Literal["prefetch", "uva"]  # how an offloaded param of a kind comes back (offload.backends)
 Strategy = Literal["budget", "group"]
 
 
@@ -207,6 +208,12 @@ class OffloadSection(StrictModel):
         default=None,
         description="strategy budget: offload params of these kinds in this order, the first kind across "
         "the block stack before any of the next; eligible params of unlisted kinds come last",
+    )
+
+    backends: dict[ParamKind, KindBackend] | None = Field(
+        default=None,
+        description="per kind, the backend of its offloaded params (prefetch or uva); other kinds use backend "
+        "(with backend auto: auto's choice). A plan with both is 'mixed'",
     )
 
     @field_validator("params")
@@ -236,11 +243,30 @@ class OffloadSection(StrictModel):
             if self.strategy != "budget":
                 raise ValueError("prefer orders the budget strategy's offloading; strategy "
                                  f"'{self.strategy}' does not use it (drop prefer or use strategy budget)")
-            if self.kinds is not None:
-                left_out = [k for k in self.prefer if k not in self.kinds]
-                if left_out:
-                    raise ValueError(f"prefer names {', '.join(left_out)}, which kinds leaves out "
-                                     "(add it to kinds or drop it from prefer)")
+            self._within_kinds("prefer", self.prefer, "")
+        return self
+
+    def _within_kinds(self, field: str, listed, why: str) -> None:
+        """Every kind ``field`` lists is one that ``kinds`` (when given) makes eligible."""
+        left_out = [k for k in listed if self.kinds is not None and k not in self.kinds]
+        if left_out:
+            raise ValueError(f"{field} names {', '.join(left_out)}, which kinds leaves out{why} "
+                             f"(add it to kinds or drop it from {field})")
+
+    @field_validator("backends")
+    @classmethod
+    def _backends_given(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and not value:
+            raise ValueError("backends is empty: map at least one kind to prefetch or uva, or leave it out")
+        return value
+
+    @model_validator(mode="after")
+    def _backends(self) -> OffloadSection:
+        if self.backends is not None:
+            if self.backend == "none":
+                raise ValueError("backends sets how offloaded params come back, but backend 'none' offloads "
+                                 "nothing (drop backends or choose another backend)")
+            self._within_kinds("backends", self.backends, ", so nothing of it is offloaded")
         return self
 
     @model_validator(mode="after")

@@ -6,8 +6,14 @@ import hashlib
 
 from schemas.spec import SpecFile
 
+# fields added to the spec after plans started recording its hash: left out while unset, so that the
+# specs that do not use them keep the hash their plans already record
+_LATER_FIELDS = {"offload": ("backends",)}
+
 
 def spec_sha256(spec: SpecFile) -> str:
     """sha256 of the spec's JSON as loaded (before any override): fields in schema order, layers
     and params in file order, comments and formatting ignored."""
-    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+    unset = {section: {f for f in fields if getattr(getattr(spec, section), f) is None}
+             for section, fields in _LATER_FIELDS.items()}
+    return hashlib.sha256(spec.model_dump_json(exclude={k: v for k, v in unset.items() if v}).encode()).hexdigest()

@@ -50,6 +50,7 @@ def tiny_plan(offloaded_blocks: tuple[int, ...] = ()) -> dict[str, Any]:
             "name": f"blocks.{i}",
             "params": {"mlp.w1": _param([32, 8]), "mlp.w2": _param([8, 32]), "norm.weight": _param([8])},
             "offloaded": off,
+            "uva": off,  # a UVA plan: every offloaded param is read in place
             "resident_bytes": 1040 - 1024 * bool(off),
             "offloaded_bytes": 1024 if off else 0,
         })

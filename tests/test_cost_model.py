@@ -82,36 +82,38 @@ def test_cpu_bound_forward():
     assert t.step_ms == pytest.approx(5) and t.bound == "cpu"
 
 
-def _layer(params: dict[str, list[int]], offloaded=(), moe=None, name="model.layers.0") -> PlanLayer:
+def _layer(params: dict[str, list[int]], offloaded=(), moe=None, name="model.layers.0", uva=False) -> PlanLayer:
+    """``uva``: the offloaded params are read through UVA (else they are prefetched)."""
     ps = {k: PlanParam(shape=v, dtype="bfloat16", bytes=2 * math.prod(v)) for k, v in params.items()}
     off = sum(ps[k].bytes for k in offloaded)
-    return PlanLayer(name=name, params=ps, offloaded=list(offloaded), resident_bytes=sum(p.bytes for p in ps.values()) - off,
-                     offloaded_bytes=off, moe=moe)
+    return PlanLayer(name=name, params=ps, offloaded=list(offloaded), uva=list(offloaded) if uva else [],
+                     resident_bytes=sum(p.bytes for p in ps.values()) - off, offloaded_bytes=off, moe=moe)
 
 
 def test_uva_matmul_at_1_and_4096_tokens():
     layer = _layer({"mlp.up_proj.weight": [1000, 1000]}, offloaded=["mlp.up_proj.weight"])  # 2 MB
-    one = layer_work(layer, "uva", 1, HW)
+    layer = layer.model_copy(update={"uva": list(layer.offloaded)})
+    one = layer_work(layer, 1, HW)
     assert one.gpu_ms == pytest.approx(2e6 / 0.5e9 * 1e3)  # 4 ms: read once over the link
-    big = layer_work(layer, "uva", 4096, HW)
+    big = layer_work(layer, 4096, HW)
     flops_ms = 2 * 4096 * 1e6 / 1e12 * 1e3  # 8.192 ms
     assert big.gpu_ms == pytest.approx(max(flops_ms, 4.0 * 16))  # read 16 times
-    resident = layer_work(_layer({"mlp.up_proj.weight": [1000, 1000]}), "uva", 4096, HW)
+    resident = layer_work(_layer({"mlp.up_proj.weight": [1000, 1000]}), 4096, HW)
     assert resident.gpu_ms == pytest.approx(max(flops_ms, 2e6 / 1000e9 * 1e3))
 
 
 def test_prefetch_layer_copies_every_offloaded_byte():
     layer = _layer({"mlp.up_proj.weight": [1000, 1000], "norm.weight": [1000]}, offloaded=["mlp.up_proj.weight"])
-    work = layer_work(layer, "prefetch", 1, HW)
+    work = layer_work(layer, 1, HW)
     assert work.copy_bytes == 2_000_000 and work.copy_ms == pytest.approx(2.0)
 
 
 def test_embedding_lookup_reads_only_the_token_rows():
-    emb = _layer({"weight": [10000, 100]}, offloaded=["weight"], name="model.embed_tokens")
-    t1 = layer_work(emb, "uva", 1, HW).gpu_ms
+    emb = _layer({"weight": [10000, 100]}, offloaded=["weight"], name="model.embed_tokens", uva=True)
+    t1 = layer_work(emb, 1, HW).gpu_ms
     assert t1 == pytest.approx(200 / 0.5e9 * 1e3)  # one 200-byte row
-    head = _layer({"weight": [10000, 100]}, offloaded=["weight"], name="lm_head")
-    assert layer_work(head, "uva", 1, HW).gpu_ms == pytest.approx(2e6 / 0.5e9 * 1e3)  # the head reads it all
+    head = _layer({"weight": [10000, 100]}, offloaded=["weight"], name="lm_head", uva=True)
+    assert layer_work(head, 1, HW).gpu_ms == pytest.approx(2e6 / 0.5e9 * 1e3)  # the head reads it all
 
 
 @pytest.mark.parametrize("tokens", [1, 512])
@@ -124,14 +126,14 @@ def test_moe_uva_reads_the_touched_experts(tokens):
     rows = tokens * top_k / hit
     flops_ms = 2 * tokens * top_k * 100 * 100 / 1e12 * 1e3
     expect = max(flops_ms, nbytes * HW.passes(rows) / 0.5e9 * 1e3)
-    work = layer_work(layer, "uva", tokens, HW)
+    work = layer_work(layer.model_copy(update={"uva": list(layer.offloaded)}), tokens, HW)
     assert work.gpu_ms == pytest.approx(expect)
     assert work.cpu_ms == pytest.approx((HW.moe_block_cpu_us + HW.expert_cpu_us * hit) / 1e3)
     if tokens == 1:
         assert hit == pytest.approx(top_k)  # one token: exactly its top-k experts
     else:
         assert hit == pytest.approx(experts, rel=1e-6)  # 512 tokens touch every expert
-    prefetched = layer_work(layer, "prefetch", tokens, HW)
+    prefetched = layer_work(layer, tokens, HW)
     assert prefetched.copy_bytes == 2 * experts * 100 * 100  # a copy moves every expert
 
 

@@ -41,7 +41,7 @@ def _stats(plan, slow_layer: str, stall_ms: float, step_ms: float | None = 50.0)
     for layer, lt in zip(plan.layers, t.layers):
         if layer.prefetch is None:
             continue
-        work = layer_work(layer, "prefetch", 1, hw)
+        work = layer_work(layer, 1, hw)
         slow = layer.name == slow_layer
         layers.append({"name": layer.name, "bytes": work.copy_bytes,
                        "copy_ms": work.copy_ms * (3 if slow else 1),

@@ -37,17 +37,20 @@ def graph_outputs(model, ids, n=3):
     return outs
 
 
-@pytest.mark.parametrize("backend,g,k,step", [("prefetch", 3, 2, 2), ("prefetch", 1, 1, 3), ("uva", 2, 1, 1)])
-def test_eager_and_graph_bit_identical(backend, g, k, step):
-    base = make_llama(CFG)
-    ids = torch.randint(0, 500, (1, 8), device="cuda")
+def reference_outputs(base, ids):
+    """The unoffloaded model's outputs on the GPU: eager, and three CUDA graph replays."""
     ref = copy.deepcopy(base).cuda()
     with torch.no_grad():
         want = ref(ids)
-    want_graph = graph_outputs(ref, ids)
-    del ref
-    spec = runtime.describe(base)
-    plan = planner.plan(spec, strategy="group", group_size=g, num_in_group=k, prefetch_step=step, backend=backend)
+    return want, graph_outputs(ref, ids)
+
+
+def assert_exact_on_gpu(base, make_plan, while_applied=None):
+    """With ``make_plan(spec of base)`` applied, eager and graph replay outputs equal the unoffloaded
+    model's bit for bit (``while_applied(base, ids, want)`` checks more); remove() restores every weight."""
+    ids = torch.randint(0, 500, (1, 8), device="cuda")
+    want, want_graph = reference_outputs(base, ids)
+    plan = make_plan(runtime.describe(base))
     before = {name: t.clone() for name, t in base.state_dict().items()}
     with runtime.apply(plan, base, "cuda"):
         with torch.no_grad():
@@ -55,5 +58,13 @@ def test_eager_and_graph_bit_identical(backend, g, k, step):
                 assert torch.equal(base(ids), want)
         for got, exp in zip(graph_outputs(base, ids), want_graph):
             assert torch.equal(got, exp)
+        if while_applied is not None:
+            while_applied(base, ids, want)
     for name, t in base.state_dict().items():
         assert t.device.type == "cpu" and torch.equal(t, before[name]), name
+
+
+@pytest.mark.parametrize("backend,g,k,step", [("prefetch", 3, 2, 2), ("prefetch", 1, 1, 3), ("uva", 2, 1, 1)])
+def test_eager_and_graph_bit_identical(backend, g, k, step):
+    assert_exact_on_gpu(make_llama(CFG), lambda spec: planner.plan(
+        spec, strategy="group", group_size=g, num_in_group=k, prefetch_step=step, backend=backend))

@@ -1,0 +1,177 @@
+"""spec layers + an ``Assignment`` -> the plan file: params, totals, schedule and buffer pool.
+
+The schedule and the buffer pool cover the prefetched layers only (those with an offloaded
+param not on UVA); UVA params need neither. The step, when the assignment leaves it to the
+planner, is the longest run of consecutive prefetched layers (at least 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
+from schemas.spec import Layer, Tensor
+
+from planner.assignment import PARAM_BACKENDS, Assignment
+from planner.buffer_pool import Signature, build_pool, pool_bytes, signature
+from planner.errors import PlanningError
+from planner.kinds import classify, param_kind
+from planner.names import join_names
+from planner.schedule import Trigger, num_slots, schedule
+from planner.select import longest_run
+
+
+def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str, spec_sha256: str,
+             gpu_budget: int | None = None, cpu_budget: int | None = None, record_kinds: bool = False) -> Plan:
+    """The plan of ``layers`` (the spec's, expanded, in execution order) as ``assignment`` says.
+
+    ``record_kinds``: write each param's kind into the plan. Raises PlanningError when the
+    assignment names a layer or param the spec does not have, or offloads a tied param or one
+    that other params are tied to. The budgets are recorded, not enforced here: the plan's own
+    check refuses a plan over them.
+    """
+    where = assignment.where
+    _check_assignment(layers, where)
+    num_layers = len(layers)
+    prefetched = [layer for layer in layers if any(b == "prefetch" for b in where.get(layer.name, {}).values())]
+    positions = [layer.index for layer in prefetched]
+    run = longest_run(positions, num_layers)
+    step = assignment.prefetch_step if assignment.prefetch_step is not None else max(1, run)
+    triggers = schedule(positions, num_layers, step) if positions else []
+    entries = {p: Prefetch(slot=t.slot, copy_before=layers[t.copy_before(num_layers)].name,
+                           previous_forward=t.previous_forward) for p, t in zip(positions, triggers)}
+    backend = assignment.backend
+    notes = list(assignment.notes)
+    if positions:
+        notes += _schedule_notes([layer.name for layer in prefetched], triggers, step, run,
+                                 assignment.prefetch_step is None, "offloaded" if backend == "prefetch" else "prefetched")
+    notes += _tied_note(layers)
+    owner_of = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
+        layer.tied for layer in layers) else {}
+    cache: dict[tuple[Tensor, str | None], PlanParam] = {}
+    plan_layers = []
+    offloaded_total = 0
+    for layer in layers:
+        mine = where.get(layer.name, {})
+        if record_kinds:
+            params = {t.name: _plan_param(t, cache, param_kind(layer.name, t.name, t.kind)) for t in layer.params}
+            params |= {rel: _plan_param(owner_of[target], cache, owner_of[target].kind or classify(target))
+                       for rel, target in layer.tied.items()}
+        else:
+            params = {t.name: _plan_param(t, cache, None) for t in layer.params}
+            params |= {rel: _plan_param(owner_of[target], cache, None) for rel, target in layer.tied.items()}
+        off = [t for t in layer.params if t.name in mine]
+        off_bytes = sum(t.nbytes for t in off)
+        offloaded_total += off_bytes
+        plan_layers.append(PlanLayer(
+            name=layer.name, params=params, tied=dict(layer.tied), offloaded=[t.name for t in off],
+            uva=[t.name for t in off if mine[t.name] == "uva"], resident_bytes=layer.nbytes - off_bytes,
+            offloaded_bytes=off_bytes, prefetch=entries.get(layer.index), moe=layer.moe))
+    pool = None
+    if positions:
+        entries_ = build_pool(_signatures(prefetched, where), num_slots(len(positions), step))
+        pool = BufferPool(slots=num_slots(len(positions), step), keys=[BufferKey.from_entry(e) for e in entries_],
+                          bytes=pool_bytes(entries_))
+    total = sum(layer.nbytes for layer in layers)
+    buffer = pool.bytes if pool else 0
+    summary = Summary(
+        model=model_name, backend=backend, backend_reason=assignment.reason, strategy=assignment.strategy,
+        prefetch_step=step if pool else None, gpu_budget_bytes=gpu_budget, cpu_budget_bytes=cpu_budget,
+        total_bytes=total, resident_bytes=total - offloaded_total, offloaded_bytes=offloaded_total,
+        buffer_bytes=buffer, peak_gpu_bytes=total - offloaded_total + buffer, pinned_host_bytes=offloaded_total,
+        layers=num_layers, offloaded_layers=sum(1 for layer in plan_layers if layer.offloaded),
+        spec_sha256=spec_sha256, notes=notes)
+    return Plan(summary=summary, layers=plan_layers, buffer_pool=pool)
+
+
+def _check_assignment(layers: Sequence[Layer], where) -> None:
+    by_name = {layer.name: layer for layer in layers}
+    problems = []
+    targets = {target for layer in layers for target in layer.tied.values()}
+    for name, params in where.items():
+        layer = by_name.get(name)
+        if layer is None:
+            problems.append(f"layer '{name}' is not in the spec")
+            continue
+        own = {t.name for t in layer.params}
+        for rel, backend in params.items():
+            if backend not in PARAM_BACKENDS:
+                problems.append(f"{name}.{rel}: backend '{backend}' (expected prefetch or uva)")
+            elif rel in layer.tied:
+                problems.append(f"{name}.{rel} is tied to {layer.tied[rel]}: a tied param is never offloaded")
+            elif rel not in own:
+                problems.append(f"{name}.{rel} is not a param of the spec")
+            elif f"{name}.{rel}" in targets:
+                problems.append(f"{name}.{rel} has params tied to it: it stays on the GPU")
+    if problems:
+        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise PlanningError("the assignment cannot apply to this spec: " + "; ".join(problems[:5]) + more)
+
+
+def _signatures(prefetched: Sequence[Layer], where) -> list[Signature]:
+    """The pool signature of each prefetched layer: its prefetched params (one object per distinct value)."""
+    interned: dict[Signature, Signature] = {}
+    out = []
+    for layer in prefetched:
+        mine = where[layer.name]
+        sig = signature(t for t in layer.params if mine.get(t.name) == "prefetch")
+        out.append(interned.setdefault(sig, sig))
+    return out
+
+
+def _plan_param(t: Tensor, cache: dict[tuple[Tensor, str | None], PlanParam], kind: str | None) -> PlanParam:
+    """One (immutable) PlanParam per distinct tensor description and kind: repeated layers share them."""
+    param = cache.get((t, kind))
+    if param is None:
+        param = cache[(t, kind)] = PlanParam(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes,
+                                             stride=None if t.stride is None else list(t.stride),
+                                             buffer=t.buffer, kind=kind)
+    return param
+
+
+def _schedule_notes(names: list[str], triggers: list[Trigger], step: int, run: int, automatic: bool,
+                    what: str) -> list[str]:
+    notes = []
+    if automatic:
+        notes.append(f"prefetch_step {step}: the longest run of consecutive {what} layers is "
+                     f"{run}, so no copy waits behind a layer of its own run")
+    elif step < run:
+        notes.append(f"prefetch_step {step} is shorter than the longest run of {run} "
+                     f"consecutive {what} layers: layers late in such runs will stall waiting for their "
+                     f"copies (prefetch_step {run} would avoid it)")
+    wrapped = [name for name, t in zip(names, triggers) if t.previous_forward]
+    if wrapped:
+        notes.append(f"wrap-around: {join_names(wrapped, 8)} {'starts its' if len(wrapped) == 1 else 'start their'} copy in the "
+                     "previous forward; the runtime fills those slots at apply time")
+    delayed = [name for name, t in zip(names, triggers) if t.trigger > t.desired]
+    if delayed:
+        k = len({t.slot for t in triggers})
+        notes.append(f"{join_names(delayed, 8)}: the copy starts later than {step} {what} layers ahead "
+                     f"because {len(names)} {what} layers is not a multiple of the {k} slots; less overlap, "
+                     "no slot is overwritten while in use")
+    return notes
+
+
+def _tied_note(layers: Sequence[Layer]) -> list[str]:
+    """Tied params in the order of the layer graph's tie edges (planner/graph.py): per layer, grouped by owner
+    layer, the layer right after it first."""
+    if not any(layer.tied for layer in layers):
+        return []
+    owner_layer = {f"{layer.name}.{t.name}": layer.name for layer in layers for t in layer.params}
+    pairs = []
+    for i, layer in enumerate(layers):
+        if not layer.tied:
+            continue
+        following = layers[i + 1].name if i + 1 < len(layers) else None
+        owners: list[str] = []
+        for target in layer.tied.values():
+            owner = owner_layer[target]
+            if owner not in owners:
+                owners.append(owner)
+        owners.sort(key=lambda o: o != following)  # stable: the edge to the next layer was made first
+        for owner in owners:
+            pairs += [f"{layer.name}.{rel} shares {target}" for rel, target in layer.tied.items()
+                      if owner_layer[target] == owner]
+    more = f" and {len(pairs) - 5} more" if len(pairs) > 5 else ""
+    return [f"tied params are never offloaded and stay resident, counted once at their owner: "
+            f"{'; '.join(pairs[:5])}{more}"]
