@@ -18,7 +18,7 @@ from planner.graph import build_graph, find_block_stack, layers_in_order, tied_e
 from planner.kinds import classify, param_kind
 from planner.names import join_names
 from planner.predict import predict
-from planner.schedule import Trigger, num_slots, schedule
+from planner.schedule import DEFAULT_PREFETCH_STEP, Trigger, num_slots, schedule
 from planner.select import eligible_params, group_rule
 from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
 
@@ -50,9 +50,14 @@ class _Model:
             return f"{n / 10**9:.2f} GB" if n >= 10**9 else f"{n / 10**6:.2f} MB"
         return format_bytes(n)
 
+    @property
+    def step(self) -> int:
+        """The prefetch step (number of buffer slots): the spec's, else the default."""
+        return self.offload.prefetch_step or DEFAULT_PREFETCH_STEP
+
     def evaluate(self, chosen: list[int], backend: str) -> Cost:
         return evaluate(self.candidates, chosen, total_bytes=self.total_bytes, num_layers=len(self.layers),
-                        backend=backend, step=self.offload.prefetch_step)
+                        backend=backend, step=self.step)
 
 
 @dataclass
@@ -198,7 +203,7 @@ def _decide_budget(m: _Model) -> _Outcome:
     lowest: dict[str, Cost] = {}
     for backend in backends:
         found = search(m.tiers, total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
-                       step=m.offload.prefetch_step, gpu_budget=gpu, cpu_budget=m.memory.cpu_budget)
+                       step=m.step, gpu_budget=gpu, cpu_budget=m.memory.cpu_budget)
         if found.fit is not None:
             out = _Outcome(backend, _budget_reason(m, found.fit, lowest), found.fit)
             out.notes.append(_budget_note(m, found.fit, found.state))
@@ -221,7 +226,7 @@ def _budget_reason(m: _Model, fit: Cost, lowest: dict[str, Cost]) -> str:
 def _state_cost(m: _Model, state: tuple[int, int], backend: str) -> Cost:
     picked = m.tiers[state[0]].pick(state[1])
     return evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
-                    backend=backend, step=m.offload.prefetch_step)
+                    backend=backend, step=m.step)
 
 
 def _budget_note(m: _Model, cost: Cost, state: tuple[int, int] | None) -> str:
@@ -279,24 +284,27 @@ def _plan_param(t: Tensor, cache: dict[tuple[Tensor, str | None], PlanParam], ki
 
 def _schedule_notes(m: _Model, cost: Cost, triggers: list[Trigger]) -> list[str]:
     names = [m.layers[c.position].name for c in cost.picked]
-    notes = []
-    if m.offload.prefetch_step is None:
-        notes.append(f"prefetch_step {cost.step}: the longest run of consecutive offloaded layers is "
-                     f"{cost.longest_run}, so no copy waits behind a layer of its own run")
-    elif cost.step < cost.longest_run:
-        notes.append(f"prefetch_step {cost.step} is shorter than the longest run of {cost.longest_run} "
-                     f"consecutive offloaded layers: layers late in such runs will stall waiting for their "
-                     f"copies (prefetch_step {cost.longest_run} would avoid it)")
+    n, k, run = len(names), num_slots(len(names), cost.step), cost.longest_run
+    slots = "one buffer slot" if k == 1 else f"{k} buffer slots"
+    default = " (the default: double buffering)" if m.offload.prefetch_step is None else ""
+    notes = [f"prefetch_step {cost.step}{default}: the {n} offloaded layers share {slots}; a layer's copy is "
+             f"issued as soon as the previous user of its slot has finished, so it overlaps the compute of the "
+             f"layers in between"]
+    if k == n:
+        fewer = "offload more layers or use UVA" if n == 1 else f"use fewer slots (prefetch_step {n - 1} or less)"
+        notes.append(f"warning: {n} offloaded layer{'s' if n > 1 else ''} in {slots}: the buffer pool holds every "
+                     f"offloaded layer at once, so prefetch saves no GPU memory (the peak is the whole model); "
+                     f"{fewer}")
+    elif run > k:
+        inside = "no other layer" if k == 1 else f"only the {'layer' if k == 2 else f'{k - 1} layers'} before it"
+        notes.append(f"runs of up to {run} consecutive offloaded layers: inside a run a copy overlaps the compute "
+                     f"of {inside}, so layers late in a run will stall when a copy takes longer (the predictions "
+                     f"give the stall); more slots help only where resident layers come before a run, at the "
+                     f"size of the largest offloaded layer each")
     wrapped = [name for name, t in zip(names, triggers) if t.previous_forward]
     if wrapped:
         notes.append(f"wrap-around: {join_names(wrapped, 8)} {'starts its' if len(wrapped) == 1 else 'start their'} copy in the "
                      "previous forward; the runtime fills those slots at apply time")
-    delayed = [name for name, t in zip(names, triggers) if t.trigger > t.desired]
-    if delayed:
-        k = len({t.slot for t in triggers})
-        notes.append(f"{join_names(delayed, 8)}: the copy starts later than {cost.step} offloaded layers ahead "
-                     f"because {len(names)} offloaded layers is not a multiple of the {k} slots; less overlap, "
-                     "no slot is overwritten while in use")
     return notes
 
 

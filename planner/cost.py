@@ -27,8 +27,8 @@ class Cost:
     resident_bytes: int
     offloaded_bytes: int
     buffer_bytes: int
-    longest_run: int
-    step: int | None  # prefetch step used (None for uva)
+    longest_run: int  # consecutive offloaded layers, for the notes
+    step: int | None  # prefetch step used, the number of buffer slots (None for uva)
     pool: tuple[PoolEntry, ...]
     picked: tuple[Candidate, ...] = ()  # the chosen candidates: the offloaded layers and their params
 
@@ -44,15 +44,14 @@ def evaluate(
     total_bytes: int,
     num_layers: int,
     backend: str,
-    step: int | None,
+    step: int,
 ) -> Cost:
-    """Cost of offloading ``chosen`` candidates (sorted) with ``backend``; ``step`` None = automatic."""
+    """Cost of offloading ``chosen`` candidates (sorted) with ``backend`` and, for prefetch, ``step`` slots."""
     picked = [candidates[i] for i in chosen]
     offloaded = sum(c.nbytes for c in picked)
     run = longest_run([c.position for c in picked], num_layers)
     if backend != "prefetch" or not picked:
         return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, 0, run, None, (), tuple(picked))
-    used = step if step is not None else max(1, run)
-    pool = build_pool([c.signature for c in picked], num_slots(len(picked), used))
-    return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, used, tuple(pool),
+    pool = build_pool([c.signature for c in picked], num_slots(len(picked), step))
+    return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, step, tuple(pool),
                 tuple(picked))

@@ -42,7 +42,7 @@ def test_settings_changes(llama8b, plans):
     uva = planner.plan(llama8b, backend="uva")
     d = diff_plans(plans[0], uva)
     assert {(c.field, c.old, c.new) for c in d.settings} == {("backend", "prefetch", "uva"),
-                                                             ("prefetch_step", 1, None)}
+                                                             ("prefetch_step", 2, None)}
     assert all(p.new is None for p in d.prefetch)
 
 
