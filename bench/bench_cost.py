@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             budget = int(total * 0.5) if args.small else 12 * gb
             cases = [("no offload", {"backend": "none"}),
                      ("experts on uva", {"gpu_budget": budget, "backend": "uva", "kinds": ["routed_experts"]}),
-                     ("experts on prefetch, step 1", {"gpu_budget": budget, "backend": "prefetch",
-                                                      "kinds": ["routed_experts"], "prefetch_step": 1})]
+                     ("experts on prefetch, 2 slots", {"gpu_budget": budget, "backend": "prefetch",
+                                                       "kinds": ["routed_experts"], "prefetch_step": 2})]
             workload = Workload({"decode": WorkloadItem(tokens=1), "decode32": WorkloadItem(tokens=32)})
             run_rows("moe", model, config, hw, cases, workload, device, args, out)
     return 0

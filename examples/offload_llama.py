@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", default="both", choices=["prefetch", "uva", "both"])
     p.add_argument("--budget-fraction", type=float, default=0.5,
                    help="GPU budget as a fraction of the model's bytes (default 0.5)")
-    p.add_argument("--prefetch-step", type=int, default=1)
+    p.add_argument("--prefetch-step", type=int, default=None, help="buffer slots (default: the planner's, 2)")
     p.add_argument("--tokens", type=int, default=32, help="new tokens to generate")
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)

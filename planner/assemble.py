@@ -17,7 +17,7 @@ from planner.buffer_pool import Signature, build_pool, pool_bytes, signature
 from planner.errors import PlanningError
 from planner.kinds import classify, param_kind
 from planner.names import join_names
-from planner.schedule import Trigger, num_slots, schedule
+from planner.schedule import DEFAULT_PREFETCH_STEP, Trigger, num_slots, schedule
 from planner.select import longest_run
 
 
@@ -36,7 +36,7 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     prefetched = [layer for layer in layers if any(b == "prefetch" for b in where.get(layer.name, {}).values())]
     positions = [layer.index for layer in prefetched]
     run = longest_run(positions, num_layers)
-    step = assignment.prefetch_step if assignment.prefetch_step is not None else max(1, run)
+    step = assignment.prefetch_step if assignment.prefetch_step is not None else DEFAULT_PREFETCH_STEP
     triggers = schedule(positions, num_layers, step) if positions else []
     entries = {p: Prefetch(slot=t.slot, copy_before=layers[t.copy_before(num_layers)].name,
                            previous_forward=t.previous_forward) for p, t in zip(positions, triggers)}
@@ -131,24 +131,26 @@ def _plan_param(t: Tensor, cache: dict[tuple[Tensor, str | None], PlanParam], ki
 
 def _schedule_notes(names: list[str], triggers: list[Trigger], step: int, run: int, automatic: bool,
                     what: str) -> list[str]:
-    notes = []
-    if automatic:
-        notes.append(f"prefetch_step {step}: the longest run of consecutive {what} layers is "
-                     f"{run}, so no copy waits behind a layer of its own run")
-    elif step < run:
-        notes.append(f"prefetch_step {step} is shorter than the longest run of {run} "
-                     f"consecutive {what} layers: layers late in such runs will stall waiting for their "
-                     f"copies (prefetch_step {run} would avoid it)")
+    n, k = len(names), num_slots(len(names), step)
+    slots = "one buffer slot" if k == 1 else f"{k} buffer slots"
+    default = " (the default: double buffering)" if automatic else ""
+    notes = [f"prefetch_step {step}{default}: the {n} {what} layers share {slots}; a layer's copy is "
+             f"issued as soon as the previous user of its slot has finished, so it overlaps the compute of the "
+             f"layers in between"]
+    if k == n:
+        fewer = "offload more layers or use UVA" if n == 1 else f"use fewer slots (prefetch_step {n - 1} or less)"
+        notes.append(f"warning: {n} {what} layer{'s' if n > 1 else ''} in {slots}: the buffer pool holds every "
+                     f"{what} layer at once, so prefetch saves no GPU memory; {fewer}")
+    elif run > k:
+        inside = "no other layer" if k == 1 else f"only the {'layer' if k == 2 else f'{k - 1} layers'} before it"
+        notes.append(f"runs of up to {run} consecutive {what} layers: inside a run a copy overlaps the compute "
+                     f"of {inside}, so layers late in a run will stall when a copy takes longer (the predictions "
+                     f"give the stall); more slots help only where resident layers come before a run, at the "
+                     f"size of the largest {what} layer each")
     wrapped = [name for name, t in zip(names, triggers) if t.previous_forward]
     if wrapped:
         notes.append(f"wrap-around: {join_names(wrapped, 8)} {'starts its' if len(wrapped) == 1 else 'start their'} copy in the "
                      "previous forward; the runtime fills those slots at apply time")
-    delayed = [name for name, t in zip(names, triggers) if t.trigger > t.desired]
-    if delayed:
-        k = len({t.slot for t in triggers})
-        notes.append(f"{join_names(delayed, 8)}: the copy starts later than {step} {what} layers ahead "
-                     f"because {len(names)} {what} layers is not a multiple of the {k} slots; less overlap, "
-                     "no slot is overwritten while in use")
     return notes
 
 

@@ -25,6 +25,7 @@ from planner.graph import build_graph, find_block_stack, layers_in_order, tied_o
 from planner.kinds import param_kind
 from planner.names import join_names
 from planner.predict import predict
+from planner.schedule import DEFAULT_PREFETCH_STEP
 from planner.select import eligible_params, group_rule
 from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
 
@@ -57,10 +58,15 @@ class _Model:
             return f"{n / 10**9:.2f} GB" if n >= 10**9 else f"{n / 10**6:.2f} MB"
         return format_bytes(n)
 
+    @property
+    def step(self) -> int:
+        """The prefetch step (number of buffer slots): the spec's, else the default."""
+        return self.offload.prefetch_step or DEFAULT_PREFETCH_STEP
+
     def evaluate(self, chosen: list[int], base: str) -> Cost:
         candidates = self.candidates if not self.offload.backends else [self.split(c, base) for c in self.candidates]
         return evaluate(candidates, chosen, total_bytes=self.total_bytes, num_layers=len(self.layers),
-                        backend=self.cost_backend(base), step=self.offload.prefetch_step)
+                        backend=self.cost_backend(base), step=self.step)
 
     # -- offload.backends: a backend per kind -----------------------------------------------
     def cost_backend(self, base: str) -> str:
@@ -243,7 +249,7 @@ def _decide_budget(m: _Model) -> _Outcome:
     lowest: dict[str, Cost] = {}
     for backend in backends:
         found = search(m.tiers_for(backend), total_bytes=m.total_bytes, num_layers=len(m.layers),
-                       backend=m.cost_backend(backend), step=m.offload.prefetch_step, gpu_budget=gpu,
+                       backend=m.cost_backend(backend), step=m.step, gpu_budget=gpu,
                        cpu_budget=m.memory.cpu_budget)
         if found.fit is not None:
             out = _Outcome(backend, m.backends_text(backend) + _budget_reason(m, backend, found.fit, lowest),
@@ -268,7 +274,7 @@ def _budget_reason(m: _Model, backend: str, fit: Cost, lowest: dict[str, Cost]) 
 def _state_cost(m: _Model, state: tuple[int, int], backend: str) -> Cost:
     picked = m.tiers_for(backend)[state[0]].pick(state[1])
     return evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
-                    backend=m.cost_backend(backend), step=m.offload.prefetch_step)
+                    backend=m.cost_backend(backend), step=m.step)
 
 
 def _budget_note(m: _Model, backend: str, cost: Cost, state: tuple[int, int] | None) -> str:

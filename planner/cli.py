@@ -214,7 +214,7 @@ def plan_command(
         "--num-in-group", min=1, help="Strategy group: K, how many of every group are offloaded.",
         show_default=False)] = None,
     prefetch_step: Annotated[Optional[int], typer.Option(
-        "--prefetch-step", min=1, help="Prefetch: how many offloaded layers ahead the copy stream runs.",
+        "--prefetch-step", min=1, help="Prefetch: number of buffer slots, as vLLM's --offload-prefetch-step (default 2).",
         show_default=False)] = None,
     params: Annotated[Optional[str], typer.Option(
         "--params", help="Comma-separated name segments eligible for offload, e.g. mlp,self_attn.",

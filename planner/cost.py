@@ -32,8 +32,8 @@ class Cost:
     resident_bytes: int
     offloaded_bytes: int
     buffer_bytes: int
-    longest_run: int  # of the prefetched layers (of all offloaded layers for uva)
-    step: int | None  # prefetch step used (None for uva)
+    longest_run: int  # of the prefetched layers (of all offloaded layers for uva), for the notes
+    step: int | None  # prefetch step used, the number of buffer slots (None for uva)
     pool: tuple[PoolEntry, ...]
     picked: tuple[Candidate, ...] = ()  # the chosen candidates: the offloaded layers and their params
 
@@ -49,9 +49,9 @@ def evaluate(
     total_bytes: int,
     num_layers: int,
     backend: str,
-    step: int | None,
+    step: int,
 ) -> Cost:
-    """Cost of offloading ``chosen`` candidates (sorted) with ``backend``; ``step`` None = automatic.
+    """Cost of offloading ``chosen`` candidates (sorted) with ``backend`` and, for prefetch, ``step`` slots.
 
     Backend mixed: the pool and the schedule cover the candidates that prefetch a param."""
     picked = [candidates[i] for i in chosen]
@@ -60,7 +60,6 @@ def evaluate(
     run = longest_run([c.position for c in (picked if backend == "uva" else copied)], num_layers)
     if not copied:
         return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, 0, run, None, (), tuple(picked))
-    used = step if step is not None else max(1, run)
-    pool = build_pool([c.signature for c in copied], num_slots(len(copied), used))
-    return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, used, tuple(pool),
+    pool = build_pool([c.signature for c in copied], num_slots(len(copied), step))
+    return Cost(backend, tuple(chosen), total_bytes - offloaded, offloaded, pool_bytes(pool), run, step, tuple(pool),
                 tuple(picked))

@@ -16,22 +16,20 @@ Why the counts are exact: ``spread(M, n)`` chooses index ``i`` iff
 ``s + r + p*q`` (``q < Q``) the difference of two sums of ``floor((a*q + b)/M)``, each
 computed in O(log M) steps (``floor_sum``).
 
-Why the bound holds, for the prefetch backend: the pool has ``k = min(P, used + 1)`` slots for
-``P`` offloaded layers, ``used`` the prefetch step (given, or the longest run of consecutive
-offloaded layers, at least 1), and every slot holds at least the buffers of the largest layer it
-serves, so the pool is at least ``k`` times the smallest layer that may be offloaded in this
-tier, and at least the offloaded bytes over the most layers one slot serves (``ceil(P/k)``):
-a slot's largest layer is at least the mean of its layers. The longest run
-is at least that of the layers the tier always offloads (its base) and, when the tier's
-members sit at consecutive positions, at least the longest run of ``spread(M, n)``, which is
-``ceil(n / (M - n))`` for ``0 < n < M`` (tests/test_search_equivalence.py checks it).
+Why the bound holds, for the prefetch backend: the pool has ``k = min(P, step)`` slots for
+``P`` offloaded layers (the prefetch step is the number of slots), and every slot holds at
+least the buffers of the largest layer it serves, so the pool is at least ``k`` times the
+smallest layer that may be offloaded in this tier, and at least the offloaded bytes over the
+most layers one slot serves (``ceil(P/k)``): a slot's largest layer is at least the mean of
+its layers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.select import longest_run, spread
+from planner.schedule import num_slots
+from planner.select import spread
 
 
 MAX_PERIOD = 16  # longest repeating pattern of blocks looked for
@@ -85,8 +83,6 @@ class TierBound:
     pieces: tuple[Piece, ...]
     added: tuple[tuple[int, int], ...]  # per member: (bytes, layers) it adds
     work: int  # steps to count a state by pieces (floor sums weigh a few steps each)
-    base_run: int  # longest run of consecutive positions among the base layers
-    members_adjacent: bool  # the members sit at consecutive positions
     smallest_layer: int  # bytes of the smallest layer that may be offloaded in this tier
     total_bytes: int
 
@@ -115,27 +111,17 @@ class TierBound:
                 layers += k * count
         return nbytes, layers
 
-    def min_run(self, n: int) -> int:
-        """A lower bound on the longest run of consecutive offloaded positions at state n."""
-        chosen = 0
-        if n == self.members:
-            chosen = n if self.members_adjacent else 1
-        elif n:
-            chosen = -(-n // (self.members - n)) if self.members_adjacent else 1
-        return max(self.base_run, chosen)
-
-    def peak_bound(self, n: int, offloaded: int, layers: int, backend: str, step: int | None) -> int:
-        """A lower bound on the peak at state n (exact for uva), given ``offloaded(n)``."""
+    def peak_bound(self, n: int, offloaded: int, layers: int, backend: str, step: int) -> int:
+        """A lower bound on the peak at state n (exact for uva), given ``offloaded(n)``; ``step`` slots."""
         resident = self.total_bytes - offloaded
         if backend != "prefetch" or not layers:
             return resident
-        used = step if step is not None else max(1, self.min_run(n))
-        slots = min(layers, used + 1)
+        slots = num_slots(layers, step)
         per_slot = -(-layers // slots)  # the most layers one slot serves
         return resident + max(slots * self.smallest_layer, -(-offloaded // per_slot))
 
 
-def tier_bound(base, full, members, *, total_bytes: int, num_layers: int) -> TierBound:
+def tier_bound(base, full, members, *, total_bytes: int) -> TierBound:
     """The bound for one tier: ``base``/``full`` per layer (Candidate or None), ``members`` indices."""
     added = []
     for i in members:
@@ -143,11 +129,8 @@ def tier_bound(base, full, members, *, total_bytes: int, num_layers: int) -> Tie
         added.append((full[i].nbytes - (before.nbytes if before else 0), 0 if before else 1))
     cut = pieces(added)
     kept = [c for c in base if c is not None]
-    positions = [full[i].position for i in members]
     sizes = [c.nbytes for c in kept] + [full[i].nbytes for i in members]
     return TierBound(
         members=len(members), base_bytes=sum(c.nbytes for c in kept), base_layers=len(kept),
         pieces=tuple(cut), added=tuple(added), work=sum(1 if len(c.pattern) == 1 else 8 * len(c.pattern) for c in cut),
-        base_run=longest_run([c.position for c in kept], num_layers),
-        members_adjacent=all(b == a + 1 for a, b in zip(positions, positions[1:])),
         smallest_layer=min(sizes), total_bytes=total_bytes)

@@ -120,7 +120,7 @@ def search(
     total_bytes: int,
     num_layers: int,
     backend: str,
-    step: int | None,
+    step: int,
     gpu_budget: int,
     cpu_budget: int | None,
 ) -> Search:
@@ -134,7 +134,7 @@ def search(
     Only the states that ``peak_bound`` cannot rule out are evaluated (planner/peak_bound.py).
     """
     common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
-    bounds = [tier_bound(t.base, t.full, t.members, total_bytes=total_bytes, num_layers=num_layers) for t in tiers]
+    bounds = [tier_bound(t.base, t.full, t.members, total_bytes=total_bytes) for t in tiers]
     exact: dict[tuple[int, int], Cost] = {}
 
     def cost(t: int, n: int) -> Cost:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from schemas.errors import InputError, Problem, format_path, input_error_from_validation, line_of
 from schemas.hardware import HardwareProfile
-from schemas.plan import DEFER_CHECK, Plan, PlanLayer
+from schemas.plan import DEFER_CHECK, OLD_STEP_MESSAGE, Plan, PlanLayer, old_step_version
 from schemas.plan_check import plan_findings
 from schemas.spec import SpecFile
 from schemas.yaml_lines import YamlProblem, load_data, load_with_lines
@@ -97,6 +97,9 @@ def _validate(cls: type[M], data: Any, text: str, name: str) -> M:
     found = guess_kind(data)
     if want and found and found != want:
         raise InputError(Problem(f"this is a {found} file, not a {want}: {_HINT[want]}", name, 1))
+    if cls is Plan and old_step_version(data):
+        data, lines = _with_lines(text, name)
+        raise InputError(Problem(OLD_STEP_MESSAGE, name, line_of(("plan_version",), data, lines)))
     try:
         model = cls.model_validate(data, context={DEFER_CHECK: True})
     except ValidationError as err:

@@ -10,7 +10,7 @@ the point at which its copy starts.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, ValidationInfo, model_validator
 
@@ -21,7 +21,16 @@ from schemas.prediction import Predictions
 from schemas.spec import MoeSpec, ParamKind
 from schemas.strict import StrictModel
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: prefetch_step is the number of buffer slots (in version 1 it was slots - 1)
+
+OLD_STEP_MESSAGE = ("plan_version 1: this plan was written by an older planner whose prefetch_step meant slots - 1; "
+                    "make the plan again with `planner plan SPEC`")
+
+
+def old_step_version(data: Any) -> bool:
+    """Plan data of version 1, whose prefetch_step meant slots - 1: refused alone, nothing else about it matters."""
+    return isinstance(data, dict) and type(data.get("plan_version")) is int and data["plan_version"] == 1
+
 
 
 
@@ -126,12 +135,19 @@ class Summary(StrictModel):
 
 
 class Plan(StrictModel):
-    plan_version: Literal[1] = PLAN_VERSION
+    plan_version: Literal[2] = PLAN_VERSION
     summary: Summary
     predictions: Predictions | None = Field(
         default=None, description="predicted step time per workload (informative, not checked on load)")
     layers: list[PlanLayer]
     buffer_pool: BufferPool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_version_1(cls, data: Any) -> Any:
+        if old_step_version(data):
+            raise ValueError(OLD_STEP_MESSAGE)
+        return data
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Plan:

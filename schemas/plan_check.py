@@ -332,7 +332,8 @@ def _check_pool(plan: Plan, totals: _Totals, k: int, source: str, out: list[Find
     entries = totals.pool
     loc: Loc = ("buffer_pool",)
     if pool.slots != k:
-        out.append(Finding(loc + ("slots",), say.mismatch(pool.slots, k, source)))
+        old = pool.slots == min(len(totals.offloaded_layers), plan.summary.prefetch_step + 1)  # type: ignore[operator]
+        out.append(Finding(loc + ("slots",), say.mismatch(pool.slots, k, source) + (say.old_rule_slots() if old else "")))
     want = {e.key: e for e in entries}
     seen: set[PoolKey] = set()
     for i, bk in enumerate(pool.keys):

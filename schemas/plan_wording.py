@@ -127,11 +127,16 @@ def mixed_one_kind(has_uva: bool, offloads: bool) -> str:
 
 
 def schedule_source(step: int, n: int, slots: int) -> str:
-    return f"the schedule of prefetch_step {step} over {n} offloaded layers in {slots} slots"
+    return f"the schedule of prefetch_step {step} over {n} offloaded layers in {slots} slot{'s' if slots != 1 else ''}"
+
+
+def old_rule_slots() -> str:
+    return ("; that is the old rule (plan_version 1, where prefetch_step meant slots - 1): "
+            "make the plan again with `planner plan SPEC`")
 
 
 def step_too_small(step: int) -> str:
-    return f"must be >= 1 (got {step}): the copy of a layer starts at least one offloaded layer ahead"
+    return f"must be >= 1 (got {step}): it is the number of buffer slots"
 
 
 def step_missing(backend: str) -> str:

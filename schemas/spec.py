@@ -194,7 +194,7 @@ class OffloadSection(StrictModel):
     )
     num_in_group: PositiveCount | None = None
     prefetch_step: PositiveCount | None = Field(
-        default=None, description="prefetch: how many offloaded layers ahead the copy stream runs"
+        default=None, description="prefetch: number of buffer slots, as vLLM's --offload-prefetch-step; default 2"
     )
     params: list[str] | None = Field(
         default=None, description="dot-separated name segments eligible for offload (default: all)"

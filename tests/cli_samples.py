@@ -65,7 +65,7 @@ def tiny_plan(offloaded_blocks: tuple[int, ...] = ()) -> dict[str, Any]:
         "peak_gpu_bytes": resident, "pinned_host_bytes": offloaded, "layers": len(layers),
         "offloaded_layers": len(offloaded_blocks), "spec_sha256": "0" * 64,
     }
-    return copy.deepcopy({"plan_version": 1, "summary": summary, "layers": layers})
+    return copy.deepcopy({"plan_version": 2, "summary": summary, "layers": layers})
 
 
 def invoke(*args: str, stdin: str | None = None) -> Any:

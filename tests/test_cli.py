@@ -41,7 +41,7 @@ def test_plan_writes_yaml_to_stdout_by_default() -> None:
     plan = plan_of(result.stdout)
     assert plan.summary.gpu_budget_bytes == 12 * 10**9
     assert plan.summary.peak_gpu_bytes <= 12 * 10**9
-    assert result.stdout.startswith("plan_version: 1\n")
+    assert result.stdout.startswith("plan_version: 2\n")
     assert result.stderr == ""
 
 

@@ -238,7 +238,7 @@ def _time_in_text(line: str):
 
 
 def test_text_markdown_and_json_agree(llama8b, wide):
-    d = diff_plans(planner.plan(llama8b), planner.plan(wide, prefetch_step=2))
+    d = diff_plans(planner.plan(llama8b), planner.plan(wide, prefetch_step=3))
     text, md, data = render_diff(d, "text"), render_diff(d, "markdown"), json.loads(render_diff(d, "json"))
     ts, ms = _sections(text, md=False), _sections(md, md=True)
     ts = [(title, [_time_in_text(x) for x in rows]) for title, rows in ts]

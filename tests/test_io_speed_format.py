@@ -210,7 +210,7 @@ def test_compact_plan_leaves_out_defaults_and_keeps_what_reviewers_need() -> Non
     for default in ("buffer: false", "stride: null", "tied: {}", "notes: []", "previous_forward: false",
                     ": null"):
         assert default not in text
-    assert text.startswith("plan_version: 1\nsummary:\n")
+    assert text.startswith("plan_version: 2\nsummary:\n")
     data = yaml.safe_load(text)
     assert list(data) == ["plan_version", "summary", "predictions", "layers", "buffer_pool"]
     for key in ("backend", "strategy", "prefetch_step", "gpu_budget_bytes", "resident_bytes", "offloaded_bytes",
@@ -223,7 +223,7 @@ def test_compact_plan_leaves_out_defaults_and_keeps_what_reviewers_need() -> Non
     # one line per param
     q = "      self_attn.q_proj.weight: {shape: [4096, 4096], dtype: bfloat16, bytes: 33554432}"
     assert text.splitlines().count(q) == 32
-    assert "    prefetch: {slot: 0, copy_before: model.layers.31, previous_forward: true}" in text
+    assert "    prefetch: {slot: 0, copy_before: model.layers.30, previous_forward: true}" in text
 
 
 def test_tied_params_and_notes_are_written_when_present() -> None:

@@ -18,7 +18,7 @@ from cli_samples import TINY_SPEC, invoke
 
 from planner import output
 
-TEXT = "plan_version: 1\n" + "x: 1\n" * 2000
+TEXT = "plan_version: 2\n" + "x: 1\n" * 2000
 
 
 def names(folder: Path) -> list[str]:
@@ -162,7 +162,7 @@ def test_a_fifo_is_written_directly_and_stays_a_fifo(tmp_path: Path) -> None:
                 pass
         reader.join(timeout=30)
     assert result.exit_code == 0, result.output
-    assert received and received[0].startswith("plan_version: 1\n")
+    assert received and received[0].startswith("plan_version: 2\n")
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
     assert names(tmp_path) == ["plan.fifo"]
 

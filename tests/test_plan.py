@@ -32,8 +32,8 @@ def test_llama8b_example_plans_with_real_sizes(llama8b):
     assert all(layer.offloaded == ["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
                for layer in offloaded)
     assert s.offloaded_bytes == len(offloaded) * mlp_bytes == s.offloaded_layers * mlp_bytes
-    # the file's prefetch_step 1, 2 slots of the three mlp weights
-    assert s.prefetch_step == 1 and plan.buffer_pool.slots == 2 and s.buffer_bytes == 2 * mlp_bytes
+    # the file's prefetch_step 2: 2 slots of the three mlp weights
+    assert s.prefetch_step == 2 and plan.buffer_pool.slots == 2 and s.buffer_bytes == 2 * mlp_bytes
     assert [k.param for k in plan.buffer_pool.keys] == sorted(k.param for k in plan.buffer_pool.keys)
     assert s.spec_sha256 == spec_sha256(llama8b) and "prefetch fits 12.00 GB" in s.backend_reason
     # minimal: one layer fewer would not fit
@@ -84,8 +84,8 @@ def test_group_strategy_follows_the_rule(llama8b):
     assert offloaded == [f"model.layers.{i}" for i in range(3, 32, 4)]
     assert plan.summary.backend == "prefetch" and plan.summary.strategy == "group"
     plan = planner.plan(llama8b, strategy="group", group_size=4, num_in_group=3, gpu_budget=100 * GB)
-    assert plan.summary.prefetch_step == 1  # the file's
-    assert any("shorter than the longest run of 3" in n for n in plan.summary.notes)
+    assert plan.summary.prefetch_step == 2  # the file's
+    assert any("runs of up to 3 consecutive offloaded layers" in n and "will stall" in n for n in plan.summary.notes)
 
 
 def test_group_without_block_stack_is_a_planning_error():
@@ -164,13 +164,13 @@ def test_cpu_budget_caps_pinned_bytes(llama8b):
 
 
 def test_prefetch_entries_match_the_schedule(llama8b, llama_auto):
-    stalls = planner.plan(llama8b, gpu_budget=6 * GB)  # the file's prefetch_step 1 with long runs
-    assert stalls.summary.prefetch_step == 1 and any("will stall" in n for n in stalls.summary.notes)
+    stalls = planner.plan(llama8b, gpu_budget=6 * GB)  # the file's prefetch_step 2 with long runs
+    assert stalls.summary.prefetch_step == 2 and any("will stall" in n for n in stalls.summary.notes)
     plan = planner.plan(llama_auto, gpu_budget=10 * GB)
     names = [layer.name for layer in plan.layers]
     offloaded = [layer for layer in plan.layers if layer.offloaded]
-    run = plan.summary.prefetch_step
-    assert run >= 2 and plan.buffer_pool.slots == min(len(offloaded), run + 1)
+    assert plan.summary.prefetch_step == 2 and plan.buffer_pool.slots == 2  # the default: double buffering
+    assert any("prefetch_step 2 (the default: double buffering)" in n for n in plan.summary.notes)
     for j, layer in enumerate(offloaded):
         assert layer.prefetch.slot == j % plan.buffer_pool.slots
         before = names.index(layer.prefetch.copy_before)

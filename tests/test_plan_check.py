@@ -23,7 +23,7 @@ from schemas.buffer_pool import PoolKey, build_pool, signature
 from schemas.dtypes import DTYPE_BYTES
 from schemas.io import dump_model, load_model, load_plan
 from schemas.plan_check import plan_findings
-from schemas.schedule import num_slots, schedule
+from schemas.schedule import schedule
 from schemas.yaml_write import dump_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,9 +121,9 @@ def test_four_layers_on_one_slot_lists_every_wrong_slot() -> None:
     for i in (2, 3, 5, 6):
         data["layers"][i]["prefetch"]["slot"] = 0
     found = findings(data)
-    assert found == ["layers[3].prefetch.slot: 0 in the file, 1 from the schedule of prefetch_step 1 over 4 "
+    assert found == ["layers[3].prefetch.slot: 0 in the file, 1 from the schedule of prefetch_step 2 over 4 "
                      "offloaded layers in 2 slots",
-                     "layers[6].prefetch.slot: 0 in the file, 1 from the schedule of prefetch_step 1 over 4 "
+                     "layers[6].prefetch.slot: 0 in the file, 1 from the schedule of prefetch_step 2 over 4 "
                      "offloaded layers in 2 slots"]
 
 
@@ -157,20 +157,19 @@ def test_runtime_check_catches_a_plan_built_without_validation() -> None:
 # -- the contract pieces defined once ---------------------------------------------------------
 
 
-def _walk_back_schedule(positions: list[int], num_layers: int, step: int) -> list[tuple[int, int, int]]:
-    """The schedule rule as first written: walk back to the previous user of the slot."""
-    n, k = len(positions), num_slots(len(positions), step)
+def _walk_back_schedule(positions: list[int], num_layers: int, step: int) -> list[tuple[int, int]]:
+    """The schedule rule written plainly: walk back to the previous user of the slot, start right after it."""
+    n, k = len(positions), min(len(positions), step)
 
     def pos(m: int) -> int:
         return positions[m % n] + num_layers * (m // n)
 
     out = []
     for j in range(n):
-        desired = max(pos(j - step), positions[j] - num_layers + 1)
         m = j - 1
         while (m % n) % k != j % k:
             m -= 1
-        out.append((j % k, max(desired, pos(m) + 1), desired))
+        out.append((j % k, max(pos(m) + 1, positions[j] - num_layers + 1)))
     return out
 
 

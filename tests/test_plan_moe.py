@@ -16,7 +16,7 @@ from pydantic import ValidationError
 import planner
 from planner.errors import InfeasibleError
 from planner.kinds import param_kind
-from planner.select import longest_run, spread
+from planner.select import spread
 from schemas import Plan, SpecFile, dump_model, load_spec
 from schemas.io import load_model
 
@@ -316,9 +316,9 @@ def test_prefer_plans_fit_keep_the_order_and_are_minimal(spec, fraction):
     below = previous_state(m.tiers, tier, len(moved))
     if below is not None:
         assert _state_cost(m, below, s.backend).peak_gpu_bytes > budget
-    if s.backend == "prefetch" and offload.prefetch_step is None:
-        positions = [i for i, layer in enumerate(plan.layers) if layer.offloaded]
-        assert s.prefetch_step >= longest_run(positions, len(plan.layers))
+    if s.backend == "prefetch":  # the step given, else double buffering
+        assert s.prefetch_step == (offload.prefetch_step or 2)
+        assert plan.buffer_pool.slots == min(s.offloaded_layers, s.prefetch_step)
 
 
 def test_prefer_plans_are_deterministic_across_processes(mixtral, tmp_path):

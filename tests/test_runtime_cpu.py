@@ -57,17 +57,27 @@ def group_plan(spec, g, k, step, backend="prefetch"):
 
 IDS = torch.randint(0, 250, (2, 6), generator=torch.Generator().manual_seed(1))
 
-GROUPS = [(1, 1, 1), (1, 1, 2), (1, 1, 4), (2, 1, 1), (3, 2, 1), (3, 2, 2), (4, 3, 2), (5, 2, 3), (9, 1, 1), (2, 2, 5)]
+# (group_size, num_in_group, prefetch_step = slots) over the 9 blocks: N offloaded layers in min(N, step) slots
+GROUPS = [
+    (1, 1, 1), (3, 2, 1), (3, 1, 1), (2, 1, 1), (9, 1, 1),  # one slot: 9, 6, 3, 4 and 1 offloaded layers
+    (3, 2, 2), (4, 3, 2), (2, 1, 2),  # N a multiple of the slots
+    (1, 1, 2), (1, 1, 4), (1, 1, 7), (2, 2, 5), (5, 2, 2), (2, 1, 3), (4, 3, 4), (3, 2, 4),  # N not a multiple
+    (5, 2, 3), (1, 1, 9), (1, 1, 12),  # as many slots as offloaded layers
+]
 
 
 @pytest.mark.parametrize("g,k,step", GROUPS)
 def test_prefetch_matches_unoffloaded(model, spec, g, k, step):
     want = copy.deepcopy(model)(IDS)
     plan = group_plan(spec, g, k, step)
+    n = plan.summary.offloaded_layers
+    assert plan.summary.prefetch_step == step and plan.buffer_pool.slots == min(n, step)
     snap = snapshot(model)
-    with runtime.apply(plan, model, device="cpu"):
+    with runtime.apply(plan, model, device="cpu", stats=True) as handle:
         for _ in range(3):  # wrap-around: later forwards use what the previous one prefetched
             assert torch.equal(model(IDS), want)
+        forwards = handle.stats()["forwards"]
+    assert len(forwards) == 3 and all(f["late_copies"] == 0 for f in forwards)  # every layer found its own weights
     assert_restored(model, snap)
 
 

@@ -1,7 +1,10 @@
 """The bounded budget search gives byte-identical plans and errors to the exhaustive one it replaced.
 
 ``reference_search`` is the search as it was before planner/peak_bound.py (every state evaluated
-in ladder order); it is kept here as the specification of the result.
+in ladder order); it is kept here as the specification of the result. It prices each state
+plainly with the slot rule of docs/DESIGN.md (``reference_cost``: ``min(N, step)`` slots, offloaded
+layer ``j`` in slot ``j % slots``, each slot as large as the largest buffers of its layers), so
+the fast search and ``planner.cost.evaluate`` are both checked against it.
 """
 
 from __future__ import annotations
@@ -19,13 +22,29 @@ import planner.build
 from planner.cost import Cost, evaluate
 from planner.errors import InfeasibleError, PlanningError
 from planner.peak_bound import MAX_PERIOD, TierBound, floor_sum, pieces, tier_bound
-from planner.select import longest_run, spread
+from planner.select import spread
 from planner.select_budget import Search, Tier, _fewest_possible
 from schemas import dump_model
 
 
+def reference_cost(picked: Sequence, *, total_bytes: int, num_layers: int, backend: str, step: int) -> Cost:
+    """``evaluate``, written out: the pool holds, per slot, the largest buffer of each param key its layers use."""
+    cost = evaluate(picked, range(len(picked)), total_bytes=total_bytes, num_layers=num_layers, backend=backend,
+                    step=step)
+    if backend != "prefetch" or not picked:
+        assert cost.buffer_bytes == 0
+        return cost
+    slots = min(len(picked), step)
+    largest: dict[tuple, int] = {}  # (slot, key) -> bytes of its buffer
+    for j, c in enumerate(picked):
+        for key, nbytes in c.signature:
+            largest[(j % slots, key)] = nbytes
+    assert cost.buffer_bytes == sum(largest.values()) and cost.step == step
+    return cost
+
+
 def reference_search(tiers: Sequence[Tier], *, total_bytes: int, num_layers: int, backend: str,
-                     step: int | None, gpu_budget: int, cpu_budget: int | None) -> Search:
+                     step: int, gpu_budget: int, cpu_budget: int | None) -> Search:
     common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
     lowest: Cost | None = None
     skipped: list[tuple[int, int]] = []
@@ -34,16 +53,14 @@ def reference_search(tiers: Sequence[Tier], *, total_bytes: int, num_layers: int
         bottom = 0 if t == 0 else 1
         skipped += [(t, n) for n in range(bottom, first)]
         for n in range(max(first, bottom), len(tier.members) + 1):
-            picked = tier.pick(n)
-            cost = evaluate(picked, range(len(picked)), **common)
+            cost = reference_cost(tier.pick(n), **common)
             if cpu_budget is not None and cost.offloaded_bytes > cpu_budget:
                 continue
             lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
             if cost.peak_gpu_bytes <= gpu_budget:
                 return Search(backend, cost, lowest, (t, n))
     for t, n in skipped:
-        picked = tiers[t].pick(n)
-        cost = evaluate(picked, range(len(picked)), **common)
+        cost = reference_cost(tiers[t].pick(n), **common)
         if cpu_budget is None or cost.offloaded_bytes <= cpu_budget:
             lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
     assert lowest is not None
@@ -128,17 +145,17 @@ def test_search_result_identical_and_bound_holds(case, backend):
     if not m.candidates:
         return
     args = dict(total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
-                step=spec.offload.prefetch_step, gpu_budget=gpu, cpu_budget=cpu)
+                step=m.step, gpu_budget=gpu, cpu_budget=cpu)
     assert planner.build.search(m.tiers, **args) == reference_search(m.tiers, **args)
     for t, tier in enumerate(m.tiers):
-        bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes, num_layers=len(m.layers))
+        bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes)
         for n in range(len(tier.members) + 1):
             picked = tier.pick(n)
-            cost = evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
-                            backend=backend, step=spec.offload.prefetch_step)
+            cost = reference_cost(picked, total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
+                                  step=m.step)
             offloaded, layers = bound.offloaded(n)
             assert (offloaded, layers) == (cost.offloaded_bytes, len(picked))
-            peak = bound.peak_bound(n, offloaded, layers, backend, spec.offload.prefetch_step)
+            peak = bound.peak_bound(n, offloaded, layers, backend, m.step)
             assert peak <= cost.peak_gpu_bytes
             if backend == "uva":
                 assert peak == cost.peak_gpu_bytes
@@ -149,20 +166,13 @@ def test_uniform_stack_bound_is_exact():
     spec = make_spec([{"a.weight": [8, 8], "b.weight": [8]}] * 40)
     m = planner.build._model(spec, spec.memory, spec.offload)
     tier = m.tiers[0]
-    bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes, num_layers=len(m.layers))
+    bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes)
     assert len(bound.pieces) == 1
-    for n in range(41):
-        picked = tier.pick(n)
-        cost = evaluate(picked, range(len(picked)), total_bytes=m.total_bytes, num_layers=len(m.layers),
-                        backend="prefetch", step=None)
-        assert bound.peak_bound(n, *bound.offloaded(n), "prefetch", None) == cost.peak_gpu_bytes
-
-
-@pytest.mark.parametrize("members", range(1, 120))
-def test_longest_run_of_spread(members):
-    """spread(M, n) has runs of consecutive indices no longer than ceil(n / (M - n)), and one that long."""
-    for n in range(1, members):
-        assert longest_run(spread(members, n), members + 1) == -(-n // (members - n))
+    for step in (1, 2, 5):
+        for n in range(41):
+            cost = reference_cost(tier.pick(n), total_bytes=m.total_bytes, num_layers=len(m.layers),
+                                  backend="prefetch", step=step)
+            assert bound.peak_bound(n, *bound.offloaded(n), "prefetch", step) == cost.peak_gpu_bytes
 
 
 @given(st.integers(0, 60), st.integers(1, 200), st.integers(0, 500), st.integers(0, 500))
@@ -187,4 +197,4 @@ def test_offloaded_counts_exact_on_periodic_members(parts):
 def tier_bound_of(added: list[tuple[int, int]]):
     """A bound over members adding ``added`` that counts by pieces for every n > 0 (work 0)."""
     return TierBound(members=len(added), base_bytes=0, base_layers=0, pieces=tuple(pieces(added)),
-                     added=tuple(added), work=0, base_run=0, members_adjacent=True, smallest_layer=0, total_bytes=0)
+                     added=tuple(added), work=0, smallest_layer=0, total_bytes=0)

@@ -160,9 +160,9 @@ CASES: list[CliCase | ApiCase] = [
     _plan_case("prefetch-entry-missing", setter("layers/3/prefetch", None),
                ("layers[3].prefetch: the layer prefetches params (offloaded, not on UVA) under the mixed backend",)),
     _plan_case("pool-bytes-count-uva", setter("buffer_pool/bytes", 2304),
-               ("buffer_pool.bytes: 2304 in the file, 1536 from",)),
+               ("buffer_pool.bytes: 2304 in the file, 768 from",)),
     _plan_case("buffer-bytes-count-uva", edits(setter("summary/buffer_bytes", 2304), setter("summary/peak_gpu_bytes", 5632)),
-               ("summary.buffer_bytes: 2304 in the file, 1536 from",), command="diff"),
+               ("summary.buffer_bytes: 2304 in the file, 768 from",), command="diff"),
     _plan_case("offloaded-bytes-without-uva", setter("summary/offloaded_bytes", 3072),
                ("summary.offloaded_bytes: 3072 in the file, 4608 from",)),
     # -- offload.backends in a spec, --backends on the command line ----------------------------------

@@ -44,8 +44,8 @@ model:
 
 # the planner's settings for each plan the cases start from
 SETTINGS: dict[str, dict[str, Any]] = {
-    # blocks.1, 2, 4, 5 offloaded, two slots; blocks.1 wraps around to the previous forward
-    "prefetch": {"strategy": "group", "group_size": 3, "num_in_group": 2, "prefetch_step": 1, "backend": "prefetch"},
+    # blocks.1, 2, 4, 5 offloaded, two slots; blocks.1 and blocks.2 wrap around to the previous forward
+    "prefetch": {"strategy": "group", "group_size": 3, "num_in_group": 2, "prefetch_step": 2, "backend": "prefetch"},
     "uva": {"gpu_budget": 3000, "backend": "uva"},
     "none": {"backend": "none", "gpu_budget": 8000},
 }
@@ -187,12 +187,12 @@ CASES: list[CliCase | ApiCase] = [
                ("summary.prefetch_step: the prefetch backend with offloaded layers needs a prefetch_step",)),
     _file_case("plan-copy-before-itself", "validate", "prefetch", setter("layers/5/prefetch/copy_before", "blocks.4"),
                ("layers[5].prefetch.copy_before: 'blocks.4' in the file, 'blocks.2' from the schedule of "
-                "prefetch_step 1 over 4 offloaded layers in 2 slots",)),
+                "prefetch_step 2 over 4 offloaded layers in 2 slots",)),
     _file_case("plan-copy-before-later-layer", "diff", "prefetch", setter("layers/3/prefetch/copy_before", "blocks.5"),
-               ("layers[3].prefetch.copy_before: 'blocks.5' in the file, 'blocks.1' from",)),
+               ("layers[3].prefetch.copy_before: 'blocks.5' in the file, 'head' from",)),
     _file_case("plan-copy-before-unknown-layer", "validate", "prefetch",
                setter("layers/6/prefetch/copy_before", "blocks.40"),
-               ("layers[6].prefetch.copy_before: 'blocks.40' in the file, 'blocks.4' from",)),
+               ("layers[6].prefetch.copy_before: 'blocks.40' in the file, 'blocks.3' from",)),
     _file_case("plan-four-layers-one-slot", "validate", "prefetch",
                edits(setter("layers/3/prefetch/slot", 0), setter("layers/6/prefetch/slot", 0)),
                ("layers[3].prefetch.slot: 0 in the file, 1 from", "layers[6].prefetch.slot: 0 in the file, 1 from")),
@@ -268,7 +268,7 @@ def _runtime_plan_json() -> str:
 
     spec = runtime.describe(_tiny_model(), name="tiny-llama")
     return json.dumps(plan_data(planner.plan(spec, strategy="group", group_size=2, num_in_group=1,
-                                             prefetch_step=1, backend="prefetch")))
+                                             prefetch_step=2, backend="prefetch")))
 
 
 def _tiny_model() -> Any:
@@ -328,7 +328,7 @@ def _construct(data: dict[str, Any]) -> Any:
               for layer in data["layers"]]
     pool = data["buffer_pool"] and BufferPool.model_construct(
         **{**data["buffer_pool"], "keys": [BufferKey.model_construct(**k) for k in data["buffer_pool"]["keys"]]})
-    return Plan.model_construct(plan_version=1, summary=Summary.model_construct(**data["summary"]),
+    return Plan.model_construct(plan_version=2, summary=Summary.model_construct(**data["summary"]),
                                 layers=layers, buffer_pool=pool)
 
 
@@ -347,7 +347,7 @@ CASES += [
             ("plan.yaml:", "layers[1].params['mlp.up_proj.weight'].bytes: 1 in the file, 1024 from shape [32, 16]",),
             after=_unchanged),
     ApiCase("apply-file-copy-before-itself", _apply_file(setter("layers/2/prefetch/copy_before", "model.layers.1")),
-            InputError, ("layers[2].prefetch.copy_before: 'model.layers.1' in the file, 'model.layers.3' from",),
+            InputError, ("layers[2].prefetch.copy_before: 'model.layers.1' in the file, 'model.layers.2' from",),
             after=_unchanged),
     ApiCase("apply-file-backend-none-offloads", _apply_file(setter("summary/backend", "none")), InputError,
             ("summary.backend: 'none' keeps every param on the GPU",), after=_unchanged),
