@@ -70,11 +70,17 @@ def _weighted(workload: Workload) -> list[tuple[int, float]]:
 
 
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
-                workload: Workload, slots: int) -> Order:
-    """The fixed order of moves for these layers (``eligible``: position -> params that may move)."""
+                workload: Workload, slots: int, forced: Mapping[str, str] | None = None,
+                only: str | None = None) -> Order:
+    """The fixed order of moves for these layers (``eligible``: position -> params that may move).
+
+    ``forced``: kind -> backend for the kinds whose backend is given (offload.backends); ``only``:
+    every unit on this backend (offload.backend prefetch or uva)."""
+    forced = forced or {}
     tokens = _weighted(workload)
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
     uva_moves: list[Move] = []
+    fallback: dict[int, list[Move]] = {}  # a prefetch candidate's units on UVA, if its layer cannot be prefetched
     prefetch_parts: dict[int, list[Tensor]] = {}
     for position, params in eligible.items():
         layer = layers[position]
@@ -92,11 +98,13 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
                     gpu, uva = gpu_and_uva_ms(layer.name, t, count, hw, moe)
                     extra += share * (uva - gpu)
             move = Move(position, tuple(t.name for t in group), nbytes, "uva", max(extra, 0.0) / nbytes, (kind,))
-            if move.ms_per_byte < link_ms_per_byte:
+            want = forced.get(kind, only)
+            if want == "uva" or (want is None and move.ms_per_byte < link_ms_per_byte):
                 uva_moves.append(move)
             else:
                 prefetch_parts.setdefault(position, []).extend(group)
-                uva_moves.append(move)  # its fallback, used if the layer cannot be prefetched
+                if want is None:
+                    fallback.setdefault(position, []).append(move)
     # prefetch candidates: layers whose prefetched signature more than `slots` layers share
     sigs: dict[int, Signature] = {}
     interned: dict[Signature, Signature] = {}
@@ -109,7 +117,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
         count[id(sig)] = count.get(id(sig), 0) + 1
     candidates = sorted(p for p, sig in sigs.items() if count[id(sig)] > slots)
     chosen = set(candidates)
-    moves = [m for m in uva_moves if not (m.position in chosen and m.ms_per_byte >= link_ms_per_byte)]
+    moves = uva_moves + [m for position, ms in fallback.items() if position not in chosen for m in ms]
     prefetch = []
     for rank in _van_der_corput(len(candidates)) if candidates else []:
         position = candidates[rank]

@@ -25,6 +25,9 @@ from planner.graph import build_graph, find_block_stack, layers_in_order, tied_o
 from planner.kinds import param_kind
 from planner.names import join_names
 from planner.predict import predict
+from planner import auto_notes
+from planner.decide_auto import assignment as auto_assignment
+from planner.decide_auto import decide as decide_auto
 from planner.schedule import DEFAULT_PREFETCH_STEP
 from planner.select import eligible_params, group_rule
 from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
@@ -43,6 +46,7 @@ class _Model:
     memory: MemorySection
     offload: OffloadSection
     tiers: list[Tier]  # the budget search's ladder (one tier without offload.prefer)
+    shared: dict[str, set[str]] = field(default_factory=dict)  # layer -> its params other params are tied to
     _split: dict[tuple[int, str], Candidate] = field(default_factory=dict)  # (id(candidate), base) -> its split
     _sigs: dict[Signature, Signature] = field(default_factory=dict)
 
@@ -139,7 +143,7 @@ def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection) -> _M
                 kinded.append((by_name[name].index, eligible, [param_kind(name, t.name, t.kind) for t in eligible]))
     tiers = [single_tier(candidates)] if offload.prefer is None else prefer_tiers(kinded, offload.prefer)
     total = sum(layer.nbytes for layer in layers)
-    return _Model(layers, stack, candidates, total, memory, offload, tiers)
+    return _Model(layers, stack, candidates, total, memory, offload, tiers, shared=shared)
 
 
 # ---------------------------------------------------------------------------
@@ -365,6 +369,8 @@ def plan(
         {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
          "prefetch_step": prefetch_step, "params": params, "kinds": kinds, "prefer": prefer, "backends": backends})
     m = _model(spec, memory, offload)
+    if offload.strategy == "auto" and offload.backend != "none":
+        return _plan_auto(spec, m, profile, chosen_workload)
     if offload.backend == "none":
         out = _decide_none(m)
     elif offload.strategy == "group":
@@ -379,3 +385,41 @@ def plan(
                       spec_sha256=spec_sha256(spec),  # hashed only for a plan: 0.3 s at 10,000 layers
                       gpu_budget=memory.gpu_budget, cpu_budget=memory.cpu_budget, record_kinds=m.by_kind)
     return result.model_copy(update={"predictions": predict(result, profile, chosen_workload)})
+
+
+def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload) -> Plan:
+    """strategy auto (planner/decide_auto.py), with the best plan of the budget strategy as the runner-up."""
+    decision = decide_auto(m.layers, m.shared, m.memory, m.offload, profile, workload, m.step, m.total_bytes)
+    names = [layer.name for layer in m.layers]
+
+    def build(notes: list[str]) -> Plan:
+        reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
+        step = m.offload.prefetch_step
+        result = assemble(m.layers, auto_assignment(decision, reason, notes, step), model_name=spec.model.name,
+                          spec_sha256=spec_sha256(spec), gpu_budget=m.memory.gpu_budget,
+                          cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
+        return result.model_copy(update={"predictions": predict(result, profile, workload)})
+
+    chosen = build(auto_notes.notes(decision, names, None))
+    runner_up = None
+    for backend in ("prefetch", "uva"):
+        if m.offload.backend not in ("auto", backend) or m.memory.gpu_budget is None:
+            continue
+        other = _model(spec, m.memory, m.offload.model_copy(update={"strategy": "budget", "backend": backend}))
+        try:
+            out = _decide_budget(other)
+        except (InfeasibleError, PlanningError):
+            continue
+        if out.cost is None:
+            continue
+        alt = assemble(other.layers, _assignment(other, out), model_name=spec.model.name, spec_sha256="0" * 64,
+                       gpu_budget=m.memory.gpu_budget, cpu_budget=m.memory.cpu_budget)
+        ms = predict(alt, profile, workload).weighted_step_ms
+        if runner_up is None or ms < runner_up[1]:
+            runner_up = (f"strategy budget with {backend} ({format_bytes(out.cost.offloaded_bytes)} offloaded)", ms)
+    if runner_up is None:
+        return chosen
+    ours = chosen.predictions.weighted_step_ms if chosen.predictions else 0.0
+    notes = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours))
+    final = build(notes)
+    return final

@@ -52,7 +52,7 @@ PlanFormat = _choices("PlanFormat", "yaml json")
 ShowFormat = _choices("ShowFormat", "text json")
 DiffFormat = _choices("DiffFormat", "text markdown json")
 Backend = _choices("Backend", "auto prefetch uva none")
-Strategy = _choices("Strategy", "budget group")
+Strategy = _choices("Strategy", "auto budget group")
 SchemaKind = _choices("SchemaKind", "spec plan")
 
 

@@ -118,7 +118,7 @@ class Summary(StrictModel):
     model: str
     backend: PlanBackend
     backend_reason: str
-    strategy: Literal["budget", "group"]
+    strategy: Literal["auto", "budget", "group"]
     prefetch_step: NonNegativeInt | None = None
     gpu_budget_bytes: NonNegativeInt | None = None
     cpu_budget_bytes: NonNegativeInt | None = None

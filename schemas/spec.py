@@ -183,7 +183,7 @@ class MemorySection(StrictModel):
 
 Backend = Literal["auto", "prefetch", "uva", "none"]
 KindBackend = Literal["prefetch", "uva"]  # how an offloaded param of a kind comes back (offload.backends)
-Strategy = Literal["budget", "group"]
+Strategy = Literal["auto", "budget", "group"]
 
 
 class OffloadSection(StrictModel):
