@@ -134,14 +134,23 @@ def test_cycles_of_mixed_and_plain_plans_leave_nothing_behind(model, spec):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("which", [0, 1, 3])
-def test_gpu_eager_graph_and_compile_bit_identical(which):
+def test_gpu_eager_and_graph_bit_identical_compile_within_its_own_rounding(which):
     from test_runtime_gpu import assert_exact_on_gpu
 
     def compiled_too(base, ids, want):
+        # compile rounds differently from eager; the offloaded compiled model may differ from the
+        # unoffloaded compiled one by no more than compile's own difference from eager
+        reference = torch.compile(_unoffloaded, fullgraph=True)
         compiled = torch.compile(base, fullgraph=True)
         with torch.no_grad():
-            for _ in range(3):  # compiled kernels may round differently from eager ones
-                torch.testing.assert_close(compiled(ids), want, rtol=2e-2, atol=2e-2)
+            ref = reference(ids)
+            for _ in range(3):
+                got = compiled(ids)
+                own = (ref.float() - want.float()).abs().max().item()
+                off = (got.float() - ref.float()).abs().max().item()
+                print(f"compile vs eager {own:.5f}, offloaded compiled vs compiled {off:.5f}")
+                assert off <= max(own, 1e-3), (off, own)
 
     base = make_llama(LlamaConfig(vocab=512, dim=256, layers=9, heads=4, kv_heads=2, hidden=704))
+    _unoffloaded = copy.deepcopy(base).cuda()
     assert_exact_on_gpu(base, lambda spec: mixed_plans(spec)[which], compiled_too)
