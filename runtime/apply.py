@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from runtime import compile_guard
+from runtime.compile_guard import reset_compiled_code
 from runtime.check import check_model
 from runtime.errors import ApplyError, PlanMismatchError
 from runtime.guard import Guards, install, refuse_if_applied
@@ -38,8 +40,10 @@ class Handle:
         self.active = True
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("weights", placement.restore),
-                                     ("guards", self._remove_guards), ("compile caches", _reset_compiled_code)]
+                                     ("guards", self._remove_guards), ("compile caches", reset_compiled_code),
+                                     ("compile guards", compile_guard.release)]
         _ACTIVE[id(self)] = self
+        compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
 
     def __repr__(self) -> str:
         state = "active" if self.active else "removed"
@@ -104,7 +108,7 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
         raise ApplyError(f"{len(meta)} params/buffers are on the meta device and hold no data: "
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
     loose = _check(plan, model, unplanned, spec)
-    _reset_compiled_code()
+    reset_compiled_code()
     refs = plan_refs(plan, model)
     _check_device_memory(plan, refs, device)
 
@@ -178,16 +182,6 @@ def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None) 
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
     return loose
-
-
-def _reset_compiled_code() -> None:
-    """torch.compile does not guard on module hooks: code compiled for this model class before
-    apply() (or remove()) would run without (or with stale) offload hooks. Drop it."""
-    import sys
-
-    if "torch._dynamo" in sys.modules:
-        torch._dynamo.reset()
-        log.info("torch.compile caches reset so compiled code sees the offload hooks")
 
 
 def _device(device: str | torch.device) -> torch.device:
