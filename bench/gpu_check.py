@@ -307,7 +307,7 @@ def leak():
     m1, r1 = torch.cuda.memory_allocated(), proc_status()["VmRSS"]
     pin1 = proc_status().get("VmPin", 0)
     record("leak", "100_cycles_pinned_unchanged", pin1 == pin0, vmpin_before=pin0, vmpin_after=pin1)
-    from runtime import ops
+    from runtime import prefetch_ops as ops
 
     record("leak", "100_cycles_gpu_alloc_unchanged", m1 == m0, before=m0, after=m1)
     record("leak", "100_cycles_rss_growth_small", (r1 - r0) < 64 << 20, rss_growth=r1 - r0)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from runtime import cudart, ops
+from runtime import cudart, prefetch_ops
 from runtime.buffer_pool import BufferPool
 from runtime.offloader import Offloader
 from runtime.stats import ForwardStats
@@ -112,7 +112,7 @@ class PrefetchOffloader(Offloader):
                                      for host, buf in layer.pairs)
             self._trigger_events = {t: torch.cuda.Event() for t in self.triggers}
             self._trigger_events_captured = {t: torch.cuda.Event() for t in self.triggers}
-        self.handle_id = ops.register(self)
+        self.handle_id = prefetch_ops.register(self)
         offloaded_at = {layer.position: j for j, layer in enumerate(self.layers)}
         for pos, pl in enumerate(plan.layers):
             trig = pos in self.triggers
@@ -287,7 +287,7 @@ class PrefetchOffloader(Offloader):
         if self.cuda and self.copy_stream is not None:  # None once removed: remove() may be retried
             self.sync_prev_onload()
         super().remove()
-        ops.unregister(self.handle_id)
+        prefetch_ops.unregister(self.handle_id)
         if self.pool is not None:
             self.pool.close()
         for layer in self.layers:  # drop every reference into the pool and pinned memory

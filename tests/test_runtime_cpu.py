@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import planner  # noqa: E402
 import runtime  # noqa: E402
 from models import LlamaConfig, make_llama  # noqa: E402
-from runtime import ops  # noqa: E402
+from runtime import prefetch_ops as ops  # noqa: E402
 from runtime.apply import _ACTIVE  # noqa: E402
 from runtime.errors import ApplyError, PlanMismatchError  # noqa: E402
 from schemas import InputError  # noqa: E402

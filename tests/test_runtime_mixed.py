@@ -18,7 +18,7 @@ import runtime  # noqa: E402
 from models import LlamaConfig, make_llama  # noqa: E402
 from planner.assemble import assemble  # noqa: E402
 from planner.assignment import Assignment  # noqa: E402
-from runtime import ops  # noqa: E402
+from runtime import prefetch_ops as ops  # noqa: E402
 from runtime.apply import _ACTIVE  # noqa: E402
 from schemas.spec_hash import spec_sha256  # noqa: E402
 from test_runtime_cpu import IDS, assert_restored, model, snapshot, spec  # noqa: E402,F401 (fixtures)

@@ -23,7 +23,7 @@ import planner  # noqa: E402
 import runtime  # noqa: E402
 from model_state import assert_same, differences, snapshot  # noqa: E402
 from models import LlamaConfig, make_llama  # noqa: E402
-from runtime import ops  # noqa: E402
+from runtime import prefetch_ops as ops  # noqa: E402
 from runtime.apply import _ACTIVE  # noqa: E402
 from runtime.guard import AppliedModelError, handle_of  # noqa: E402
 from runtime.placement import Placement  # noqa: E402
