@@ -102,7 +102,9 @@ def run(args: argparse.Namespace) -> bool:
     ok = True
     for backend in (["prefetch", "uva"] if args.backend == "both" else [args.backend]):
         try:
-            plan = planner.plan(spec, gpu_budget=budget, backend=backend, prefetch_step=args.prefetch_step)
+            # strategy budget: block-stack layers on one backend, so the two backends are compared on like plans
+            plan = planner.plan(spec, gpu_budget=budget, strategy="budget", backend=backend,
+                                prefetch_step=args.prefetch_step)
         except InfeasibleError as err:
             print(f"{backend}: {err.message}")
             ok = False

@@ -34,6 +34,7 @@ from planner.errors import InfeasibleError
 from planner.kinds import param_kind
 from planner.layer_cost import gpu_and_uva_ms
 from schemas.hardware import HardwareProfile
+from schemas.sizes import format_bytes
 from schemas.spec import Layer, Tensor
 from schemas.workload import Workload
 
@@ -171,9 +172,12 @@ def fit(order: Order, total_bytes: int, gpu_budget: int | None, cpu_budget: int 
             return Fit(taken, peak)
     within = [peak for peak, pinned in table if cpu_budget is None or pinned <= cpu_budget]
     need = min(within)
+    cpu = f" within the {format_bytes(cpu_budget)} cpu_budget" if cpu_budget is not None else ""
+    lowest = ("nothing can be offloaded (no layer has eligible params), so the whole model stays at "
+              if not order.moves else "the lowest peak of any prefix of its order is ")
     raise InfeasibleError(
-        f"no auto plan fits the gpu_budget: the smallest peak any plan reaches is {need} bytes"
-        + (" within the cpu_budget" if cpu_budget is not None else ""), need)
+        f"no auto plan fits the {format_bytes(gpu_budget or 0)} gpu_budget{cpu}: {lowest}{format_bytes(need)}; "
+        f"the smallest feasible gpu_budget is {need} bytes", need)
 
 
 def where(order: Order, taken: int, layers: Sequence[Layer]) -> dict[str, dict[str, str]]:

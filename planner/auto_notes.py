@@ -35,9 +35,15 @@ def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: in
             + " and ".join(parts))
 
 
-def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[str, float, float] | None) -> list[str]:
-    """``runner_up``: (its description, its predicted weighted step ms, the chosen plan's)."""
+def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[str, float, float] | None,
+          budget: int | None = None) -> list[str]:
+    """``runner_up``: (its description, its predicted weighted step ms, the chosen plan's);
+    ``budget``: the gpu_budget, for the note of a plan that offloads nothing."""
     out = []
+    if not decision.taken:
+        out.append("strategy auto without a gpu_budget: nothing offloaded (give --gpu-budget)" if budget is None else
+                   f"the whole model ({format_bytes(decision.peak_bound)}) fits the {format_bytes(budget)} "
+                   "gpu_budget: nothing offloaded")
     by_kind: dict[str, list] = {}
     for m in decision.moves_by("uva"):
         by_kind.setdefault(m.kinds[0], []).append(m)

@@ -119,7 +119,7 @@ class _Outcome:
 def _merge(spec: SpecFile, memory: dict, offload: dict) -> tuple[MemorySection, OffloadSection]:
     mem = spec.memory.model_dump()
     mem.update({k: v for k, v in memory.items() if v is not None})
-    off = spec.offload.model_dump()
+    off = spec.offload.model_dump(exclude_unset=True)  # an unset strategy stays unset: prefer then means budget
     off.update({k: v for k, v in offload.items() if v is not None})
     return MemorySection.model_validate(mem), OffloadSection.model_validate(off)
 
@@ -400,7 +400,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
         return result.model_copy(update={"predictions": predict(result, profile, workload)})
 
-    chosen = build(auto_notes.notes(decision, names, None))
+    chosen = build(auto_notes.notes(decision, names, None, m.memory.gpu_budget))
     runner_up = None
     for backend in ("prefetch", "uva"):
         if m.offload.backend not in ("auto", backend) or m.memory.gpu_budget is None:
@@ -420,6 +420,6 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     if runner_up is None:
         return chosen
     ours = chosen.predictions.weighted_step_ms if chosen.predictions else 0.0
-    notes = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours))
+    notes = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours), m.memory.gpu_budget)
     final = build(notes)
     return final

@@ -206,7 +206,8 @@ def plan_command(
     backend: Annotated[Optional[Backend], typer.Option(
         "--backend", help="Overrides offload.backend.", show_default=False)] = None,
     strategy: Annotated[Optional[Strategy], typer.Option(
-        "--strategy", help="Overrides offload.strategy.", show_default=False)] = None,
+        "--strategy", help="Overrides offload.strategy: auto (the default; budget when --prefer is given), "
+        "budget or group.", show_default=False)] = None,
     group_size: Annotated[Optional[int], typer.Option(
         "--group-size", min=1, help="Strategy group: offload the last K of every N block layers (N).",
         show_default=False)] = None,
@@ -223,7 +224,8 @@ def plan_command(
         "--kinds", help="Comma-separated param kinds eligible for offload, e.g. routed_experts,shared_experts "
         "(with --params: both must match).", show_default=False)] = None,
     prefer: Annotated[Optional[str], typer.Option(
-        "--prefer", help="Strategy budget: offload these kinds in order, e.g. routed_experts,dense_mlp,attention.",
+        "--prefer", help="Strategy budget (implied when no strategy is given): offload these kinds in order, "
+        "e.g. routed_experts,dense_mlp,attention.",
         show_default=False)] = None,
     backends: Annotated[Optional[str], typer.Option(
         "--backends", metavar="KIND=BACKEND,...", help="A backend per kind for its offloaded params, e.g. "

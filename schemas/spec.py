@@ -188,7 +188,8 @@ Strategy = Literal["auto", "budget", "group"]
 
 class OffloadSection(StrictModel):
     backend: Backend = "auto"
-    strategy: Strategy = "budget"
+    strategy: Strategy = Field(
+        default="auto", description="auto (default; budget when prefer is given), budget or group")
     group_size: PositiveCount | None = Field(
         default=None, description="strategy group: offload the last num_in_group of every group_size layers"
     )
@@ -236,6 +237,14 @@ class OffloadSection(StrictModel):
             if twice:
                 raise ValueError(f"{', '.join(twice)} listed more than once")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prefer_means_budget(cls, data: Any) -> Any:
+        """prefer orders the budget strategy's ladder: given without a strategy, the strategy is budget."""
+        if isinstance(data, dict) and data.get("prefer") is not None and data.get("strategy") is None:
+            return {**data, "strategy": "budget"}
+        return data
 
     @model_validator(mode="after")
     def _prefer(self) -> OffloadSection:

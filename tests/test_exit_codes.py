@@ -105,7 +105,8 @@ def _closed_early(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def big_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("plans") / "big.plan.yaml"
-    assert invoke("plan", BIG, "-g", "12GB", "-o", str(path)).exit_code == 0
+    # strategy budget: it offloads every MLP here, and its plan is larger than a pipe holds
+    assert invoke("plan", BIG, "-g", "12GB", "--strategy", "budget", "-o", str(path)).exit_code == 0
     assert path.stat().st_size > 64 * 1024  # more than a pipe holds
     return path
 
@@ -185,13 +186,13 @@ def test_a_bare_number_flag_below_1mb_gets_a_unit_hint() -> None:
 def test_a_bare_number_in_the_file_below_1mb_gets_a_unit_hint(tmp_path: Path) -> None:
     spec = tmp_path / "tiny.yaml"
     spec.write_text(TINY_SPEC.replace("gpu_budget: 2KB", "gpu_budget: 2"))
-    result = invoke("plan", str(spec))
+    result = invoke("plan", str(spec), "--strategy", "budget")  # auto fits 2 bytes by putting everything on UVA
     assert result.exit_code == 1
     assert "hint: memory.gpu_budget 2: did you mean 2GB?" in result.stderr
 
 
 def test_a_bare_number_from_stdin_gets_the_hint_as_well() -> None:
-    result = invoke("plan", "-", stdin=TINY_SPEC.replace("gpu_budget: 2KB", 'gpu_budget: "3"'))
+    result = invoke("plan", "-", "--strategy", "budget", stdin=TINY_SPEC.replace("gpu_budget: 2KB", 'gpu_budget: "3"'))
     assert result.exit_code == 1 and "memory.gpu_budget 3: did you mean 3GB?" in result.stderr
 
 

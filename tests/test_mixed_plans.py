@@ -89,20 +89,22 @@ def test_uva_plans_list_every_offloaded_param(tiny):
 def test_budget_search_counts_only_the_prefetched_pool():
     spec = load_spec("examples/generated/qwen3-30b-a3b.yaml")
     budget = 24 * 10**9
-    mixed = planner.plan(spec, gpu_budget=budget, backend="prefetch", backends={"routed_experts": "uva"})
+    mixed = planner.plan(spec, gpu_budget=budget, strategy="budget", backend="prefetch",
+                         backends={"routed_experts": "uva"})
     assert mixed.summary.backend == "mixed" and mixed.summary.peak_gpu_bytes <= budget
     keys = {k.param for k in mixed.buffer_pool.keys}
     assert keys and not any("experts" in k for k in keys)  # routed experts need no buffer
     experts = [rel for layer in mixed.layers for rel in layer.offloaded if "mlp.experts." in rel]
     assert experts and all(rel in layer.uva for layer in mixed.layers for rel in layer.offloaded
                            if "mlp.experts." in rel)
-    plain = planner.plan(spec, gpu_budget=budget, backend="prefetch")
+    plain = planner.plan(spec, gpu_budget=budget, strategy="budget", backend="prefetch")
     assert mixed.summary.buffer_bytes < plain.summary.buffer_bytes
 
 
 def test_auto_with_backends_keeps_autos_choice_for_other_kinds():
     spec = load_spec("examples/generated/qwen3-30b-a3b.yaml")
-    plan = planner.plan(spec, gpu_budget=24 * 10**9, backends={"attention": "prefetch", "routed_experts": "uva"})
+    plan = planner.plan(spec, gpu_budget=24 * 10**9, strategy="budget",
+                        backends={"attention": "prefetch", "routed_experts": "uva"})
     assert plan.summary.backend == "mixed"
     assert plan.summary.backend_reason.startswith("offload.backends: attention prefetch, routed_experts uva; other kinds auto")
 

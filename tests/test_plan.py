@@ -110,8 +110,10 @@ def test_whole_model_fits_or_no_budget(llama8b):
     assert plan.summary.backend == "none" and plan.summary.offloaded_bytes == 0 and plan.buffer_pool is None
     assert any("fits" in n and "nothing offloaded" in n for n in plan.summary.notes)
     spec = make_spec([dict(MLP)] * 3)
-    plan = planner.plan(spec)
-    assert plan.summary.backend == "none" and any("without a gpu_budget" in n for n in plan.summary.notes)
+    for strategy in (None, "budget"):  # the default (auto) and budget
+        plan = planner.plan(spec, strategy=strategy)
+        assert plan.summary.backend == "none" and any("without a gpu_budget" in n for n in plan.summary.notes)
+        assert plan.summary.offloaded_bytes == 0
 
 
 def test_infeasible_reports_the_smallest_budget(llama8b, llama_auto):

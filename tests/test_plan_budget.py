@@ -24,7 +24,7 @@ def specs(draw):
         else:
             names = draw(st.sets(st.sampled_from(PARAMS), min_size=1))
             blocks.append({p: [draw(st.integers(1, 64)), 8] for p in sorted(names)})
-    offload = {"backend": draw(st.sampled_from(["auto", "prefetch", "uva"]))}
+    offload = {"strategy": "budget", "backend": draw(st.sampled_from(["auto", "prefetch", "uva"]))}
     if draw(st.booleans()):
         offload["params"] = draw(st.sampled_from([["mlp"], ["attn", "mlp.w2"], ["norm"]]))
     if draw(st.booleans()):
@@ -80,7 +80,7 @@ def _peak_with_one_fewer(spec, plan) -> int:
 def test_offloaded_layers_are_spread_not_first(fraction):
     spec = make_spec([{"w": [64, 64]} for _ in range(20)], head=False)
     total = 20 * 64 * 64 * 2
-    plan = planner.plan(spec, gpu_budget=int(total * fraction), backend="uva")
+    plan = planner.plan(spec, gpu_budget=int(total * fraction), strategy="budget", backend="uva")
     pos = _offloaded_positions(plan)
     assert pos[-1] == 19 and pos != list(range(len(pos)))
     assert pos == spread(20, len(pos))

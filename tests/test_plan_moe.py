@@ -141,7 +141,8 @@ def test_qwen_moe_routed_shared_and_gates_apart():
 
 
 def test_kinds_and_segments_intersect():
-    spec = qwen_moe(offload={"kinds": [ROUTED, "shared_experts"], "params": ["down_proj"], "backend": "uva"})
+    spec = qwen_moe(offload={"kinds": [ROUTED, "shared_experts"], "params": ["down_proj"], "backend": "uva",
+                             "strategy": "budget"})  # its notes name the selection
     with pytest.raises(InfeasibleError) as err:
         planner.plan(spec, gpu_budget=1)
     plan = planner.plan(spec, gpu_budget=err.value.min_gpu_budget)
@@ -353,6 +354,7 @@ def test_bad_kind_settings_are_validation_errors():
 
 
 MOE = qwen_moe(num_layers=2).model_dump(mode="json", exclude_none=True)
+del MOE["offload"]["strategy"]  # as a written spec leaves it: the default, which --prefer makes budget
 MOE_TEXT = yaml.safe_dump(MOE, sort_keys=False)
 
 

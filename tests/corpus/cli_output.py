@@ -105,10 +105,11 @@ CASES = [
     CliCase("spec-no-source", ("spec", "-o", "{d}/s.yaml"), expect=("give exactly one of",)),
     CliCase("plan-gpu-budget-words", (*PLAN, "--gpu-budget", "twelve"), SPEC,
             expect=("--gpu-budget: expected a size", "(got 'twelve')")),
-    # -- a budget that misses its unit: still exit 1 (infeasible), with a hint
-    CliCase("plan-gpu-budget-bare-20", (*PLAN, "--gpu-budget", "20"), SPEC, exit=1,
+    # -- a budget that misses its unit: still exit 1 (infeasible), with a hint. Strategy budget: auto
+    # meets a budget of a few bytes by reading every param through UVA, and the hint is for infeasible plans
+    CliCase("plan-gpu-budget-bare-20", (*PLAN, "--gpu-budget", "20", "--strategy", "budget"), SPEC, exit=1,
             expect=("hint: --gpu-budget 20: did you mean 20GB? a bare number is a number of bytes",)),
-    CliCase("plan-file-gpu-budget-bare", ("plan", "{f}"), {"bad.yaml": TINY_SPEC.replace("2KB", "12")}, exit=1,
+    CliCase("plan-file-gpu-budget-bare", ("plan", "{f}"), {"bad.yaml": TINY_SPEC.replace("2KB", "12").replace("backend: uva", "backend: uva\n  strategy: budget")}, exit=1,
             expect=("hint: memory.gpu_budget 12: did you mean 12GB?",)),
     CliCase("plan-cpu-budget-bare", ("plan", "{f}", "-g", "4KB", "--cpu-budget", "64"), {"bad.yaml": TINY_SPEC},
             exit=1,

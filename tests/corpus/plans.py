@@ -46,7 +46,7 @@ model:
 SETTINGS: dict[str, dict[str, Any]] = {
     # blocks.1, 2, 4, 5 offloaded, two slots; blocks.1 and blocks.2 wrap around to the previous forward
     "prefetch": {"strategy": "group", "group_size": 3, "num_in_group": 2, "prefetch_step": 2, "backend": "prefetch"},
-    "uva": {"gpu_budget": 3000, "backend": "uva"},
+    "uva": {"gpu_budget": 3000, "backend": "uva", "strategy": "budget"},  # a plan that keeps some blocks resident
     "none": {"backend": "none", "gpu_budget": 8000},
 }
 
