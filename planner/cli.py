@@ -183,15 +183,22 @@ PLAN_EPILOG = _epilog(
     "cat spec.yaml | planner plan - --gpu-budget 1.5TB > plan.yaml",
     "planner plan spec.yaml --gpu-budget 8GB --workload decode --workload prefill=2048:0.1 --hardware h200",
     "planner plan moe.yaml --gpu-budget 24GB --backends routed_experts=uva,attention=prefetch",
+    "planner plan spec.yaml --gpu-budget 12GB --check plan.yaml      # is the committed plan.yaml up to date?",
+    "planner plan spec.yaml --gpu-budget 12GB --check plan.yaml --diff-format markdown >> $GITHUB_STEP_SUMMARY",
     tail="Sizes: a number of bytes or a number with a unit; GB/MB/TB are powers of 10, GiB/MiB/TiB "
-    "powers of 2.\n\n" + exit_codes_note(
-        "0 planned", "1 nothing fits the budget (the smallest feasible budget is printed)", "2 bad input")
+    "powers of 2.\n\n--check PLAN writes no plan: it makes the plan again with the same options and compares "
+    "it with PLAN (equal after loading, predictions included); when they differ it prints the diff (committed -> "
+    "now) in --diff-format and the command that refreshes PLAN. --format stays the plan file's format.\n\n"
+    + exit_codes_note(
+        "0 planned (--check: PLAN is up to date)", "1 nothing fits the budget (the smallest feasible budget is "
+        "printed) or, with --check, PLAN differs, was made from another spec or by an older planner", "2 bad input")
 )
 
 
 @app.command("plan", short_help="Make an offload plan from a spec and a GPU budget.", epilog=PLAN_EPILOG)
 @_reports
 def plan_command(
+    ctx: typer.Context,
     spec: Annotated[str, typer.Argument(
         metavar="SPEC", help="Spec file (YAML or JSON); '-' reads stdin.", show_default=False)],
     gpu_budget: Annotated[Optional[str], typer.Option(
@@ -202,7 +209,9 @@ def plan_command(
         show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option(
         "--output", "-o", help="Write the plan here (atomically); '-' or none: stdout.", show_default=False)] = None,
-    fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="Plan file format.")] = PlanFormat.yaml,  # type: ignore[attr-defined]
+    fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="Plan file format (with --check: the "
+                                            "refresh command's; --diff-format is the diff's).")
+                   ] = PlanFormat.yaml,  # type: ignore[attr-defined]
     backend: Annotated[Optional[Backend], typer.Option(
         "--backend", help="Overrides offload.backend.", show_default=False)] = None,
     strategy: Annotated[Optional[Strategy], typer.Option(
@@ -242,8 +251,15 @@ def plan_command(
     tokens: Annotated[Optional[int], typer.Option(
         "--tokens", min=1, help="Shorthand for --workload decode=N (a decode step at batch N).",
         show_default=False)] = None,
+    check: Annotated[Optional[str], typer.Option(
+        "--check", metavar="PLAN", help="Write nothing: compare the plan with the committed PLAN ('-': stdin); "
+        "exit 1 with the diff and the refresh command when they differ.", show_default=False)] = None,
+    diff_format: Annotated[Optional[DiffFormat], typer.Option(
+        "--diff-format", help="With --check: the diff as text, markdown (for a pull request) or json "
+        "[default: text].", show_default=False)] = None,
 ) -> None:
-    """Make an offload plan from a spec. Flags override the spec file's memory and offload sections."""
+    """Make an offload plan from a spec. Flags override the spec file's memory and offload sections.
+    With --check PLAN, compare it with a committed plan instead of writing it."""
     from pydantic import ValidationError
 
     import planner as core
@@ -252,6 +268,10 @@ def plan_command(
     from schemas.io import dump_model, load_model, read_text, source_name
     from schemas.spec import SpecFile
 
+    if check is not None or diff_format is not None:
+        from planner.lockfile import check_flags
+
+        check_flags(spec, check, output, diff_format is not None)
     options: dict[str, Any] = {
         "gpu_budget": _size(gpu_budget, "--gpu-budget"),
         "cpu_budget": _size(cpu_budget, "--cpu-budget"),
@@ -279,9 +299,23 @@ def plan_command(
 
         given = _sizes_given(text, spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget})
         raise typer.Exit(report_infeasible(err, missing_unit_hints(given))) from None
+    if check is not None:
+        raise typer.Exit(_check_plan(ctx, result, spec, check, diff_format.value if diff_format else "text"))
     from planner.output import emit
 
     emit(dump_model(result, fmt.value), output)
+
+
+def _check_plan(ctx: typer.Context, fresh: Any, spec: str, committed: str, fmt: str) -> int:
+    """`plan --check`: the verdict on the committed plan on stdout; its exit code (planner/lockfile.py)."""
+    from planner.command_line import words_given
+    from planner.lockfile import check_plan
+    from planner.lockfile_render import render_check
+
+    options = words_given(ctx, leave_out=("spec", "check", "diff_format", "output"))
+    verdict = check_plan(fresh, spec, committed, options)
+    sys.stdout.write(render_check(verdict, fmt))
+    return verdict.exit_code
 
 
 def _sizes_given(text: str, spec: str, flags: dict[str, Optional[str]]) -> dict[str, object]:

@@ -1,0 +1,70 @@
+"""The words of a `planner plan --check` verdict (planner/lockfile.py decides it): text, markdown for
+a pull request, json for tools. Text and markdown give the diff (committed -> now) first, then the
+verdict with the command that refreshes the plan, as the last line in text."""
+
+from __future__ import annotations
+
+import json
+
+from schemas.plan import PLAN_VERSION
+
+from planner.diff import render_diff
+from planner.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, Check
+
+SHA_SHOWN = 12  # hex digits of a spec hash in a sentence
+
+
+def render_check(check: Check, fmt: str = "text") -> str:
+    """Render as ``text``, ``markdown`` or ``json`` (the diff formats of `planner diff`)."""
+    if fmt == "json":
+        return json.dumps(_json(check), indent=2) + "\n"
+    md = fmt == "markdown"
+    diff = render_diff(check.diff, fmt) if check.diff is not None else ""
+    if check.status == SAME:
+        return verdict(check, md) + "\n"
+    if md:
+        return f"{diff}\n{verdict(check, md)} Refresh with:\n\n```sh\n{check.refresh}\n```\n".lstrip("\n")
+    return f"{diff}{verdict(check, md)}; refresh with: {check.refresh}\n"
+
+
+def verdict(check: Check, md: bool = False) -> str:
+    """One sentence: whether the committed plan is up to date, and if not, why (no refresh command)."""
+    def code(s: str) -> str:
+        return f"`{s}`" if md else s
+
+    plan, spec, command = code(check.plan), code(check.spec), code(check.command)
+    if check.status == SAME:
+        text = f"{plan} is up to date: {command} makes the same plan"
+        return text + "." if md else text
+    if check.status == CHANGED:
+        arrow = "→" if md else "->"
+        said = (f"{plan} is out of date: {spec} with these options makes another plan "
+                f"(the diff above: committed {arrow} now)")
+    elif check.status == OTHER_SPEC:
+        said = (f"{plan} was made from another spec (sha {_sha(check.plan_sha256)}; "
+                f"{spec} has sha {_sha(check.spec_sha256)})")
+    elif check.status == OLDER_VERSION:
+        said = (f"stale: {plan} was made by an older planner (plan_version {check.plan_version}; "
+                f"this planner writes {PLAN_VERSION})")
+    else:
+        raise ValueError(f"unknown check status {check.status!r}")
+    return f"**{said}**." if md else said
+
+
+def _sha(sha: str | None) -> str:
+    return (sha or "none")[:SHA_SHOWN]
+
+
+def _json(check: Check) -> dict:
+    return {
+        "status": check.status,
+        "up_to_date": check.status == SAME,
+        "plan": check.plan,
+        "spec": check.spec,
+        "command": check.command,
+        "message": verdict(check),
+        "refresh": None if check.status == SAME else check.refresh,
+        "plan_version": check.plan_version,
+        "spec_sha256": {"plan": check.plan_sha256, "spec": check.spec_sha256},
+        "diff": None if check.diff is None else json.loads(render_diff(check.diff, "json")),
+    }
