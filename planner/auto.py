@@ -171,11 +171,14 @@ def fit(order: Order, total_bytes: int, gpu_budget: int | None, cpu_budget: int 
         if gpu_budget is None or peak <= gpu_budget:
             return Fit(taken, peak)
     within = [peak for peak, pinned in table if cpu_budget is None or pinned <= cpu_budget]
-    need = min(within)
+    raise infeasible(min(within), gpu_budget, cpu_budget, bool(order.moves))
+
+
+def infeasible(need: int, gpu_budget: int | None, cpu_budget: int | None, movable: bool) -> InfeasibleError:
     cpu = f" within the {format_bytes(cpu_budget)} cpu_budget" if cpu_budget is not None else ""
-    lowest = ("nothing can be offloaded (no layer has eligible params), so the whole model stays at "
-              if not order.moves else "the lowest peak of any prefix of its order is ")
-    raise InfeasibleError(
+    lowest = ("the lowest peak of any auto plan is " if movable else
+              "nothing can be offloaded (no layer has eligible params), so the whole model stays at ")
+    return InfeasibleError(
         f"no auto plan fits the {format_bytes(gpu_budget or 0)} gpu_budget{cpu}: {lowest}{format_bytes(need)}; "
         f"the smallest feasible gpu_budget is {need} bytes", need)
 

@@ -59,7 +59,10 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
         out.append(f"auto: {len(pf)} layers prefetched whole ({', '.join(kinds)}; {format_bytes(sum(m.nbytes for m in pf))}), "
                    f"spread evenly: {names}; copying them costs less than reading them through UVA for this workload")
     left = len(decision.order.moves) - decision.taken
-    if decision.taken:
+    if decision.all_uva:
+        out.append("auto: the budget is below the smallest prefetch buffer pool, so every eligible param is read in "
+                   "place through UVA (no buffers); a larger budget prefetches layers instead")
+    elif decision.taken:
         out.append(f"auto: the first {decision.taken} of {len(decision.order.moves)} moves in a fixed order (cheapest per "
                    f"byte first) fit; a larger budget takes a shorter prefix of the same order, so no param moves from "
                    f"the GPU to the host when the budget grows ({left} moves not needed)")

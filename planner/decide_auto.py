@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.assignment import Assignment
-from planner.auto import Order, build_order, fit, where
+from planner.auto import Order, build_order, fit, infeasible, peaks, where
+from planner.errors import InfeasibleError
 from planner.select import eligible_params
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection
@@ -21,6 +22,7 @@ class AutoDecision:
     taken: int
     peak_bound: int
     slots: int
+    all_uva: bool = False  # below the smallest prefetch pool: every eligible param on UVA
 
     def moves_by(self, backend: str) -> list:
         return [m for m in self.order.moves[:self.taken] if m.backend == backend]
@@ -35,7 +37,22 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
     order = build_order(layers, eligible, hw, workload, slots, dict(offload.backends or {}), only)
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
         return AutoDecision({}, order, 0, total_bytes, slots)
-    found = fit(order, total_bytes, memory.gpu_budget, memory.cpu_budget)
+    try:
+        found = fit(order, total_bytes, memory.gpu_budget, memory.cpu_budget)
+    except InfeasibleError as err:
+        if only is not None:
+            raise
+        # below the smallest prefetch pool: every eligible param read in place (no buffers). Taking all of
+        # them keeps the rule that a larger budget never moves a param from the GPU to the host.
+        uva = build_order(layers, eligible, hw, workload, slots, dict(offload.backends or {}), "uva")
+        peak, pinned = peaks(uva, total_bytes)[-1]
+        fits_cpu = memory.cpu_budget is None or pinned <= memory.cpu_budget
+        all_in_place = fits_cpu and uva.moves and all(sig is None for sig in uva.signatures)
+        if all_in_place and peak <= (memory.gpu_budget or 0):
+            return AutoDecision(where(uva, len(uva.moves), layers), uva, len(uva.moves), peak, slots, all_uva=True)
+        if not all_in_place or err.min_gpu_budget is None or err.min_gpu_budget <= peak:
+            raise
+        raise infeasible(peak, memory.gpu_budget, memory.cpu_budget, True) from None
     return AutoDecision(where(order, found.taken, layers), order, found.taken, found.peak_bound, slots)
 
 
