@@ -29,6 +29,7 @@ import planner  # noqa: E402
 import runtime  # noqa: E402
 from planner.errors import InfeasibleError  # noqa: E402
 from planner.layer_cost import touched_experts  # noqa: E402
+from runtime.calibrate import gpu_ms  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
@@ -45,23 +46,19 @@ SMALL_MOE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidd
 
 
 def timer(device: torch.device, fn, repeat: int, warmup: int) -> float:
+    """Median ms of ``fn`` after ``warmup`` runs: CUDA events on the GPU (runtime.calibrate's timer),
+    wall clock on the CPU."""
     with torch.inference_mode():
+        gc.collect()
+        if device.type == "cuda":
+            return gpu_ms(fn, repeat=repeat, warmup=warmup)
         for _ in range(warmup):
             fn()
-        gc.collect()
         times = []
         for _ in range(repeat):
-            if device.type == "cuda":
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 

@@ -32,7 +32,7 @@ from schemas.hardware import HardwareProfile, UvaPoint
 TOKENS = (1, 16, 64, 256, 1024, 2048, 4096)
 
 
-def _gpu_ms(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> float:
+def gpu_ms(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> float:
     for _ in range(warmup):
         fn()
     times = []
@@ -70,7 +70,7 @@ def link(device: torch.device) -> dict[str, float]:
     n = 256 * 2**20
     host = torch.empty(n, dtype=torch.uint8).pin_memory()
     dev = torch.empty(n, dtype=torch.uint8, device=device)
-    ms = _gpu_ms(lambda: dev.copy_(host, non_blocking=True))
+    ms = gpu_ms(lambda: dev.copy_(host, non_blocking=True))
     return {"h2d_gbps": n / ms / 1e6}
 
 
@@ -80,17 +80,17 @@ def matmuls(device: torch.device) -> dict[str, object]:
     w_uva = device_view(w_host, device)
     w_gpu = w_host.to(device)
     nbytes = w_host.numel() * w_host.element_size()
-    uva_ms, gpu_ms = {}, {}
+    uva_ms, resident_ms = {}, {}
     for t in TOKENS:
         x = torch.randn(t, dim, dtype=torch.bfloat16, device=device)
-        uva_ms[t] = _gpu_ms(lambda x=x: x @ w_uva.T, repeat=5)
-        gpu_ms[t] = _gpu_ms(lambda x=x: x @ w_gpu.T)
+        uva_ms[t] = gpu_ms(lambda x=x: x @ w_uva.T, repeat=5)
+        resident_ms[t] = gpu_ms(lambda x=x: x @ w_gpu.T)
     uva_gbps = nbytes / uva_ms[1] / 1e6
     points = [UvaPoint(tokens=t, passes=round(max(1.0, uva_ms[t] * uva_gbps * 1e6 / nbytes), 3)) for t in TOKENS]
     big = TOKENS[-1]
-    return {"uva_gbps": uva_gbps, "uva_passes": points, "gpu_mem_gbps": nbytes / gpu_ms[1] / 1e6,
-            "matmul_tflops": 2 * big * dim * dim / gpu_ms[big] / 1e9,
-            "raw_uva_ms": uva_ms, "raw_gpu_ms": gpu_ms}
+    return {"uva_gbps": uva_gbps, "uva_passes": points, "gpu_mem_gbps": nbytes / resident_ms[1] / 1e6,
+            "matmul_tflops": 2 * big * dim * dim / resident_ms[big] / 1e9,
+            "raw_uva_ms": uva_ms, "raw_gpu_ms": resident_ms}
 
 
 def cpu_costs(device: torch.device) -> dict[str, float]:
@@ -175,10 +175,10 @@ def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
         x = torch.randn(tokens, 2048, dtype=torch.bfloat16, device=device)
         hit = len(set(index.flatten().tolist()))
         with torch.inference_mode():
-            resident = _gpu_ms(lambda: experts(x, index, weights))
+            resident = gpu_ms(lambda: experts(x, index, weights))
             for name, p in params.items():
                 p.data = device_view(hosts[name], device)
-            uva = _gpu_ms(lambda: experts(x, index, weights), repeat=5)
+            uva = gpu_ms(lambda: experts(x, index, weights), repeat=5)
             for name, p in params.items():
                 p.data = hosts[name].to(device)
         read_ms = total * hit / 128 / uva_gbps / 1e6
