@@ -13,7 +13,6 @@ import copy
 import gc
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -67,19 +66,10 @@ def proc_status() -> dict:
 
 
 def cuda_time(fn, iters: int = 10, warmup: int = 3) -> float:
-    """Median milliseconds of fn() measured with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    """Median milliseconds of fn() measured with CUDA events (runtime.calibrate's timer)."""
+    from runtime.calibrate import gpu_ms
+
+    return gpu_ms(fn, repeat=iters, warmup=warmup)
 
 
 def h2d_gbps(nbytes: int = 1 << 30) -> float:
