@@ -83,6 +83,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     uva_moves: list[Move] = []
     fallback: dict[int, list[Move]] = {}  # a prefetch candidate's units on UVA, if its layer cannot be prefetched
     prefetch_parts: dict[int, list[Tensor]] = {}
+    prefetch_kinds: dict[int, set[str]] = {}
     for position, params in eligible.items():
         layer = layers[position]
         moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
@@ -104,14 +105,18 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
                 uva_moves.append(move)
             else:
                 prefetch_parts.setdefault(position, []).extend(group)
+                prefetch_kinds.setdefault(position, set()).add(kind)
                 if want is None:
                     fallback.setdefault(position, []).append(move)
+    # a layer's prefetched params in the layer's own order (the pool key order of its signature)
+    for position, group in prefetch_parts.items():
+        rank = {t.name: i for i, t in enumerate(layers[position].params)}
+        group.sort(key=lambda t: rank[t.name])
     # prefetch candidates: layers whose prefetched signature more than `slots` layers share
     sigs: dict[int, Signature] = {}
     interned: dict[Signature, Signature] = {}
     for position, group in prefetch_parts.items():
-        ordered = sorted(group, key=lambda t: [p.name for p in layers[position].params].index(t.name))
-        sig = signature(ordered)
+        sig = signature(group)
         sigs[position] = interned.setdefault(sig, sig)
     count: dict[int, int] = {}
     for sig in sigs.values():
@@ -122,10 +127,9 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     prefetch = []
     for rank in _van_der_corput(len(candidates)) if candidates else []:
         position = candidates[rank]
-        group = sorted(prefetch_parts[position], key=lambda t: [p.name for p in layers[position].params].index(t.name))
-        kinds = tuple(sorted({param_kind(layers[position].name, t.name, t.kind) for t in group}))
+        group = prefetch_parts[position]
         prefetch.append(Move(position, tuple(t.name for t in group), sum(t.nbytes for t in group), "prefetch",
-                             link_ms_per_byte, kinds))
+                             link_ms_per_byte, tuple(sorted(prefetch_kinds[position]))))
     # merge by cost per byte; prefetch moves keep their spread order among themselves (stable sort)
     ordered_moves = sorted(moves + prefetch, key=lambda m: m.ms_per_byte)
     signatures = tuple(sigs[m.position] if m.backend == "prefetch" else None for m in ordered_moves)
