@@ -400,12 +400,13 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
         return result.model_copy(update={"predictions": predict(result, profile, workload)})
 
-    chosen = build(auto_notes.notes(decision, names, None, m.memory.gpu_budget))
+    notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget)
+    chosen = build(notes)
     runner_up = None
     for backend in ("prefetch", "uva"):
         if m.offload.backend not in ("auto", backend) or m.memory.gpu_budget is None:
             continue
-        other = _model(spec, m.memory, m.offload.model_copy(update={"strategy": "budget", "backend": backend}))
+        other = replace(m, offload=m.offload.model_copy(update={"strategy": "budget", "backend": backend}))
         try:
             out = _decide_budget(other)
         except (InfeasibleError, PlanningError):
@@ -419,7 +420,8 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
             runner_up = (f"strategy budget with {backend} ({format_bytes(out.cost.offloaded_bytes)} offloaded)", ms)
     if runner_up is None:
         return chosen
+    # the runner-up's note goes after auto's own notes (the schedule's follow them); nothing else changes
     ours = chosen.predictions.weighted_step_ms if chosen.predictions else 0.0
-    notes = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours), m.memory.gpu_budget)
-    final = build(notes)
-    return final
+    with_runner_up = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours), m.memory.gpu_budget)
+    summary_notes = with_runner_up + chosen.summary.notes[len(notes):]
+    return chosen.model_copy(update={"summary": chosen.summary.model_copy(update={"notes": summary_notes})})
