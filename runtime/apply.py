@@ -94,6 +94,7 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
     outside the plan's accounting ("move"). ``spec``: the spec the plan was made from; its
     hash must be the plan's ``spec_sha256``.
     """
+    loaded = isinstance(plan, (str, Path))  # load_plan has run every check of the plan file already
     plan = _as_plan(plan)
     if not isinstance(model, nn.Module):
         raise ApplyError(f"apply() needs the nn.Module to offload, got a {type(model).__name__}")
@@ -107,7 +108,7 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
     if meta:
         raise ApplyError(f"{len(meta)} params/buffers are on the meta device and hold no data: "
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
-    loose = _check(plan, model, unplanned, spec)
+    loose = _check(plan, model, unplanned, spec, checked=loaded)
     reset_compiled_code()
     refs = plan_refs(plan, model)
     _check_device_memory(plan, refs, device)
@@ -166,9 +167,12 @@ def _as_plan(plan: object) -> Plan:
     raise ApplyError(f"apply() needs a Plan or the path of a plan file, got a {type(plan).__name__}{hint}")
 
 
-def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None) -> list[Loose]:
-    """Every reason the plan cannot run on this model, in one error; the tensors it does not name."""
-    invalid = plan_problems(plan)
+def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, *, checked: bool) -> list[Loose]:
+    """Every reason the plan cannot run on this model, in one error; the tensors it does not name.
+
+    ``checked``: the plan was just loaded from a file (validated and checked); a Plan object may have
+    skipped validation (model_construct, model_copy) and is checked here the way loading checks a file."""
+    invalid = [] if checked else plan_problems(plan)
     if invalid:
         raise InputError(invalid)
     problems = spec_problems(plan, spec)
