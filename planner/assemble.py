@@ -13,11 +13,11 @@ from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Pref
 from schemas.spec import Layer, Tensor
 
 from planner.assignment import PARAM_BACKENDS, Assignment
-from planner.buffer_pool import Signature, build_pool, pool_bytes, signature
+from schemas.buffer_pool import Signature, build_pool, pool_bytes, signature
 from planner.errors import PlanningError
 from planner.kinds import classify, param_kind
 from planner.names import join_names
-from planner.schedule import DEFAULT_PREFETCH_STEP, Trigger, num_slots, schedule
+from schemas.schedule import DEFAULT_PREFETCH_STEP, Trigger, num_slots, schedule
 from planner.select import longest_run
 
 

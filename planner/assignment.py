@@ -22,7 +22,7 @@ class Assignment:
     param other params are tied to may not (``assemble`` refuses them)."""
 
     where: Mapping[str, Mapping[str, ParamBackend]]
-    prefetch_step: int | None  # buffer slots; None: the default (planner.schedule.DEFAULT_PREFETCH_STEP)
+    prefetch_step: int | None  # buffer slots; None: the default (schemas.schedule.DEFAULT_PREFETCH_STEP)
     strategy: str  # what decided (the plan's summary.strategy)
     reason: str  # why this backend (summary.backend_reason)
     notes: tuple[str, ...] = ()  # the decision in sentences (summary.notes, before the schedule's)

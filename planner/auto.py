@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.buffer_pool import Signature, signature
+from schemas.buffer_pool import Signature, signature
 from planner.errors import InfeasibleError
 from planner.kinds import param_kind
 from planner.layer_cost import gpu_and_uva_ms

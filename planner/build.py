@@ -18,7 +18,7 @@ from schemas.workload import DEFAULT_WORKLOAD, Workload
 
 from planner.assemble import assemble
 from planner.assignment import Assignment, ParamBackend
-from planner.buffer_pool import Signature, signature
+from schemas.buffer_pool import Signature, signature
 from planner.cost import Candidate, Cost, evaluate
 from planner.errors import InfeasibleError, PlanningError
 from planner.graph import build_graph, find_block_stack, layers_in_order, tied_owners
@@ -28,7 +28,7 @@ from planner.predict import predict
 from planner import auto_notes
 from planner.decide_auto import assignment as auto_assignment
 from planner.decide_auto import decide as decide_auto
-from planner.schedule import DEFAULT_PREFETCH_STEP
+from schemas.schedule import DEFAULT_PREFETCH_STEP
 from planner.select import eligible_params, group_rule
 from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
 

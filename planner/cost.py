@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes
-from planner.schedule import num_slots
+from schemas.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes
+from schemas.schedule import num_slots
 from planner.select import longest_run
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.schedule import num_slots
+from schemas.schedule import num_slots
 from planner.select import spread
 
 

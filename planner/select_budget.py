@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.buffer_pool import signature
+from schemas.buffer_pool import signature
 from planner.cost import Candidate, Cost, evaluate
 from planner.peak_bound import tier_bound
 from planner.select import spread

@@ -62,7 +62,7 @@ def test_all_offloaded_two_slots_keeps_the_link_busy():
 
 def test_wrap_around_with_n_not_a_multiple_of_the_slots():
     # 3 offloaded layers, 2 slots (the planner's schedule for step 1): compute from the schedule itself
-    from planner.schedule import schedule
+    from schemas.schedule import schedule
 
     triggers = schedule([0, 1, 2], 3, 1)
     copies = [Copy(j, t.copy_before(3), t.previous_forward) for j, t in enumerate(triggers)]

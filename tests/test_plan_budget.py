@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import planner
-from planner.schedule import num_slots
+from schemas.schedule import num_slots
 from planner.select import spread
 
 PARAMS = ("attn.q", "attn.k", "mlp.w1", "mlp.w2", "norm")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.schedule import num_slots, schedule
+from schemas.schedule import num_slots, schedule
 from planner.select import spread
 
 FORWARDS = 3
@@ -122,7 +122,7 @@ def test_known_schedule():
 
 def _naive(positions: list[int], num_layers: int, step: int) -> list:
     """The copy of o_j issued when o_{j-step} (cyclically) finishes, whatever else uses the slot."""
-    from planner import schedule as mod
+    from schemas import schedule as mod
 
     n = len(positions)
     k = num_slots(n, step)
