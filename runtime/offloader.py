@@ -37,7 +37,6 @@ class Offloader:
     offloaded: list[Offloaded]
     collect_stats: bool = False
     hooks: list[RemovableHandle] = field(default_factory=list)
-    fallback_copy: bool = False
 
     def offloaded_pairs(self) -> list[tuple[TensorRef, torch.Tensor]]:
         return [(o.ref, o.host) for o in self.offloaded]

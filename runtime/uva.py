@@ -72,7 +72,6 @@ def read_in_place(offloader: Offloader, pairs: list[tuple[TensorRef, torch.Tenso
             RuntimeWarning,
             stacklevel=4,
         )
-        offloader.fallback_copy = True
         _install_copy_fallback(offloader, pairs)
         return
     for ref, host in pairs:
