@@ -18,6 +18,7 @@ from schemas.buffer_pool import PoolEntry, PoolKey
 from schemas.plan_backends import PREFETCHING, PlanBackend  # noqa: F401 (PREFETCHING: re-exported for readers)
 from schemas.plan_check import findings_text, plan_findings
 from schemas.prediction import Predictions
+from schemas.shard import Shard
 from schemas.spec import MoeSpec, ParamKind
 from schemas.strict import StrictModel
 
@@ -45,6 +46,9 @@ class PlanParam(StrictModel):
     buffer: bool = False
     kind: ParamKind | None = Field(
         default=None, description="what the param is; written when the offload selection used kinds"
+    )
+    shard: Shard | None = Field(
+        default=None, description="how tensor parallelism split it (rank plans only); shape is this rank's part"
     )
 
     def pool_key(self, rel: str) -> PoolKey:
@@ -131,6 +135,8 @@ class Summary(StrictModel):
     layers: NonNegativeInt
     offloaded_layers: NonNegativeInt
     spec_sha256: str
+    rank: NonNegativeInt | None = Field(default=None, description="tensor-parallel rank this plan is for")
+    world_size: NonNegativeInt | None = Field(default=None, description="tensor-parallel ranks (with rank)")
     notes: list[str] = Field(default_factory=list)
 
 

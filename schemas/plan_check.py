@@ -238,6 +238,10 @@ def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
         out.append(Finding(("buffer_pool",), say.pool_without_prefetch(s.backend)))
     if s.prefetch_step is not None and not prefetching:
         out.append(Finding(loc + ("prefetch_step",), say.step_without_prefetch(s.backend, s.prefetch_step)))
+    if (s.rank is None) != (s.world_size is None) or (s.world_size is not None and not s.rank < s.world_size):
+        out.append(Finding(loc + ("rank" if s.rank is not None else "world_size",), say.rank_world(s.rank, s.world_size)))
+    if s.world_size is None and any(p.shard for layer in plan.layers for p in layer.params.values()):
+        out.append(Finding(loc + ("world_size",), say.shard_without_world()))
     if not SHA256.fullmatch(s.spec_sha256):
         out.append(Finding(loc + ("spec_sha256",), say.sha_format(s.spec_sha256)))
     buffer = _rebuilt_buffer(plan, totals)

@@ -188,6 +188,16 @@ def over_budget(what: str, found: int, budget: str, budget_field: str, limit: in
     return f"{what} ({found} bytes) is larger than the plan's {budget} (summary.{budget_field}: {limit})"
 
 
+def rank_world(rank: int | None, world_size: int | None) -> str:
+    if rank is None or world_size is None:
+        return f"rank {value(rank)} and world_size {value(world_size)}: a rank plan gives both, other plans neither"
+    return f"rank {rank} is not below world_size {world_size}"
+
+
+def shard_without_world() -> str:
+    return "params have a shard but the summary has no world_size: only rank plans split params"
+
+
 def sha_format(found: str) -> str:
     return f"{value(found)} is not a sha256 (64 lowercase hex digits)"
 

@@ -22,6 +22,7 @@ from pydantic import (
 
 from schemas.dtypes import canonical_dtype, itemsize
 from schemas.ints import Count, PositiveCount
+from schemas.shard import Shard
 from schemas.sizes import Size
 from schemas.spec_limits import check_bytes, check_counts
 from schemas.spec_names import check_dotted_name, check_printable
@@ -50,6 +51,9 @@ class ParamSpec(StrictModel):
     buffer: StrictBool = Field(default=False, description="a registered buffer rather than a parameter")
     kind: ParamKind | None = Field(
         default=None, description="what the param is, for offload.kinds/prefer (default: from its name)"
+    )
+    shard: Shard | None = Field(
+        default=None, description="how tensor parallelism splits it (schemas/shard.py; default: from its kind)"
     )
 
     @model_validator(mode="before")
