@@ -170,8 +170,13 @@ def correct(modes=("eager", "graph", "compile")):
         "prefetch_budget": budget_plan(spec, 0.55, backend="prefetch"),
         "prefetch_g4k3_s2": planner.plan(spec, strategy="group", group_size=4, num_in_group=3, prefetch_step=2,
                                          backend="prefetch"),
+        "prefetch_g4k3_s3": planner.plan(spec, strategy="group", group_size=4, num_in_group=3, prefetch_step=3,
+                                         backend="prefetch"),
         "prefetch_all_s4": planner.plan(spec, strategy="group", group_size=1, num_in_group=1, prefetch_step=4,
                                         backend="prefetch"),
+        "prefetch_all_s1": planner.plan(spec, strategy="group", group_size=1, num_in_group=1, prefetch_step=1,
+                                        backend="prefetch"),
+        "auto_30": budget_plan(spec, 0.30),
         "uva_budget": budget_plan(spec, 0.55, backend="uva"),
     }
     for pname, plan in plans.items():
