@@ -101,6 +101,9 @@ def _reports(command: Callable[..., None]) -> Callable[..., None]:
             command(*args, **kwargs)
         except typer.Exit:
             raise
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise typer.Exit(exit_codes.INTERRUPTED) from None
         except Exception as exc:  # noqa: BLE001 - every failure gets its message and exit code
             from planner.cli_errors import report
 

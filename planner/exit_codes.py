@@ -11,6 +11,7 @@ CHANGED = 1  # `planner diff`: the plans differ
 INFEASIBLE = 1  # no plan fits the budget
 BAD_INPUT = 2  # a file, an option or an output path the command cannot use
 INTERNAL_ERROR = 70  # a bug in planner (EX_SOFTWARE of sysexits.h)
+INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports 128 + 2; no output file is left half-written
 BROKEN_PIPE = 141  # stdout was closed early (`planner show plan.yaml | head`), as a shell reports SIGPIPE
 
 DEBUG_ENV = "PLANNER_DEBUG"  # set to 1: an internal error shows its traceback, as --debug does

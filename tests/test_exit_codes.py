@@ -47,8 +47,8 @@ def test_the_cli_table_agrees_with_the_error_classes() -> None:
     assert exit_codes.BAD_INPUT == schema_errors.EXIT_BAD_INPUT == InputError.exit_code
     assert exit_codes.INFEASIBLE == schema_errors.EXIT_NOT_POSSIBLE == InfeasibleError.exit_code
     codes = {exit_codes.OK, exit_codes.INFEASIBLE, exit_codes.BAD_INPUT, exit_codes.INTERNAL_ERROR,
-             exit_codes.BROKEN_PIPE}
-    assert len(codes) == 5  # only CHANGED shares a code (with INFEASIBLE), as documented
+             exit_codes.BROKEN_PIPE, exit_codes.INTERRUPTED}
+    assert len(codes) == 6  # only CHANGED shares a code (with INFEASIBLE), as documented
 
 
 def test_a_new_error_class_needs_no_change_in_the_cli(capsys) -> None:
@@ -290,7 +290,8 @@ def test_the_readme_table_has_every_code() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Errors and exit codes")[1].split("\n## ")[0]
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", section, flags=re.M))
-    assert set(rows) == {"0", "1", "2", str(exit_codes.INTERNAL_ERROR), str(exit_codes.BROKEN_PIPE)}
+    assert set(rows) == {"0", "1", "2", str(exit_codes.INTERNAL_ERROR), str(exit_codes.BROKEN_PIPE),
+                         str(exit_codes.INTERRUPTED)}
     assert "--debug" in section and exit_codes.DEBUG_ENV in section
 
 
@@ -300,3 +301,20 @@ def test_help_starts_without_pydantic_networkx_or_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_ctrl_c_exits_130_and_leaves_no_output_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt while the plan is written: exit 130, one line on stderr, the old -o file intact."""
+    import planner.output
+
+    out = tmp_path / "plan.yaml"
+    out.write_text("old\n")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(planner.output.os, "fsync", interrupted)
+    result = invoke("plan", LLAMA, "-g", "12GB", "-o", str(out))
+    assert result.exit_code == exit_codes.INTERRUPTED, result.output
+    assert out.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
