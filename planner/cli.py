@@ -1,4 +1,4 @@
-"""The `planner` command line: plan, validate, show, diff, schema.
+"""The `planner` command line: plan, validate, show, diff, check-plans, schema.
 
 Exit codes: planner/exit_codes.py (0 ok, 1 infeasible budget or `diff` found changes, 2 bad
 input, 70 internal error, 141 stdout closed early); how an exception becomes one:
@@ -51,6 +51,7 @@ def _choices(name: str, values: str) -> type[Enum]:
 PlanFormat = _choices("PlanFormat", "yaml json")
 ShowFormat = _choices("ShowFormat", "text json")
 DiffFormat = _choices("DiffFormat", "text markdown json")
+ReviewFormat = _choices("ReviewFormat", "text markdown")
 Backend = _choices("Backend", "auto prefetch uva none")
 Strategy = _choices("Strategy", "auto budget group")
 SchemaKind = _choices("SchemaKind", "spec plan")
@@ -482,6 +483,43 @@ def diff_command(
     text = render_diff(result, fmt.value)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     raise typer.Exit(exit_codes.CHANGED if result.changed else exit_codes.OK)
+
+
+@app.command("check-plans", short_help="Check committed plans against the commands that make them (pre-commit, CI).",
+             epilog=_epilog(
+    "planner check-plans                               # every plan planner-plans.sh makes",
+    "planner check-plans examples/llama-3-8b.yaml      # the plans made from it (pre-commit passes changed files)",
+    "planner check-plans --diff-format markdown >> $GITHUB_STEP_SUMMARY",
+    "planner check-plans --list                        # the plans, one a line",
+    tail="The manifest has one `planner plan SPEC [options] -o PLAN` a line (the refresh command `plan --check` "
+    "prints; paths relative to its folder), so `sh planner-plans.sh` makes every plan again. Each line is run "
+    "with --check PLAN instead of -o PLAN. A given file no line names is not checked, unless it is missing or "
+    "a plan (bad input: no line says how it is made).\n\n"
+    + exit_codes_note("0 every plan checked is up to date", "1 some plan is out of date, missing or does not "
+                      "fit its budget", "2 bad input (a manifest line, a spec, a file given)")
+))
+@_reports
+def check_plans_command(
+    ctx: typer.Context,
+    files: Annotated[Optional[list[str]], typer.Argument(
+        metavar="FILE", help="Changed files: check the plans made from them or written to them "
+        "(default: every plan).", show_default=False)] = None,
+    manifest: Annotated[Optional[str], typer.Option(
+        "--manifest", metavar="FILE", help="The plans manifest: one `planner plan ... -o PLAN` a line "
+        "(default: planner-plans.sh in the current folder).", show_default=False)] = None,
+    diff_format: Annotated[ReviewFormat, typer.Option(
+        "--diff-format", help="The diff of a plan out of date: text, or markdown for a pull request.")
+                           ] = ReviewFormat.text,  # type: ignore[attr-defined]
+    list_only: Annotated[bool, typer.Option("--list", help="Print the plans that would be checked; check none.")
+                         ] = False,
+) -> None:
+    """Check committed plans: run each manifest line that FILES concern as `planner plan ... --check PLAN`;
+    print each diff and the refresh command."""
+    from planner.check_plans import run
+    from planner.plan_manifest import MANIFEST
+
+    plan_command = ctx.parent.command.get_command(ctx.parent, "plan")  # type: ignore[union-attr]
+    raise typer.Exit(run(plan_command, files or [], manifest or MANIFEST, diff_format.value, list_only))
 
 
 @app.command("spec", short_help="Write a spec from a safetensors checkpoint or a Hugging Face config.", epilog=_epilog(

@@ -1,0 +1,137 @@
+"""`planner check-plans [FILES...]`: are the committed plans still what their commands make?
+
+The commands come from the plans manifest (planner/plan_manifest.py). With no FILES every line is
+checked; with FILES (the changed files pre-commit passes) the lines that name one of them as their
+spec, plan or --hardware file, and every line when the manifest itself is among them. Each line is
+run as `planner plan ... --check PLAN` (planner/lockfile.py decides the verdict), in this process.
+
+A given file that no line names is not checked: a spec without a committed plan, or any other file
+pre-commit passes. Two such files are bad input: one that does not exist, and a plan (no line says
+how it is made). A plan a line names that does not exist yet is out of date: it is to be made.
+
+Exit code: the largest of the lines' (0 all up to date, 1 some out of date or not fitting their
+budget, 2 bad input: a bad manifest line, a spec that does not load, a file above). Worded in
+planner/check_plans_render.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.errors import InputError, Problem
+from schemas.io import guess_kind, parse_text, read_text
+
+from planner import exit_codes
+from planner.plan_invoke import invoke
+from planner.plan_manifest import Entry, path_key
+
+UP_TO_DATE, OUT_OF_DATE, MISSING, FAILED = "up to date", "out of date", "missing", "failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What checking one manifest line found."""
+
+    entry: Entry
+    status: str  # UP_TO_DATE, OUT_OF_DATE, MISSING or FAILED
+    exit_code: int
+    output: str = ""  # what `plan --check` printed: the verdict and the diff
+    errors: str = ""  # what it said on stderr
+
+
+@dataclass
+class Selection:
+    """The lines to check, and the given files they leave aside."""
+
+    entries: list[Entry]
+    not_checked: list[str] = field(default_factory=list)  # given files no line names (a spec, another file)
+    problems: list[Problem] = field(default_factory=list)  # given files that are bad input
+
+
+def select(entries: Sequence[Entry], files: Sequence[str], manifest: str) -> Selection:
+    """The lines to check for the changed ``files`` (all of them when none are given)."""
+    if not files:
+        return Selection(list(entries))
+    given = {path_key(f) for f in files}
+    named = {path_key(f) for e in entries for f in e.files} | {path_key(manifest)}
+    if path_key(manifest) in given:
+        chosen = list(entries)
+    else:
+        chosen = [e for e in entries if any(path_key(f) in given for f in e.files)]
+    selection = Selection(chosen)
+    for name in dict.fromkeys(files):
+        if path_key(name) in named:
+            continue
+        problem = _unnamed_problem(name, manifest)
+        if problem is None:
+            selection.not_checked.append(name)
+        else:
+            selection.problems.append(problem)
+    return selection
+
+
+def _unnamed_problem(name: str, manifest: str) -> Problem | None:
+    """Why a file no line names is bad input (missing, or a plan), else None."""
+    if not os.path.lexists(name):
+        return Problem("no such file", name)
+    if os.path.isdir(name):
+        return Problem("is a directory, not a file", name)
+    try:
+        kind = guess_kind(parse_text(read_text(name), name))
+    except InputError:
+        return None  # not YAML or JSON, so no plan: nothing to check
+    if kind != "plan":
+        return None
+    return Problem(f"a plan that no line of {manifest} makes: add the command that makes it there, "
+                   f"`planner plan SPEC [options] -o {name}` (so its spec and options are known)", name)
+
+
+def check(entry: Entry, plan_command: Any, diff_format: str) -> Outcome:
+    """Run `planner plan ... --check PLAN` for one line, in this process, with its output captured."""
+    if not os.path.lexists(entry.plan):
+        return Outcome(entry, MISSING, exit_codes.CHANGED)
+    args = [entry.spec, *entry.options, "--check", entry.plan, "--diff-format", diff_format]
+    code, output, errors = invoke(plan_command, args)
+    if code == exit_codes.OK:
+        status = UP_TO_DATE
+    elif code == exit_codes.CHANGED and not errors:
+        status = OUT_OF_DATE
+    else:
+        status = FAILED  # bad input, no plan fits the budget, or a bug
+    return Outcome(entry, status, code, output, errors)
+
+
+def exit_code(outcomes: Sequence[Outcome], selection: Selection) -> int:
+    """The largest exit code among the lines (bad input for a bad given file)."""
+    codes = [o.exit_code for o in outcomes] + ([exit_codes.BAD_INPUT] if selection.problems else [])
+    return max(codes, default=exit_codes.OK)
+
+
+def run(plan_command: Any, files: Sequence[str], manifest: str, diff_format: str, list_only: bool) -> int:
+    """The whole command: read the manifest, check the lines ``files`` select (print the plans
+    instead with ``list_only``), say each verdict as it comes and the counts last; the exit code."""
+    import sys
+
+    from planner.check_plans_render import outcome_text, summary
+    from planner.plan_manifest import read_manifest
+
+    selection = select(read_manifest(manifest, plan_command), files, manifest)
+    for problem in selection.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if list_only:
+        sys.stdout.write("".join(f"{entry.plan}\n" for entry in selection.entries))
+        return exit_code([], selection)
+    outcomes = []
+    for entry in selection.entries:
+        outcome = check(entry, plan_command, diff_format)
+        out, err = outcome_text(outcome, manifest, diff_format == "markdown")
+        sys.stdout.write(out)
+        sys.stdout.flush()
+        sys.stderr.write(err)
+        sys.stderr.flush()
+        outcomes.append(outcome)
+    sys.stdout.write(summary(outcomes, selection, manifest))
+    return exit_code(outcomes, selection)

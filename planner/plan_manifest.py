@@ -1,0 +1,172 @@
+"""The plans manifest (``planner-plans.sh``): the command that makes each committed plan.
+
+One ``planner plan SPEC [options] -o PLAN`` a line, ``#`` comments and blank lines, a long command
+continued with a trailing backslash. That is the line `planner plan --check` prints as the refresh
+command, and the file is a shell script as well: ``sh planner-plans.sh`` (from the manifest's folder)
+makes every plan again. `planner check-plans` reads it to know which plan belongs to which spec and
+options. Paths in it are relative to the manifest's folder.
+
+So that sh and this reader see the same words, a line may use only plain words and quotes: no
+variables, globs, ``~``, pipes, redirections, ``;`` or ``&``, and ``#`` only where it starts a
+comment. Every line is parsed by the plan command's own option parser, so a misspelled or
+out-of-range option is found here, with its line, before anything is checked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schemas.errors import InputError, Problem
+
+MANIFEST = "planner-plans.sh"  # the default, in the current folder (a repository's root)
+SHELL_CHARS = re.compile(r"[$`\\;&|<>()*?\[\]{}~!]")  # a meaning to sh that this reader does not share
+MID_WORD_HASH = re.compile(r"\S#")  # sh keeps it in the word, a comment reader would not
+TRAILING_COMMENT = re.compile(r"\s#")
+ONE_A_LINE = "one `planner plan SPEC [options] -o PLAN` command a line"
+LEAVE_OUT = ("check", "diff_format")  # options of `planner plan` that make no plan
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the manifest: the plan command, with paths as seen from the current folder."""
+
+    line: int  # where it starts in the manifest
+    spec: str
+    plan: str
+    options: tuple[str, ...]  # the words after SPEC, without -o PLAN (a --hardware FILE made relative too)
+    hardware: str | None  # the --hardware value: a bundled name, or a file as seen from here
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files whose change can change this plan, or which the plan is."""
+        return (self.spec, self.plan) + ((self.hardware,) if self.hardware else ())
+
+    @property
+    def command(self) -> str:
+        """The line as a command to run from the current folder."""
+        return "planner plan " + shlex.join([self.spec, *self.options, "-o", self.plan])
+
+
+def read_manifest(path: str, plan_command: Any) -> list[Entry]:
+    """The entries of the manifest at ``path``, or one InputError with every bad line.
+    ``plan_command`` is the click command of `planner plan`, which parses each line's options."""
+    text = _read(path)
+    folder = os.path.dirname(path)
+    entries: list[Entry] = []
+    problems: list[Problem] = []
+    for number, line in _logical_lines(text):
+        try:
+            words = _words(line)
+            if words:
+                entries.append(_entry(number, words, folder, plan_command))
+        except ValueError as err:
+            problems.append(Problem(str(err), path, number))
+    seen: dict[str, int] = {}
+    for entry in entries:
+        key = path_key(entry.plan)
+        if key in seen:
+            problems.append(Problem(f"-o {entry.plan}: line {seen[key]} makes this plan already; "
+                                    "each plan has one command", path, entry.line))
+        seen.setdefault(key, entry.line)
+    if problems:
+        raise InputError(problems)
+    if not entries:
+        raise InputError(Problem(f"no plan command in it; write {ONE_A_LINE} (the refresh command "
+                                 "`planner plan --check` prints)", path))
+    return entries
+
+
+def _read(path: str) -> str:
+    """The manifest's text, or InputError saying plainly why it cannot be read."""
+    if not os.path.lexists(path):
+        raise InputError(f"{path}: no such file; the plans manifest has the command that makes each committed "
+                         f"plan, {ONE_A_LINE} (README: Plans in review)")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not a file")
+    try:
+        return Path(path).read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not a text file (byte {err.start} is not UTF-8); expected {ONE_A_LINE}") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of each line, those ending in a backslash joined with the next."""
+    out: list[tuple[int, str]] = []
+    start, parts = 0, []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not parts:
+            start = number
+        stripped = raw.rstrip()
+        continued = stripped.endswith("\\") and not stripped.lstrip().startswith("#")
+        parts.append(stripped[:-1] if continued else raw)
+        if not continued:
+            out.append((start, " ".join(parts)))
+            parts = []
+    if parts:
+        out.append((start, " ".join(parts)))
+    return out
+
+
+def _words(line: str) -> list[str]:
+    """The words of one line as sh would split them (a comment line: none), or ValueError."""
+    code = line.lstrip()
+    if not code or code.startswith("#"):
+        return []
+    lexer = shlex.shlex(code, posix=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as err:  # no closing quotation
+        raise ValueError(f"{err}: {code}") from None
+    body = TRAILING_COMMENT.split(code, maxsplit=1)[0]
+    bad = SHELL_CHARS.search(body) or MID_WORD_HASH.search(body)
+    if bad:
+        raise ValueError(f"'{bad.group()[-1]}': a line is one plan command of plain words (quotes allowed), read "
+                         "alike by sh and check-plans: no variables, globs, ~, pipes, redirections, ;, & or # inside a word")
+    return words
+
+
+def _entry(number: int, words: Sequence[str], folder: str, plan_command: Any) -> Entry:
+    """One plan command's words as an Entry, or ValueError saying what is wrong with them."""
+    if words[:2] != ["planner", "plan"]:
+        raise ValueError(f"'{' '.join(words[:2])}': expected {ONE_A_LINE}")
+    from planner.plan_invoke import parse
+
+    ctx = parse(plan_command, words[2:])
+    params = ctx.params
+    for name in LEAVE_OUT:
+        if params.get(name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag}: check-plans adds --check itself; a line has the command that makes "
+                             "the plan, with -o PLAN")
+    spec, plan, hardware = params["spec"], params.get("output"), params.get("hardware")
+    if plan is None or plan == "-":
+        raise ValueError("no -o PLAN: each line writes the committed plan it makes to a file (-o PLAN)")
+    if spec == "-":
+        raise ValueError("SPEC is '-' (stdin): a committed plan is made from a spec file")
+    from planner.command_line import words_given
+
+    options = words_given(ctx, leave_out=("spec", "output", "hardware"))
+    if hardware is not None:
+        if os.path.isfile(_at(folder, hardware)):
+            hardware = _at(folder, hardware)
+        options += ["--hardware", hardware]
+    return Entry(number, _at(folder, spec), _at(folder, plan), tuple(options), hardware)
+
+
+def path_key(path: str) -> str:
+    """A path's identity for matching, however it is spelled (./a.yaml, a.yaml, /repo/a.yaml, a link)."""
+    return os.path.normcase(os.path.realpath(path))
+
+
+def _at(folder: str, path: str) -> str:
+    """``path`` (relative to the manifest's folder) as seen from the current folder."""
+    return path if not folder or os.path.isabs(path) else os.path.normpath(os.path.join(folder, path))
