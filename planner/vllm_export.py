@@ -111,8 +111,8 @@ def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer]) -> list
     uva = [f"{layer.name}.{p}" for layer in plan.layers for p in layer.uva]
     prefetched = [f"{layer.name}.{p}" for layer in plan.layers for p in layer.prefetched]
     if uva and prefetched:
-        problems.append(Problem("a mixed backend", f"{len(uva)} params on UVA (e.g. {uva[0]}) and {len(prefetched)} "
-                                                   f"prefetched (e.g. {prefetched[0]}); vLLM runs one offload backend"))
+        problems.append(Problem("a mixed backend", f"{len(uva)} param{'s' * (len(uva) != 1)} on UVA (e.g. {uva[0]}) "
+                                                   f"and {len(prefetched)} prefetched (e.g. {prefetched[0]}); vLLM runs one offload backend"))
     buffers = [f"{layer.name}.{p}" for layer in plan.layers for p in layer.offloaded if layer.params[p].buffer]
     if buffers:
         problems.append(Problem("an offloaded buffer", f"{buffers[0]}{' and more' if len(buffers) > 1 else ''} "

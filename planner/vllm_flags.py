@@ -119,8 +119,6 @@ def parse_vllm_flags(text: str) -> VllmFlags:
             while i < len(words) and not words[i].startswith("--"):
                 given.append(words[i])
                 i += 1
-                if flag not in _LISTS:
-                    break
         if not given or given == [""]:
             raise InputError(f"{OPTION}: {flag} needs a value" + _example(flag))
         if flag not in _LISTS and len(given) > 1:

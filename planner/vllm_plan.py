@@ -92,8 +92,8 @@ def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, mo
 def _check_budgets(plan: Plan, gpu: int | None, cpu: int | None) -> None:
     s = plan.summary
     if gpu is not None and s.peak_gpu_bytes > gpu:
-        raise InfeasibleError(f"vLLM's flags make a plan that peaks at {format_bytes(s.peak_gpu_bytes)}, over the "
-                              f"{format_bytes(gpu)} gpu_budget ({s.offloaded_bytes} bytes offloaded, "
+        raise InfeasibleError(f"vLLM's flags make a plan that peaks at {s.peak_gpu_bytes} bytes "
+                              f"({format_bytes(s.peak_gpu_bytes)}), over the {gpu}-byte gpu_budget ({s.offloaded_bytes} bytes offloaded, "
                               f"{s.buffer_bytes} in buffers); the smallest feasible gpu_budget for these flags is "
                               f"{s.peak_gpu_bytes} bytes", s.peak_gpu_bytes)
     if cpu is not None and s.pinned_host_bytes > cpu:
