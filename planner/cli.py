@@ -261,6 +261,10 @@ def plan_command(
     diff_format: Annotated[Optional[DiffFormat], typer.Option(
         "--diff-format", help="With --check: the diff as text, markdown (for a pull request) or json "
         "[default: text].", show_default=False)] = None,
+    from_vllm: Annotated[Optional[str], typer.Option(
+        "--from-vllm", metavar="FLAGS", help="The plan vLLM executes for these offload flags, by vLLM's rules, e.g. "
+        "\"--offload-group-size 8 --offload-num-in-group 2\" or \"--cpu-offload-gb 4\" (replaces the spec's "
+        "offload section).", show_default=False)] = None,
 ) -> None:
     """Make an offload plan from a spec. Flags override the spec file's memory and offload sections.
     With --check PLAN, compare it with a committed plan instead of writing it."""
@@ -294,7 +298,12 @@ def plan_command(
     text = read_text(spec)
     spec_file = load_model(SpecFile, spec, text)
     try:
-        result = core.plan(spec_file, **options)
+        if from_vllm is not None:
+            from planner.vllm_cli import plan_from_vllm
+
+            result = plan_from_vllm(spec_file, from_vllm, options)
+        else:
+            result = core.plan(spec_file, **options)
     except ValidationError as err:
         where = f"{source_name(spec)} with the command-line options"
         raise InputError(problems_from_validation(err, source=where, root=SpecFile)) from None
@@ -520,6 +529,37 @@ def check_plans_command(
 
     plan_command = ctx.parent.command.get_command(ctx.parent, "plan")  # type: ignore[union-attr]
     raise typer.Exit(run(plan_command, files or [], manifest or MANIFEST, diff_format.value, list_only))
+
+
+ExportTarget = _choices("ExportTarget", "vllm")
+
+
+@app.command("export", short_help="Print the vLLM flags that make a plan, or why none do.", epilog=_epilog(
+    "planner export llama.plan.yaml --to vllm",
+    "vllm serve meta-llama/Meta-Llama-3-8B $(planner export llama.plan.yaml --to vllm)",
+    "planner export llama.plan.yaml --to vllm --format json -o flags.json",
+    tail="A plan vLLM cannot run (a budget spread, a mixed backend, an offloaded embedding) is explained part by "
+    "part, with the closest plan vLLM's flags can make and its predicted cost.\n\n"
+    + exit_codes_note("0 the flags are printed", "1 the plan is not expressible in vLLM's flags", "2 bad input")
+))
+@_reports
+def export_command(
+    plan_file: Annotated[str, typer.Argument(metavar="PLAN", help="A plan file; '-' reads stdin.", show_default=False)],
+    to: Annotated[ExportTarget, typer.Option("--to", help="The engine whose flags to print.")],  # type: ignore[valid-type]
+    fmt: Annotated[ShowFormat, typer.Option("--format", "-f", help="text (the flags on one line) or json.")
+                   ] = ShowFormat.text,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="Write here (atomically); '-' or none: stdout.", show_default=False)] = None,
+) -> None:
+    """Print the vLLM offload flags that make this plan; when none can, say which part and the closest plan."""
+    from planner.output import emit
+    from planner.vllm_export import export
+    from planner.vllm_export_render import render
+    from schemas.io import load_plan, source_name
+
+    result = export(load_plan(plan_file))
+    emit(render(result, source_name(plan_file), fmt.value), output)
+    raise typer.Exit(exit_codes.OK if result.flags is not None else exit_codes.INFEASIBLE)
 
 
 @app.command("spec", short_help="Write a spec from a safetensors checkpoint or a Hugging Face config.", epilog=_epilog(

@@ -1,0 +1,248 @@
+"""`planner export PLAN --to vllm`: the vLLM flags that make this plan, or why none do and what comes closest.
+
+Decided here, worded in planner/vllm_export_render.py. A plan is expressible when vLLM's own
+selection (planner/vllm_select.py) for some flags offloads exactly its params with its backend and
+slots, so that ``plan --from-vllm`` of the flags gives the same placement. Not expressible:
+
+- params offloaded outside the decoder layers (an embedding, the LM head): vLLM offloads only the
+  layers make_layers builds;
+- a mixed backend (UVA and prefetch in one plan): vLLM runs one offloader;
+- an offloaded buffer (vLLM offloads parameters only), or part of a param vLLM fuses (``q_proj``
+  without ``k_proj``: vLLM moves ``qkv_proj`` whole);
+- prefetch: offloaded layers that are not the last K of every G for any G, K, or params no set of
+  ``--offload-params`` segments selects exactly;
+- UVA: params that are not the first ones in layer order (of those matching some
+  ``--cpu-offload-params``): a budget spread.
+
+The closest expressible plan is the one of a small family of flags (group sizes up to 8, the plan's
+slots; ``--cpu-offload-gb`` for the bytes the budget needs) whose peak fits the plan's gpu_budget
+(else its peak) with the lowest predicted step time on the plan's own hardware and workloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from schemas.plan import Plan
+from schemas.spec import Layer, Tensor
+
+from planner.graph import build_graph, find_block_stack
+from planner.names import join_names
+from planner.vllm_flags import VllmFlags
+from planner.vllm_select import StackLayer, group_picks, select
+
+_CLOSEST_GROUPS = 8  # the closest plan tries group sizes 1..8
+
+
+@dataclass(frozen=True)
+class Problem:
+    part: str  # what is not expressible, in a few words (a budget spread, a mixed backend, ...)
+    detail: str
+
+
+@dataclass(frozen=True)
+class Closest:
+    flags: VllmFlags
+    peak_gpu_bytes: int
+    weighted_step_ms: float
+    target_bytes: int  # the plan's gpu_budget, else its peak
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_gpu_bytes <= self.target_bytes
+
+
+@dataclass(frozen=True)
+class Export:
+    plan: Plan
+    flags: VllmFlags | None  # None: not expressible
+    problems: tuple[Problem, ...] = ()
+    closest: Closest | None = None
+
+
+def spec_layers(plan: Plan) -> list[Layer]:
+    """The spec's layers as the plan records them (every param, ties, MoE facts)."""
+    out = []
+    for i, layer in enumerate(plan.layers):
+        params = tuple(Tensor(rel, tuple(p.shape), p.dtype, None if p.stride is None else tuple(p.stride), p.buffer,
+                              p.bytes, p.kind) for rel, p in layer.params.items() if rel not in layer.tied)
+        out.append(Layer(layer.name, i, params, dict(layer.tied), moe=layer.moe))
+    return out
+
+
+def export(plan: Plan) -> Export:
+    from planner.vllm_plan import stack_view
+
+    layers = spec_layers(plan)
+    stack = find_block_stack(build_graph(layers))
+    view = stack_view(layers, stack)
+    problems = _structural(plan, set(stack), view)
+    if plan.summary.backend == "none":
+        return Export(plan, VllmFlags())
+    if not problems:
+        off = {layer.name: {p.name for p in layer.params if all(m in _offloaded(plan, layer.name) for m in p.members)}
+               for layer in view}
+        found = _find_uva(view, off) if plan.summary.backend == "uva" else \
+            _find_group(view, off, plan.summary.prefetch_step or 1)
+        if isinstance(found, VllmFlags):
+            chosen = select(view, found).chosen
+            assert {k: {p.name for p in v} for k, v in chosen.items()} == {k: v for k, v in off.items() if v}, found
+            return Export(plan, found)
+        problems = [found]
+    return Export(plan, None, tuple(problems), _closest(plan, layers, stack, view))
+
+
+def _offloaded(plan: Plan, name: str) -> set[str]:
+    return set(plan.layer(name).offloaded)
+
+
+def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer]) -> list[Problem]:
+    problems = []
+    outside = [layer for layer in plan.layers if layer.offloaded and layer.name not in stack]
+    if outside:
+        kinds = {"embedding" if ("embed" in layer.name or "lm_head" in layer.name or "wte" in layer.name) else ""
+                 for layer in outside}
+        part = "an offloaded embedding" if "embedding" in kinds else "params offloaded outside the decoder layers"
+        problems.append(Problem(part, f"{join_names(layer.name for layer in outside)} "
+                                      f"{'is' if len(outside) == 1 else 'are'} offloaded; vLLM offloads only the "
+                                      "decoder layers that make_layers builds"))
+    uva = [f"{layer.name}.{p}" for layer in plan.layers for p in layer.uva]
+    prefetched = [f"{layer.name}.{p}" for layer in plan.layers for p in layer.prefetched]
+    if uva and prefetched:
+        problems.append(Problem("a mixed backend", f"{len(uva)} param{'s' * (len(uva) != 1)} on UVA (e.g. {uva[0]}) "
+                                                   f"and {len(prefetched)} prefetched (e.g. {prefetched[0]}); vLLM runs one offload backend"))
+    buffers = [f"{layer.name}.{p}" for layer in plan.layers for p in layer.offloaded if layer.params[p].buffer]
+    if buffers:
+        problems.append(Problem("an offloaded buffer", f"{buffers[0]}{' and more' if len(buffers) > 1 else ''} "
+                                                       "is a buffer; vLLM offloads parameters only"))
+    for layer in view:
+        off = _offloaded(plan, layer.name)
+        for p in layer.params:
+            moved = [m for m in p.members if m in off]
+            if moved and len(moved) < len(p.members):
+                kept = [m for m in p.members if m not in off]
+                problems.append(Problem("a split fused param", f"{layer.name} offloads {', '.join(moved)} but not "
+                                        f"{', '.join(kept[:3])}{' ...' if len(kept) > 3 else ''}; vLLM holds them as "
+                                        f"one param, {p.name}, and moves it whole"))
+                return problems
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# flags for an expressible plan
+
+
+def segments_for(required: Iterable[str], forbidden: Iterable[str]) -> tuple[str, ...] | None:
+    """Segments (vLLM's --offload-params) that match every ``required`` name and no ``forbidden`` one:
+    () when nothing is forbidden (no filter), None when no set of segments can."""
+    from planner.vllm_layout import matches
+
+    need, bad = set(required), set(forbidden)
+    if not bad:
+        return ()
+    runs = {".".join(parts[i:j]) for name in need for parts in [name.split(".")]
+            for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)}
+    safe = [r for r in runs if not any(matches(b, [r]) for b in bad)]
+    out: list[str] = []
+    left = set(need)
+    while left:
+        best = max(safe, key=lambda r: (sum(matches(n, [r]) for n in left), -r.count("."), -len(r), r), default=None)
+        if best is None or not any(matches(n, [best]) for n in left):
+            return None
+        out.append(best)
+        left = {n for n in left if not matches(n, [best])}
+    return tuple(sorted(out))
+
+
+def _find_group(view: Sequence[StackLayer], off: dict[str, set[str]], step: int) -> VllmFlags | Problem:
+    used = {i for i, layer in enumerate(view) if off[layer.name]}
+    any_rule = False
+    n = len(view)
+    for g in range(1, n + 1):
+        for k in range(1, g + 1):
+            picks = group_picks(n, g, k)
+            if not used <= set(picks):
+                continue
+            any_rule = any_rule or used == set(picks)
+            required = [p for i in picks for p in off[view[i].name]]
+            forbidden = [p.name for i in picks for p in view[i].params if p.name not in off[view[i].name]]
+            segs = segments_for(required, forbidden)
+            if segs is not None:
+                return VllmFlags(group_size=g, num_in_group=k, prefetch_step=step, offload_params=segs)
+    names = join_names(view[i].name for i in sorted(used))
+    if not any_rule:
+        return Problem("a budget spread", f"the prefetched layers ({names}) are not the last K of every G decoder "
+                                          "layers for any G and K (vLLM's group rule)")
+    return Problem("a param selection", f"in every group rule that covers the prefetched layers ({names}), no "
+                                        "--offload-params segments select exactly the offloaded params of each "
+                                        "layer it picks")
+
+
+def _find_uva(view: Sequence[StackLayer], off: dict[str, set[str]]) -> VllmFlags | Problem:
+    seq = [(layer.name, p) for layer in view for p in layer.params]
+    last = max(i for i, (name, p) in enumerate(seq) if p.name in off[name])
+    required = [p.name for name, p in seq if p.name in off[name]]
+    forbidden = [p.name for name, p in seq[:last] if p.name not in off[name]]
+    segs = segments_for(required, forbidden)
+    if segs is None:
+        kept = next(f"{name}.{p.name}" for name, p in seq[:last] if p.name not in off[name])
+        return Problem("a budget spread", f"vLLM's --cpu-offload-gb offloads params in layer order from the first "
+                                          f"decoder layer, and this plan keeps {kept} on the GPU while it offloads "
+                                          f"{seq[last][0]}.{seq[last][1].name}")
+    from planner.vllm_layout import matches
+
+    eligible = [p.nbytes for _, p in seq if not segs or matches(p.name, segs)]
+    count = len(required)
+    before = sum(eligible[:count - 1])
+    upto = sum(eligible[:count]) if count < len(eligible) else max(sum(eligible), 1)
+    return VllmFlags(cpu_offload_gb=float(gib_text(before, upto)), cpu_offload_params=segs)
+
+
+def gib_text(low: int, high: int) -> str:
+    """The shortest decimal number of GiB X with ``low < int(X * 1024**3) <= high`` (vLLM's own arithmetic)."""
+    for digits in range(0, 40):
+        scale = 10**digits
+        x = Fraction(-((-(low + 1) * scale) // 2**30), scale)  # the smallest multiple of 10^-digits GiB above low
+        text = f"{x.numerator // x.denominator}" if digits == 0 else f"{float(x):.{digits}f}"
+        if low < int(float(text) * 1024**3) <= high:
+            return text
+    raise ValueError(f"no decimal GiB between {low} and {high} bytes")
+
+
+# ---------------------------------------------------------------------------
+# the closest expressible plan
+
+
+def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[StackLayer]) -> Closest | None:
+    from planner.predict import predict
+    from planner.predicted import chosen_profile, plan_workload
+    from planner.vllm_plan import build
+
+    if not stack:
+        return None
+    s = plan.summary
+    target = s.gpu_budget_bytes if s.gpu_budget_bytes is not None else s.peak_gpu_bytes
+    step = s.prefetch_step or 2
+    offloaded_names = {p.name for layer in view for p in layer.params
+                       if any(m in _offloaded(plan, layer.name) for m in p.members)}
+    never = {p.name for layer in view for p in layer.params} - offloaded_names
+    narrowed = segments_for(offloaded_names, never) if offloaded_names else None
+    choices: list[VllmFlags] = []
+    for segs in {(), narrowed} - {None}:
+        for g in range(1, min(_CLOSEST_GROUPS, len(stack)) + 1):
+            choices += [VllmFlags(group_size=g, num_in_group=k, prefetch_step=step, offload_params=segs)  # type: ignore[arg-type]
+                        for k in range(1, g + 1)]
+    need = s.total_bytes - target
+    if need > 0:
+        choices.append(VllmFlags(cpu_offload_gb=float(gib_text(need - 1, 2**62))))
+    profile, workload = chosen_profile(plan, None), plan_workload(plan)
+    built = [(f, build(layers, stack, f, model_name=s.model, spec_sha256=s.spec_sha256, gpu_budget=None,
+                       cpu_budget=None)) for f in choices]
+    fitting = [(f, p) for f, p in built if p.summary.peak_gpu_bytes <= target]
+    pool = fitting or [min(built, key=lambda fp: fp[1].summary.peak_gpu_bytes)]
+    scored = [(predict(p, profile, workload).weighted_step_ms, p.summary.peak_gpu_bytes, i, f)
+              for i, (f, p) in enumerate(pool)]
+    ms, peak, _, flags = min(scored)
+    return Closest(flags, peak, ms, target)

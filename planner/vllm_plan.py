@@ -1,0 +1,136 @@
+"""`planner plan SPEC --from-vllm "FLAGS"`: the plan vLLM would execute for these offload flags.
+
+vLLM's rules decide (planner/vllm_select.py, on vLLM's view of each layer: planner/vllm_layout.py);
+``planner.assemble`` writes the plan as for any strategy, so ``planner show``/``diff`` compare it
+with auto's plan. The plan says where it came from in its first note and its backend_reason;
+its strategy is ``group`` (prefetch flags) or ``budget`` (``--cpu-offload-gb``).
+
+What this planner does differently while executing the same selection (said in the notes):
+the buffer pool holds a buffer only for the slots whose layers use it (vLLM: every key in every
+slot), and when the number of offloaded layers is not a multiple of the prefetch step, a layer's
+copy waits until the previous user of its slot has run (vLLM, in the prefetch.py read, starts the
+copy of layer ``(j + S) % N`` after layer j, which for the first layers of the next forward can
+land in a slot still holding a layer that has not run yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from schemas.hardware import HardwareProfile, load_hardware
+from schemas.plan import Plan
+from schemas.sizes import format_bytes
+from schemas.spec import Layer, SpecFile
+from schemas.spec_hash import spec_sha256
+from schemas.workload import DEFAULT_WORKLOAD, Workload
+
+from planner.assemble import assemble
+from planner.assignment import Assignment
+from planner.errors import InfeasibleError, PlanningError
+from planner.graph import build_graph, find_block_stack, layers_in_order, tied_owners
+from planner.names import join_names
+from planner.predict import predict
+from planner.vllm_flags import VllmFlags
+from planner.vllm_layout import SpecParam, vllm_params
+from planner.vllm_select import Selection, StackLayer, select
+
+
+def stack_view(layers: Sequence[Layer], stack: Sequence[str]) -> list[StackLayer]:
+    """The block-stack layers with vLLM's params."""
+    by_name = {layer.name: layer for layer in layers}
+    return [StackLayer(name, tuple(vllm_params(SpecParam(t.name, t.nbytes, t.buffer) for t in by_name[name].params)))
+            for name in stack]
+
+
+def from_vllm(spec: SpecFile, flags: VllmFlags, *, gpu_budget: int | None = None, cpu_budget: int | None = None,
+              hardware: HardwareProfile | str | None = None, workload: Workload | None = None) -> Plan:
+    """The plan vLLM makes of ``spec`` with ``flags``. vLLM's flags replace the spec's offload and memory
+    sections; ``gpu_budget``/``cpu_budget``, when given, are checked against the plan and recorded in it.
+    Raises PlanningError (no block stack, a tied param selected) or InfeasibleError (over a budget)."""
+    profile = hardware if isinstance(hardware, HardwareProfile) else load_hardware(hardware or spec.hardware)
+    gpu, cpu = gpu_budget, cpu_budget
+    graph = build_graph(spec.model.expanded())
+    layers = layers_in_order(graph)
+    stack = find_block_stack(graph)
+    if flags.mode != "none" and not stack:
+        raise PlanningError("--from-vllm: vLLM offloads only decoder layers (layers named <prefix>.<int>, e.g. "
+                            "model.layers.{i} with repeat), and this spec has none")
+    plan = build(layers, stack, flags, model_name=spec.model.name, spec_sha256=spec_sha256(spec),
+                 gpu_budget=None, cpu_budget=None, shared=tied_owners(graph))
+    _check_budgets(plan, gpu, cpu)  # checked here, so the budgets are recorded without a second check
+    plan = plan.model_copy(update={"summary": plan.summary.model_copy(
+        update={"gpu_budget_bytes": gpu, "cpu_budget_bytes": cpu})})
+    return plan.model_copy(update={"predictions": predict(plan, profile, workload or spec.workload or DEFAULT_WORKLOAD)})
+
+
+def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, model_name: str, spec_sha256: str,
+          gpu_budget: int | None, cpu_budget: int | None, shared: dict[str, set[str]] | None = None) -> Plan:
+    """The plan (without predictions) of vLLM's selection for ``flags`` over ``layers``."""
+    chosen = select(stack_view(layers, stack), flags)
+    for layer, params in chosen.where().items():
+        bad = sorted(set(params) & (shared or {}).get(layer, set()))
+        if bad:
+            raise PlanningError(f"--from-vllm: vLLM would offload {layer}.{bad[0]}, which other params are tied to; "
+                                "this planner keeps such params on the GPU (narrow the selection with "
+                                "--offload-params)")
+    reason, notes = _words(flags, chosen, len(stack))
+    strategy = "budget" if chosen.mode == "uva" else "group"
+    step = flags.prefetch_step if chosen.mode == "prefetch" else None
+    assignment = Assignment(chosen.where(), step, strategy, reason, tuple(notes))
+    plan = assemble(layers, assignment, model_name=model_name, spec_sha256=spec_sha256,
+                    gpu_budget=gpu_budget, cpu_budget=cpu_budget)
+    if chosen.mode == "prefetch" and plan.buffer_pool is not None:
+        vllm_pool = flags.prefetch_step * sum({k.key: k.bytes for k in plan.buffer_pool.keys}.values())
+        if vllm_pool != plan.buffer_pool.bytes:
+            extra = (f"vLLM's own pool would hold every buffer in all {flags.prefetch_step} slots: "
+                     f"{format_bytes(vllm_pool)}, this plan's {format_bytes(plan.buffer_pool.bytes)}")
+            plan = plan.model_copy(update={"summary": plan.summary.model_copy(
+                update={"notes": [*plan.summary.notes, extra]})})
+    return plan
+
+
+def _check_budgets(plan: Plan, gpu: int | None, cpu: int | None) -> None:
+    s = plan.summary
+    if gpu is not None and s.peak_gpu_bytes > gpu:
+        raise InfeasibleError(f"vLLM's flags make a plan that peaks at {s.peak_gpu_bytes} bytes "
+                              f"({format_bytes(s.peak_gpu_bytes)}), over the {gpu}-byte gpu_budget ({s.offloaded_bytes} bytes offloaded, "
+                              f"{s.buffer_bytes} in buffers); the smallest feasible gpu_budget for these flags is "
+                              f"{s.peak_gpu_bytes} bytes", s.peak_gpu_bytes)
+    if cpu is not None and s.pinned_host_bytes > cpu:
+        raise InfeasibleError(f"vLLM's flags pin {format_bytes(s.pinned_host_bytes)} of host memory, more than the "
+                              f"{format_bytes(cpu)} cpu_budget", None)
+
+
+def _words(flags: VllmFlags, chosen: Selection, stack_len: int) -> tuple[str, list[str]]:
+    """The plan's backend_reason and first notes (decision in, sentences out)."""
+    given = " ".join(flags.given) or "(no flags)"
+    head = f"from vLLM flags: {given}"
+    layers = join_names(chosen.chosen)
+    if chosen.mode == "none":
+        return (f"{head}: vLLM offloads nothing with these flags",
+                [f"{head}; vLLM's offload backend: none (no --offload-group-size or --cpu-offload-gb above 0)"])
+    if chosen.mode == "prefetch":
+        g, k, s = flags.group_size, flags.num_in_group, flags.prefetch_step
+        params = ("every param" if not flags.offload_params else
+                  f"the params matching {', '.join(flags.offload_params)}")
+        notes = [f"{head}; vLLM's prefetch offloader: the last {k} of every {g} of the {stack_len} decoder layers, "
+                 f"{params}: {len(chosen.chosen)} layers ({layers or 'none'}), {s} buffer slot{'s' * (s != 1)}"]
+        skipped = [n for n in chosen.candidates if n not in chosen.chosen]
+        if skipped:
+            notes.append(f"vLLM skips {join_names(skipped)}: picked by the group rule, no param matches "
+                         "--offload-params")
+        n = len(chosen.chosen)
+        if n > s > 1 and n % s:
+            notes.append(f"{n} offloaded layers in {s} slots: vLLM starts layer (j+{s}) mod {n}'s copy after layer j, "
+                         f"which for the first layers of a forward can overwrite a slot whose layer has not run yet; "
+                         "this plan starts each copy after the previous user of its slot")
+        return f"{head}: vLLM's prefetch backend (--offload-group-size above 0)", notes
+    limit = flags.uva_max_bytes
+    params = "" if not flags.cpu_offload_params else f" matching {', '.join(flags.cpu_offload_params)}"
+    notes = [f"{head}; vLLM's UVA offloader: params{params} in layer order from the first decoder layer until "
+             f"{format_bytes(limit)} ({limit} bytes) are offloaded, the last one whole: "
+             f"{format_bytes(chosen.offloaded_bytes)} in {len(chosen.chosen)} layers ({layers or 'none'})"]
+    if chosen.offloaded_bytes < limit:
+        notes.append(f"every eligible decoder-layer param is offloaded and the {format_bytes(limit)} are not "
+                     "reached: vLLM offloads nothing outside the decoder layers")
+    return f"{head}: vLLM's UVA backend (--cpu-offload-gb above 0)", notes
