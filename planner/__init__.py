@@ -1,6 +1,6 @@
 """Offload planner: a YAML model/memory spec in, a reviewable offload plan out. Never imports torch.
 
-``plan`` is loaded on first use, so ``import planner`` (and the CLI's start-up) stays light.
+``plan`` (and ``plan_ranks``/``write_rank_plans`` for tensor parallel) is loaded on first use, so ``import planner`` (and the CLI's start-up) stays light.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from planner.build import plan
+    from planner.tp import plan_ranks
+    from planner.tp_output import write_rank_plans
 
-__all__ = ["plan"]
+__all__ = ["plan", "plan_ranks", "write_rank_plans"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +20,12 @@ def __getattr__(name: str) -> Any:
         from planner.build import plan
 
         return plan
+    if name == "plan_ranks":
+        from planner.tp import plan_ranks
+
+        return plan_ranks
+    if name == "write_rank_plans":
+        from planner.tp_output import write_rank_plans
+
+        return write_rank_plans
     raise AttributeError(f"module 'planner' has no attribute '{name}'")

@@ -265,6 +265,10 @@ def plan_command(
         "--from-vllm", metavar="FLAGS", help="The plan vLLM executes for these offload flags, by vLLM's rules, e.g. "
         "\"--offload-group-size 8 --offload-num-in-group 2\" or \"--cpu-offload-gb 4\" (replaces the spec's "
         "offload section).", show_default=False)] = None,
+    tp: Annotated[Optional[int], typer.Option(
+        "--tp", min=1, metavar="N", help="Tensor parallel over N GPUs: write one plan per rank, "
+        "DIR/rank0.plan.yaml ... (-o DIR needed for N > 1; budgets are per GPU; overrides parallel.tp).",
+        show_default=False)] = None,
 ) -> None:
     """Make an offload plan from a spec. Flags override the spec file's memory and offload sections.
     With --check PLAN, compare it with a committed plan instead of writing it."""
@@ -297,13 +301,24 @@ def plan_command(
     }
     text = read_text(spec)
     spec_file = load_model(SpecFile, spec, text)
+    from planner.tp_cli import check_request, world_size
+    from planner.tp_split import ShardError
+
+    world = world_size(tp, spec_file)
+    if world > 1:
+        check_request(world, output, check)
     try:
         if from_vllm is not None:
             from planner.vllm_cli import plan_from_vllm
 
+            if world > 1:
+                raise InputError("--from-vllm with --tp: vLLM's flags are read for one GPU's plan; "
+                                 "plan each rank with --tp and the planner's own options instead")
             result = plan_from_vllm(spec_file, from_vllm, options)
         else:
-            result = core.plan(spec_file, **options)
+            result = core.plan(spec_file, **options) if world == 1 else core.plan_ranks(spec_file, world, **options)
+    except ShardError as err:
+        raise err.located(source_name(spec), text) from None
     except ValidationError as err:
         where = f"{source_name(spec)} with the command-line options"
         raise InputError(problems_from_validation(err, source=where, root=SpecFile)) from None
@@ -312,6 +327,11 @@ def plan_command(
 
         given = _sizes_given(text, spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget})
         raise typer.Exit(report_infeasible(err, missing_unit_hints(given))) from None
+    if world > 1:
+        from planner.tp_cli import write_set
+
+        write_set(result, output, fmt.value)  # type: ignore[arg-type]
+        return
     if check is not None:
         raise typer.Exit(_check_plan(ctx, result, spec, check, diff_format.value if diff_format else "text"))
     from planner.output import emit
@@ -372,8 +392,8 @@ def validate_command(
 ))
 @_reports
 def show_command(
-    plan_file: Annotated[str, typer.Argument(metavar="PLAN", help="A plan file; '-' reads stdin.",
-                                             show_default=False)],
+    plan_file: Annotated[str, typer.Argument(metavar="PLAN", help="A plan file; '-' reads stdin; a folder of rank "
+                                             "plans (--tp): the ranks side by side.", show_default=False)],
     fmt: Annotated[ShowFormat, typer.Option("--format", "-f", help="Table (text) or rows as JSON.")] = ShowFormat.text,
     chart: Annotated[Optional[str], typer.Option(
         "--chart", metavar="FILE", help="Also draw bytes per layer and one predicted forward to FILE "
@@ -391,6 +411,11 @@ def show_command(
     from planner.predicted import chosen_predictions
     from schemas.io import load_plan
 
+    if os.path.isdir(plan_file):
+        from planner.tp_show import show_set
+
+        show_set(plan_file, fmt.value, chart, hardware, workload, _console)
+        return
     plan = load_plan(plan_file)
     if chart is not None:
         from planner.chart import check_chart_path
@@ -477,14 +502,20 @@ def explain_command(
 ))
 @_reports
 def diff_command(
-    old: Annotated[str, typer.Argument(metavar="OLD", help="The old plan file.", show_default=False)],
-    new: Annotated[str, typer.Argument(metavar="NEW", help="The new plan file.", show_default=False)],
+    old: Annotated[str, typer.Argument(metavar="OLD", help="The old plan file (or folder of rank plans).",
+                                       show_default=False)],
+    new: Annotated[str, typer.Argument(metavar="NEW", help="The new plan file (or folder of rank plans: "
+                                       "compared rank by rank).", show_default=False)],
     fmt: Annotated[DiffFormat, typer.Option("--format", "-f", help="text, markdown (for a pull request) or json.")
                    ] = DiffFormat.text,
 ) -> None:
     """Compare two plans: params that moved between GPU and host, backend/strategy/step changes, memory deltas."""
     from schemas.io import load_plan
 
+    if os.path.isdir(old) or os.path.isdir(new):
+        from planner.tp_show import diff_set_folders
+
+        raise typer.Exit(diff_set_folders(old, new, fmt.value))
     old_plan, new_plan = load_plan(old), load_plan(new)
     from planner.diff import diff_plans, render_diff
 

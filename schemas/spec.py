@@ -293,6 +293,12 @@ class OffloadSection(StrictModel):
         return self
 
 
+class ParallelSection(StrictModel):
+    tp: PositiveCount = Field(
+        default=1, description="tensor-parallel ranks: above 1, `planner plan` writes one plan per rank into a "
+        "folder (--tp overrides; docs/DESIGN.md, \"Tensor parallel\")")
+
+
 class SpecFile(StrictModel):
     """A whole spec file."""
 
@@ -303,6 +309,7 @@ class SpecFile(StrictModel):
         default=None, description="what a forward processes, for predicted step times (default: decode, 1 token)")
     hardware: str | None = Field(
         default=None, description="hardware profile for predictions: a bundled name (h200) or a file")
+    parallel: ParallelSection | None = Field(default=None, description="how the model is split across GPUs")
 
 
 # ---------------------------------------------------------------------------

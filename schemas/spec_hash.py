@@ -9,6 +9,7 @@ from schemas.spec import SpecFile
 # fields added to the spec after plans started recording its hash: left out while unset, so that the
 # specs that do not use them keep the hash their plans already record
 _LATER_FIELDS = {"offload": ("backends",)}
+_LATER_SECTIONS = ("parallel",)
 
 
 def spec_sha256(spec: SpecFile) -> str:
@@ -16,4 +17,6 @@ def spec_sha256(spec: SpecFile) -> str:
     and params in file order, comments and formatting ignored."""
     unset = {section: {f for f in fields if getattr(getattr(spec, section), f) is None}
              for section, fields in _LATER_FIELDS.items()}
-    return hashlib.sha256(spec.model_dump_json(exclude={k: v for k, v in unset.items() if v}).encode()).hexdigest()
+    exclude: dict[str, object] = {k: v for k, v in unset.items() if v}
+    exclude.update({section: True for section in _LATER_SECTIONS if getattr(spec, section) is None})
+    return hashlib.sha256(spec.model_dump_json(exclude=exclude).encode()).hexdigest()

@@ -1,0 +1,37 @@
+"""`planner plan --tp N`: what the command line adds to tensor-parallel planning (planner/tp.py): the world
+size from the flag or the spec, the checks of the request, writing the set and saying what each rank costs."""
+
+from __future__ import annotations
+
+import sys
+
+from schemas.errors import InputError
+from schemas.plan import Plan
+from schemas.spec import SpecFile
+
+from planner import tp_notes
+from planner.tp import slowest_rank
+from planner.tp_output import check_folder, write_rank_plans
+
+
+def world_size(flag: int | None, spec: SpecFile) -> int:
+    """--tp N, else the spec's parallel.tp, else 1."""
+    if flag is not None:
+        return flag
+    return spec.parallel.tp if spec.parallel is not None else 1
+
+
+def check_request(world: int, output: str | None, check: str | None) -> None:
+    """Refuse, before planning, what a rank set cannot do: no folder to write to, or --check."""
+    if check is not None:
+        raise InputError(f"--check compares one plan file, and --tp {world} makes {world}: check a rank set with "
+                         f"`planner plan ... --tp {world} -o NEW/` and `planner diff OLD/ NEW/`")
+    check_folder(output or "", world)
+
+
+def write_set(plans: list[Plan], output: str, fmt: str) -> None:
+    """Write the set into ``output`` and say, on stdout, what each rank holds and costs."""
+    written = write_rank_plans(plans, output, fmt)
+    lines = [f"wrote {len(written)} rank plans to {output}: {', '.join(p.name for p in written)}"]
+    lines += tp_notes.set_lines(plans, slowest_rank(plans))
+    sys.stdout.write("\n".join(lines) + "\n")

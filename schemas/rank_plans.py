@@ -1,0 +1,90 @@
+"""A tensor-parallel plan set: one plan file per rank in a folder, ``rank{r}.plan.yaml`` (or ``.json``).
+
+The names and the checks of a set are defined here, in ``schemas/``, so that the planner that writes a
+set and the runtime that reads one agree. A set is whole when its ranks are exactly ``0..world_size-1``,
+every plan says that world size, and all were made from the same spec (``spec_sha256``) of the same model.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from schemas.errors import InputError
+from schemas.plan import Plan
+
+RANK_FILE = re.compile(r"^rank(0|[1-9][0-9]*)\.plan\.(yaml|json)$")
+FORMATS = ("yaml", "json")
+
+
+def rank_plan_name(rank: int, fmt: str = "yaml") -> str:
+    """The file name of rank ``rank``'s plan in a set folder."""
+    return f"rank{rank}.plan.{fmt}"
+
+
+def rank_files(folder: str | Path) -> dict[int, list[Path]]:
+    """The rank plan files in ``folder`` by rank (a rank may have a YAML and a JSON file); others ignored."""
+    found: dict[int, list[Path]] = {}
+    for path in sorted(Path(folder).iterdir()):
+        m = RANK_FILE.match(path.name)
+        if m and path.is_file():
+            found.setdefault(int(m.group(1)), []).append(path)
+    return found
+
+
+def set_files(folder: str | Path) -> list[Path]:
+    """The files of the whole set in ``folder``, by rank; InputError when there is none, a rank has two files
+    or a rank is missing."""
+    name = str(folder)
+    found = rank_files(folder)
+    if not found:
+        raise InputError(f"{name}: no rank plans (rank0.plan.yaml, rank1.plan.yaml, ...) in this folder; "
+                         "make them with `planner plan SPEC --tp N -o FOLDER`")
+    twice = [paths for paths in found.values() if len(paths) > 1]
+    if twice:
+        raise InputError(f"{name}: rank {RANK_FILE.match(twice[0][0].name).group(1)} has two plans "  # type: ignore[union-attr]
+                         f"({', '.join(p.name for p in twice[0])}); keep one")
+    missing = [r for r in range(max(found) + 1) if r not in found]
+    if missing:
+        raise InputError(f"{name}: the rank plans are {_ranks(found)}: rank {missing[0]} is missing")
+    return [found[r][0] for r in sorted(found)]
+
+
+def _ranks(found: dict[int, list[Path]]) -> str:
+    return ", ".join(paths[0].name for _, paths in sorted(found.items()))
+
+
+def set_problems(plans: list[Plan], names: list[str]) -> list[str]:
+    """What makes ``plans`` (rank order, read from ``names``) not one rank set: each problem a sentence."""
+    out = []
+    first = plans[0].summary
+    for r, (plan, name) in enumerate(zip(plans, names)):
+        s = plan.summary
+        if s.world_size is None:
+            out.append(f"{name}: not a rank plan (its summary has no rank and world_size)")
+            continue
+        if s.rank != r:
+            out.append(f"{name}: summary.rank is {s.rank}, but the file is rank {r}'s")
+        if s.world_size != len(plans):
+            out.append(f"{name}: summary.world_size is {s.world_size}, but the set has {len(plans)} rank plans")
+        if r and (s.model, s.spec_sha256) != (first.model, first.spec_sha256):
+            out.append(f"{name}: made from another spec than {names[0]} (model {s.model}, spec_sha256 "
+                       f"{s.spec_sha256[:12]}... vs {first.model}, {first.spec_sha256[:12]}...)")
+    return out
+
+
+def check_set(plans: list[Plan], names: list[str]) -> None:
+    """InputError listing every problem when ``plans`` are not one whole rank set."""
+    problems = set_problems(plans, names)
+    if problems:
+        raise InputError(problems)
+
+
+def load_set(folder: str | Path) -> list[Plan]:
+    """The plans of the rank set in ``folder``, by rank; InputError when a file or the set is bad."""
+    from schemas.io import load_plan
+
+    files = set_files(folder)
+    plans = [load_plan(path) for path in files]
+    check_set(plans, [str(path) for path in files])
+    return plans
