@@ -240,6 +240,26 @@ def test_each_rank(ranks, name):
         assert results.get(name) == "ok", f"rank {r}, {name}:\n{results.get(name, 'did not run')}"
 
 
+def test_rank_argument_without_a_process_group():
+    """A plain model is replicated on every rank: rank= picks this rank's plan from a list, no
+    process group needed, and the outputs are exact."""
+    import runtime
+    from models import LlamaConfig, make_llama
+    from tp_model import rank_plans
+
+    model = make_llama(LlamaConfig(vocab=64, dim=32, layers=3, heads=4, kv_heads=2, hidden=48))
+    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = model(ids)
+    plans = rank_plans(runtime.describe(model), WORLD, strategy="group", group_size=2, num_in_group=1,
+                       backend="prefetch")
+    assert {p.shard for p in plans[1].layers[1].params.values()} == {"replicated"}
+    for r in range(WORLD):
+        with runtime.apply(plans, model, device="cpu", rank=r) as handle, torch.no_grad():
+            assert handle.plan.summary.rank == r
+            assert torch.equal(model(ids), want)
+
+
 if __name__ == "__main__":
     sys.path[:0] = [str(HERE.parent), str(HERE)]
     worker(int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
