@@ -194,9 +194,12 @@ def worker(rank: int, store: str, out: Path) -> None:
                            "q_proj.weight' is split on dim 0 in the model", "says shard 'dim1'"))
     check("missing_rank_file", refused(lambda: runtime.apply(out / "empty", model, device="cpu"), InputError,
                                        f"no plan for rank {rank}"))
-    dist.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(results))
-    dist.destroy_process_group()
+    dist.barrier()
+    # leave without tearing gloo down: its teardown now and then aborts the process ("terminate called
+    # without an active exception") after all the work is done; both ranks have passed the barrier
+    sys.stdout.flush()
+    os._exit(0)
 
 
 # ---------------------------------------------------------------------------------------------
