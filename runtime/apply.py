@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -19,10 +20,11 @@ from runtime.placement import Placement
 from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_problems, loose_tensors, meta_tensors,
                                 naming_problems, plan_problems, spec_problems)
 from runtime.progress import Progress
+from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems, this_rank
 from runtime.tensors import TensorRef, plan_refs, resolve, split_owner
 from runtime.teardown import RemoveError, Step, run_steps
 from schemas.errors import InputError
-from schemas import Plan, SpecFile, format_bytes, load_plan
+from schemas import Plan, SpecFile, format_bytes
 
 log = logging.getLogger("runtime")
 
@@ -81,9 +83,9 @@ class Handle:
         self.remove()
 
 
-def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device = "cuda", *,
+def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: str | torch.device = "cuda", *,
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
-          spec: SpecFile | None = None) -> Handle:
+          spec: SpecFile | None = None, rank: int | None = None, process_group: object = None) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -93,9 +95,15 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
     ("refuse", the default: the plan's memory promise would not hold), or put on the device
     outside the plan's accounting ("move"). ``spec``: the spec the plan was made from; its
     hash must be the plan's ``spec_sha256``.
+
+    Tensor parallelism (runtime/rank_plans.py): ``plan`` may also be a directory of
+    ``rank{r}.plan.yaml`` files or a list of rank plans indexed by rank; this process's rank is
+    ``rank``, else its rank in ``process_group`` (default: the default group) of an initialized
+    ``torch.distributed``. A rank plan must be this rank's and match the model's local shards
+    (DTensor params: their local tensors and placements).
     """
-    loaded = isinstance(plan, (str, Path))  # load_plan has run every check of the plan file already
-    plan = _as_plan(plan)
+    who = this_rank(rank, process_group)
+    plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
     if not isinstance(model, nn.Module):
         raise ApplyError(f"apply() needs the nn.Module to offload, got a {type(model).__name__}")
     if unplanned not in UNPLANNED_CHOICES:
@@ -108,7 +116,7 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
     if meta:
         raise ApplyError(f"{len(meta)} params/buffers are on the meta device and hold no data: "
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
-    loose = _check(plan, model, unplanned, spec, checked=loaded)
+    loose = _check(plan, model, unplanned, spec, checked=loaded, who=who, device=device)
     reset_compiled_code()
     refs = plan_refs(plan, model)
     _check_device_memory(plan, refs, device)
@@ -158,16 +166,8 @@ def apply(plan: Plan | str | Path, model: nn.Module, device: str | torch.device 
     return handle
 
 
-def _as_plan(plan: object) -> Plan:
-    if isinstance(plan, Plan):
-        return plan
-    if isinstance(plan, (str, Path)):
-        return load_plan(plan)
-    hint = " (that is a spec: make a plan from it with planner.plan(spec))" if isinstance(plan, SpecFile) else ""
-    raise ApplyError(f"apply() needs a Plan or the path of a plan file, got a {type(plan).__name__}{hint}")
-
-
-def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, *, checked: bool) -> list[Loose]:
+def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, *, checked: bool,
+           who: Rank, device: torch.device) -> list[Loose]:
     """Every reason the plan cannot run on this model, in one error; the tensors it does not name.
 
     ``checked``: the plan was just loaded from a file (validated and checked); a Plan object may have
@@ -175,11 +175,12 @@ def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, 
     invalid = [] if checked else plan_problems(plan)
     if invalid:
         raise InputError(invalid)
-    problems = spec_problems(plan, spec)
+    problems = spec_problems(plan, spec) + rank_problems(plan, who)
     try:
         check_model(plan, model)
     except PlanMismatchError as err:
         problems += err.problems
+    problems += layout_problems(plan, model, device)
     problems += naming_problems(plan, model)
     loose = loose_tensors(plan, model)
     problems += loose_problems(loose, unplanned)
@@ -214,7 +215,7 @@ def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
     need = plan.summary.buffer_bytes
     seen: set[int] = set()
     for full, ref in refs.items():
-        t = ref.get()
+        t = ref.local
         if full in offloaded or id(t) in seen or t.device == device:
             continue
         seen.add(id(t))

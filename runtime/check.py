@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from runtime.dtensor import is_dtensor
 from runtime.errors import PlanMismatchError
 from runtime.tensors import dtype_name, resolve, split_owner, storage_nbytes
 from schemas import Plan
@@ -40,11 +41,12 @@ def check_model(plan: Plan, model: nn.Module) -> None:
                 continue
             # a param the plan calls a buffer (or the reverse) moves the same way: not a mismatch,
             # and specs read from checkpoint headers cannot tell the two apart
-            t = ref.get()
+            t = ref.local  # what moves: the param, or a DTensor param's local shard
             if t.device.type == "meta":
                 problems.append(f"'{full}' is on the meta device (no data to offload)")
             if list(t.shape) != list(want.shape):
-                problems.append(f"'{full}': shape {list(t.shape)} in the model, {want.shape} in the plan")
+                problems.append(f"'{full}': shape {list(t.shape)} in the model, {want.shape} in the plan"
+                                + sharded_hint(ref.get(), plan))
             if dtype_name(t.dtype) != want.dtype:
                 problems.append(f"'{full}': dtype {dtype_name(t.dtype)} in the model, {want.dtype} in the plan")
             stride = want.stride or _contiguous_strides(want.shape)
@@ -62,7 +64,7 @@ def check_model(plan: Plan, model: nn.Module) -> None:
             if ref is None or oref is None:
                 problems.append(f"tied '{full}' -> '{owner}': one of them is missing from the model")
                 continue
-            a, b = ref.get(), oref.get()
+            a, b = ref.local, oref.local
             if a is not b and (a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()):
                 problems.append(f"'{full}' does not share storage with '{owner}' as the plan says")
         for rel in layer.offloaded:
@@ -71,6 +73,18 @@ def check_model(plan: Plan, model: nn.Module) -> None:
                 problems.append(f"'{layer.name}.{rel}' is offloaded but another param is tied to it")
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
+
+
+def sharded_hint(param, plan: Plan) -> str:
+    """For a DTensor param whose local shard the plan does not describe: what to apply instead."""
+    if not is_dtensor(param):
+        return ""
+    ranks = param.device_mesh.size()
+    if plan.summary.world_size is None:
+        return (f" (a DTensor split over {ranks} ranks, global shape {list(param.shape)}: a plan for the whole "
+                f"model cannot run on one rank's shard; apply this rank's plan: planner plan --tp {ranks}, "
+                f"rank{{r}}.plan.yaml)")
+    return f" (this rank's shard of a DTensor of global shape {list(param.shape)} over {ranks} ranks)"
 
 
 def meta_params(model: nn.Module) -> list[str]:

@@ -14,6 +14,10 @@ at their registration place, which is not where they run.
 Tensors that are the same object, or the same view of one storage, are listed once and
 recorded as ``tied`` to their first name; on the meta device only identity counts.
 Consecutive blocks with identical tensors fold into one ``{i}`` template.
+
+A model sharded with ``torch.distributed.tensor`` (DTensor params) is described whole: global
+shapes, and each param's ``shard`` read from its placement (runtime/dtensor.py), so every rank
+describes the same spec; ``local=True`` describes this rank's part instead (local shapes, no shard).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import torch
 from torch import nn
 
+from runtime.dtensor import is_dtensor, local_tensor, shard_name
 from runtime.tensors import dtype_name
 from schemas.spec import SpecFile
 from schemas.spec_build import LayerEntry, build_spec
@@ -78,6 +83,7 @@ def find_layers(model: nn.Module, non_persistent: bool = False) -> list[tuple[st
 
 def _storage_key(t: torch.Tensor) -> tuple:
     """Equal for tensors that are the same view of the same memory (the same object on meta)."""
+    t = local_tensor(t)
     if t.device.type == "meta" or t.numel() == 0:
         return ("object", id(t))
     return (str(t.device), t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
@@ -105,15 +111,19 @@ def moe_of(module: nn.Module) -> dict[str, int] | None:
 
 
 def describe(model: nn.Module, name: str | None = None, dtype: str | None = None, *,
-             non_persistent: bool = False, fold: bool = True) -> SpecFile:
+             non_persistent: bool = False, fold: bool = True, local: bool = False) -> SpecFile:
     """The spec of ``model``: its layers in order, every param and buffer, ties, folded blocks.
 
     ``name`` defaults to the model's class name, ``dtype`` (the spec's default dtype) to the
     dtype holding the most elements. ``non_persistent=True`` lists non-persistent buffers too.
+    A model with DTensor params gets global shapes and a ``shard`` per param; ``local=True``:
+    this rank's local shards instead, without ``shard``.
     """
     layers = find_layers(model, non_persistent)
     if not layers:
         raise ValueError("the model holds no parameters or buffers below its root")
+    sharded = not local and any(is_dtensor(t) for _, t, _ in _tensors(model, non_persistent))
+    vocab = {m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)}
     owner_of: dict[tuple, str] = {}
     entries: list[LayerEntry] = []
     for lname, module in layers:
@@ -124,7 +134,13 @@ def describe(model: nn.Module, name: str | None = None, dtype: str | None = None
                 entry.tied[rel] = owner_of[key]
                 continue
             owner_of[key] = f"{lname}.{rel}"
-            entry.params[rel] = _entry(t, is_buffer)
+            entry.params[rel] = _entry(local_tensor(t) if local else t, is_buffer)
+            if sharded:
+                owner = module.get_submodule(rel.rpartition(".")[0]) if "." in rel else module
+                try:
+                    entry.params[rel]["shard"] = shard_name(t, owner, vocab)
+                except ValueError as exc:
+                    raise ValueError(f"'{lname}.{rel}': {exc}") from None
         entry.moe = moe_of(module)
         entries.append(entry)
     return build_spec(name or type(model).__name__, entries, dtype, fold)

@@ -6,6 +6,9 @@ rollback of a failed ``apply`` and ``Handle.remove()``: every tensor goes back t
 original device with bit-identical values and its own storage, and the host arenas
 (pinned memory) are released layer by layer, so restoring needs at most one layer of
 extra host memory.
+
+For a DTensor param the placement moves its local shard (``TensorRef.local``): the param object,
+its local tensor object and its layout stay, only the shard's storage moves.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from runtime.offloader import Offloaded
+from runtime.dtensor import param_value
 from runtime.pinned import HostArena, pack
 from runtime.tensors import TensorRef
 
@@ -23,9 +27,10 @@ from runtime.tensors import TensorRef
 class _Entry:
     ref: TensorRef
     tensor: torch.Tensor  # the nn.Parameter / buffer object (identity kept)
+    target: torch.Tensor  # the tensor whose .data moves: ``tensor``, or a DTensor param's local shard
     device: torch.device  # where it was before apply
     host: torch.Tensor | None = None  # host view holding its value while offloaded
-    aliases: list[torch.Tensor] = field(default_factory=list)  # other objects sharing its storage
+    aliases: list[torch.Tensor] = field(default_factory=list)  # other targets sharing its storage
 
 
 @dataclass(eq=False)
@@ -37,7 +42,7 @@ class Placement:
         t = ref.get()
         entry = self.entries.get(id(t))
         if entry is None:
-            entry = self.entries[id(t)] = _Entry(ref, t, t.device)
+            entry = self.entries[id(t)] = _Entry(ref, t, ref.local, ref.local.device)
         return entry
 
     def alias(self, owner: TensorRef, other: TensorRef) -> None:
@@ -45,12 +50,12 @@ class Placement:
         o, t = owner.get(), other.get()
         if o is not t:
             entry = self.track(owner)
-            if all(a is not t for a in entry.aliases):
-                entry.aliases.append(t)
+            if all(a is not other.local for a in entry.aliases):
+                entry.aliases.append(other.local)
             self.entries[id(t)] = entry  # tracking the alias finds its owner's entry
 
     def _set(self, entry: _Entry, data: torch.Tensor) -> None:
-        entry.tensor.data = data
+        entry.target.data = data
         for a in entry.aliases:
             a.data = data
 
@@ -66,7 +71,7 @@ class Placement:
                 entries.append(e)
         if not entries:
             return []
-        arena, views = pack([e.tensor.data for e in entries], pin)
+        arena, views = pack([e.target.data for e in entries], pin)
         self.arenas.append((arena, entries))
         for e, v in zip(entries, views):
             e.host = v
@@ -76,7 +81,7 @@ class Placement:
     def move(self, ref: TensorRef, device: torch.device) -> bool:
         """Move a resident tensor to ``device``; False when it was there already."""
         entry = self.track(ref)
-        t = entry.tensor
+        t = entry.target
         if t.device == device:
             return False
         self._set(entry, t.data.to(device))
@@ -89,9 +94,9 @@ class Placement:
         when all is back). What failed stays tracked, so calling it again retries only that."""
         problems: list[str] = []
         for entry in self.unique_entries():
-            if entry.host is None and entry.tensor.device != entry.device:
+            if entry.host is None and entry.target.device != entry.device:
                 try:
-                    self._set(entry, entry.tensor.data.to(entry.device))
+                    self._set(entry, entry.target.data.to(entry.device))
                 except Exception as exc:  # noqa: BLE001 - reported after every tensor had its turn
                     problems.append(f"{_name(entry)}: could not move back to {entry.device}: {exc}")
         kept = []
@@ -125,8 +130,9 @@ class Placement:
         return list({id(e): e for e in self.entries.values()}.values())
 
     def true_values(self) -> dict[int, torch.Tensor]:
-        """id(tensor object) -> its host copy, for every tensor offloaded now (aliases too)."""
-        return {key: e.host for key, e in self.entries.items() if e.host is not None}
+        """id(tensor object) -> its host copy (for a DTensor param, a DTensor around it), for every
+        tensor offloaded now (aliases too)."""
+        return {key: param_value(e.tensor, e.host) for key, e in self.entries.items() if e.host is not None}
 
     @property
     def host_bytes(self) -> int:

@@ -17,6 +17,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
+from runtime.dtensor import local_tensor
 from runtime.tensors import resolve, storage_nbytes
 from schemas import Plan, SpecFile, format_bytes
 from schemas.errors import InputError, Problem, problems_from_validation
@@ -112,7 +113,7 @@ def loose_tensors(plan: Plan, model: nn.Module) -> list[Loose]:
                 seen.add(id(t))
                 persistent = not (is_buffer and attr in module._non_persistent_buffers_set)
                 out.append(Loose(f"{mname}.{attr}" if mname else attr, module, attr, is_buffer,
-                                 storage_nbytes(t), persistent))
+                                 storage_nbytes(local_tensor(t)), persistent))
     return out
 
 

@@ -25,6 +25,7 @@ from torch import nn
 
 from runtime import cudart, prefetch_ops
 from runtime.buffer_pool import BufferPool
+from runtime.dtensor import activation
 from runtime.offloader import Offloader
 from runtime.stats import ForwardStats
 from runtime.tensors import storage_nbytes
@@ -50,10 +51,10 @@ class _Layer:
 def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
     for a in args:
         if isinstance(a, torch.Tensor):
-            return a
+            return activation(a)
     for a in kwargs.values():
         if isinstance(a, torch.Tensor):
-            return a
+            return activation(a)
     return None
 
 
@@ -149,7 +150,7 @@ class PrefetchOffloader(Offloader):
         join = torch.ops.offload_planner.join
 
         def hook(_module: nn.Module, _args: tuple, output):
-            x = output if isinstance(output, torch.Tensor) else _first_in(output)
+            x = activation(output) if isinstance(output, torch.Tensor) else _first_in(output)
             if x is None:
                 self.join_after_forward()
             else:
@@ -167,7 +168,7 @@ class PrefetchOffloader(Offloader):
                 continue
             for rel in pl.prefetched:
                 ref = host_of[f"{pl.name}.{rel}"].ref
-                ref.get().data = self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)
+                ref.local.data = self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)
         for j, layer in enumerate(self.layers):
             if self.plan.layers[layer.position].prefetch.previous_forward:
                 self._copy_now(j)
@@ -301,5 +302,5 @@ def _first_in(output) -> torch.Tensor | None:
 
     for leaf in tree_leaves(output):
         if isinstance(leaf, torch.Tensor):
-            return leaf
+            return activation(leaf)
     return None

@@ -2,15 +2,18 @@
 
 A param is swapped by assigning ``tensor.data``: the ``nn.Parameter`` object (and any
 reference an optimizer or a tied module holds) stays the same, only its storage moves.
+For a DTensor param the tensor swapped is its local shard (``TensorRef.local``, runtime/dtensor.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
 
+from runtime.dtensor import local_tensor
 from schemas import Plan
 from schemas.dtypes import DTYPE_BYTES
 from schemas.spec import storage_elements
@@ -40,6 +43,12 @@ class TensorRef:
     def get(self) -> torch.Tensor:
         store = self.module._buffers if self.is_buffer else self.module._parameters
         return store[self.attr]
+
+    @cached_property
+    def local(self) -> torch.Tensor:
+        """The tensor whose ``.data`` holds this rank's values (resolved once): the param or buffer
+        itself, or a DTensor param's local shard."""
+        return local_tensor(self.get())
 
 
 def resolve(model: nn.Module, layer: str, rel: str) -> TensorRef | None:

@@ -75,7 +75,7 @@ def read_in_place(offloader: Offloader, pairs: list[tuple[TensorRef, torch.Tenso
         _install_copy_fallback(offloader, pairs)
         return
     for ref, host in pairs:
-        ref.get().data = host if device.type == "cpu" else device_view(host, device)
+        ref.local.data = host if device.type == "cpu" else device_view(host, device)
 
 
 def _install_copy_fallback(offloader: Offloader, pairs: list[tuple[TensorRef, torch.Tensor]]) -> None:
@@ -84,7 +84,7 @@ def _install_copy_fallback(offloader: Offloader, pairs: list[tuple[TensorRef, to
     placeholder = {}
     for ref, host in pairs:
         placeholder[ref.full] = torch.empty(0, dtype=host.dtype, device=device)
-        ref.get().data = placeholder[ref.full]
+        ref.local.data = placeholder[ref.full]
     by_layer: dict[str, list] = {}
     for ref, host in pairs:
         by_layer.setdefault(ref.layer, []).append((ref, host))
@@ -94,11 +94,11 @@ def _install_copy_fallback(offloader: Offloader, pairs: list[tuple[TensorRef, to
 
         def pre(_m, _args, layer_pairs=layer_pairs):
             for ref, host in layer_pairs:
-                ref.get().data = host.to(device, non_blocking=True)
+                ref.local.data = host.to(device, non_blocking=True)
 
         def post(_m, _args, _out, layer_pairs=layer_pairs):
             for ref, _host in layer_pairs:
-                ref.get().data = placeholder[ref.full]
+                ref.local.data = placeholder[ref.full]
 
         offloader.hooks.append(module.register_forward_pre_hook(pre))
         offloader.hooks.append(module.register_forward_hook(post))
