@@ -24,8 +24,7 @@ from runtime.errors import ApplyError, PlanMismatchError
 from runtime.tensors import resolve
 from schemas import Plan, SpecFile, load_plan
 from schemas.errors import InputError
-
-PLAN_FILE = "rank{rank}.plan.yaml"
+from schemas.rank_plans import load_set, rank_plan_name, set_problems
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def choose_plan(plan: object, who: Rank) -> tuple[Plan, bool]:
             and all(isinstance(p, Plan) for p in plan):
         return _from_sequence(list(plan), who), False
     hint = " (that is a spec: make a plan from it with planner.plan(spec))" if isinstance(plan, SpecFile) else ""
-    raise ApplyError(f"apply() needs a Plan, the path of a plan file, a directory of {PLAN_FILE.format(rank='R')} "
+    raise ApplyError(f"apply() needs a Plan, the path of a plan file, a directory of {rank_plan_name('R')} "
                      f"files or a list of rank plans, got a {type(plan).__name__}{hint}")
 
 
@@ -84,21 +83,19 @@ def _need_rank(who: Rank, what: str) -> int:
 
 
 def _from_directory(folder: Path, who: Rank) -> Plan:
+    """This rank's plan from a set folder; the whole set is loaded and checked (schemas/rank_plans.py), so
+    a folder mixing two sets or missing a rank is refused on every rank alike."""
     rank = _need_rank(who, f"the directory {folder}")
-    path = folder / PLAN_FILE.format(rank=rank)
-    if not path.is_file():
-        found = sorted(p.name for p in folder.glob(PLAN_FILE.format(rank="*")))
-        have = f"it holds {', '.join(found)}" if found else "it holds no rank plans"
-        raise InputError(f"{path}: no plan for rank {rank} in {folder} ({have}); {who.describe()}")
-    return load_plan(path)
+    plans = load_set(folder)
+    if rank >= len(plans):
+        raise InputError(f"{folder}: no plan for rank {rank}: the folder holds the plans of {len(plans)} ranks; "
+                         f"{who.describe()}")
+    return plans[rank]
 
 
 def _from_sequence(plans: list[Plan], who: Rank) -> Plan:
     rank = _need_rank(who, f"the list of {len(plans)} plans")
-    problems = [f"plans[{i}] is for rank {p.summary.rank} of {p.summary.world_size}, not rank {i} of {len(plans)}"
-                for i, p in enumerate(plans) if (p.summary.rank, p.summary.world_size) != (i, len(plans))]
-    problems += [f"plans[{i}] was made from another spec than plans[0] (spec_sha256 {p.summary.spec_sha256[:12]}…)"
-                 for i, p in enumerate(plans) if p.summary.spec_sha256 != plans[0].summary.spec_sha256]
+    problems = set_problems(plans, [f"plans[{i}]" for i in range(len(plans))])
     if rank >= len(plans):
         problems.append(f"no plan for rank {rank}: the list holds {len(plans)}; {who.describe()}")
     if problems:
@@ -122,7 +119,7 @@ def rank_problems(plan: Plan, who: Rank) -> list[str]:
     problems = []
     if s.rank != who.rank:
         problems.append(f"{plan_label(plan)} cannot run on rank {who.rank} ({who.source}); "
-                        f"apply {PLAN_FILE.format(rank=who.rank)}")
+                        f"apply {rank_plan_name(who.rank)}")
     if who.world_size is not None and who.world_size != s.world_size:
         problems.append(f"{plan_label(plan)} was made for {s.world_size} ranks but {who.describe()}; "
                         f"make the plans again for {who.world_size} ranks")

@@ -64,7 +64,7 @@ def set_problems(plans: list[Plan], names: list[str]) -> list[str]:
             out.append(f"{name}: not a rank plan (its summary has no rank and world_size)")
             continue
         if s.rank != r:
-            out.append(f"{name}: summary.rank is {s.rank}, but the file is rank {r}'s")
+            out.append(f"{name}: summary.rank is {s.rank}, but it is in rank {r}'s place")
         if s.world_size != len(plans):
             out.append(f"{name}: summary.world_size is {s.world_size}, but the set has {len(plans)} rank plans")
         if r and (s.model, s.spec_sha256) != (first.model, first.spec_sha256):
@@ -86,5 +86,14 @@ def load_set(folder: str | Path) -> list[Plan]:
 
     files = set_files(folder)
     plans = [load_plan(path) for path in files]
+    sizes = {plan.summary.world_size for plan in plans}
+    if len(sizes) == 1 and (size := sizes.pop()) is not None and size > len(plans):
+        missing = ", ".join(rank_plan_name(r, files[0].suffix[1:]) for r in range(len(plans), size))
+        raise InputError(f"{folder}: the plans are for {size} ranks but only {_names(files)} "
+                         f"{'is' if len(files) == 1 else 'are'} here: {missing} missing")
     check_set(plans, [str(path) for path in files])
     return plans
+
+
+def _names(files: list[Path]) -> str:
+    return ", ".join(path.name for path in files)

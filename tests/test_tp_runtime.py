@@ -186,14 +186,14 @@ def worker(rank: int, store: str, out: Path) -> None:
                                 "q_proj.weight': shape", "a plan for the whole model cannot run on one rank's shard",
                                 "planner plan --tp 2"))
     check("list_of_one", refused(lambda: runtime.apply(plans[:1], model, device="cpu"), PlanMismatchError,
-                                 "not rank 0 of 1"))
+                                 "plans[0]: summary.world_size is 2, but the set has 1 rank plans"))
     check("list_swapped", refused(lambda: runtime.apply(plans[::-1], model, device="cpu"), PlanMismatchError,
-                                  "plans[0] is for rank 1 of 2"))
+                                  "plans[0]: summary.rank is 1, but it is in rank 0's place"))
     swapped = edited(plans[rank], lambda d: d["layers"][1]["params"]["self_attn.q_proj.weight"].update(shard="dim1"))
     check("shard", refused(lambda: runtime.apply(swapped, model, device="cpu"), PlanMismatchError,
                            "q_proj.weight' is split on dim 0 in the model", "says shard 'dim1'"))
     check("missing_rank_file", refused(lambda: runtime.apply(out / "empty", model, device="cpu"), InputError,
-                                       f"no plan for rank {rank}"))
+                                       "no rank plans (rank0.plan.yaml"))
     (out / f"rank{rank}.json").write_text(json.dumps(results))
     dist.barrier()
     # leave without tearing gloo down: its teardown now and then aborts the process ("terminate called
@@ -248,13 +248,13 @@ def test_rank_argument_without_a_process_group():
     process group needed, and the outputs are exact."""
     import runtime
     from models import LlamaConfig, make_llama
-    from tp_model import rank_plans
+    from tp_model import rank_plans, replicated
 
     model = make_llama(LlamaConfig(vocab=64, dim=32, layers=3, heads=4, kv_heads=2, hidden=48))
     ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         want = model(ids)
-    plans = rank_plans(runtime.describe(model), WORLD, strategy="group", group_size=2, num_in_group=1,
+    plans = rank_plans(replicated(runtime.describe(model)), WORLD, strategy="group", group_size=2, num_in_group=1,
                        backend="prefetch")
     assert {p.shard for p in plans[1].layers[1].params.values()} == {"replicated"}
     for r in range(WORLD):

@@ -4,8 +4,7 @@
 gate and up column-parallel, o and down row-parallel, the embedding split by vocabulary rows, the
 lm_head column-parallel with its output gathered; norms stay whole on every rank.
 
-``rank_plans`` makes one plan per rank from the model's global spec, as ``planner.plan_ranks`` does
-(used when present): each param's local shape from its ``shard``, planned, then marked with its rank.
+``rank_plans`` makes one plan per rank from the model's global spec (``planner.plan_ranks``).
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ from torch import nn
 
 import planner
 from schemas import Plan, SpecFile
-from schemas.shard import local_shape
-from schemas.spec_hash import spec_sha256
 
 
 def parallelize(model: nn.Module, mesh, blocks: str = "model.layers", vocab: bool = True) -> nn.Module:
@@ -43,31 +40,15 @@ def parallelize(model: nn.Module, mesh, blocks: str = "model.layers", vocab: boo
     return model
 
 
-def local_spec(spec: SpecFile, world_size: int) -> SpecFile:
-    """The spec of one rank's part: each param's shape split as its ``shard`` says, no shards."""
+def rank_plans(spec: SpecFile, world_size: int, **plan_kwargs: Any) -> list[Plan]:
+    """One plan per rank (index = rank) for the global ``spec`` (shards from runtime.describe)."""
+    return planner.plan_ranks(spec, world_size, **plan_kwargs)
+
+
+def replicated(spec: SpecFile) -> SpecFile:
+    """``spec`` with every param marked ``shard: replicated`` (a plain model run whole on every rank)."""
     data: dict[str, Any] = spec.model_dump(mode="json", exclude_none=True)
     for layer in data["model"]["layers"]:
         for p in layer.get("params", {}).values():
-            p["shape"] = list(local_shape(p["shape"], p.pop("shard", "replicated"), world_size))
+            p["shard"] = "replicated"
     return SpecFile.model_validate(data)
-
-
-def rank_plans(spec: SpecFile, world_size: int, **plan_kwargs: Any) -> list[Plan]:
-    """One plan per rank (index = rank) for the global ``spec`` (shards from runtime.describe)."""
-    plan_ranks = getattr(planner, "plan_ranks", None)
-    if plan_ranks is not None:
-        return plan_ranks(spec, world_size, **plan_kwargs)
-    shards = {}
-    for layer in spec.model.layers:  # a template's params hold for each layer it expands to
-        names = [layer.name.replace("{i}", str(layer.start + k)) for k in range(layer.repeat or 1)]
-        shards.update({f"{name}.{rel}": p.shard for name in names for rel, p in layer.params.items()})
-    base = planner.plan(local_spec(spec, world_size), **plan_kwargs).model_dump()
-    base["summary"]["spec_sha256"] = spec_sha256(spec)
-    for layer in base["layers"]:
-        for rel, p in layer["params"].items():
-            p["shard"] = shards[f"{layer['name']}.{rel}"] or "replicated"
-    plans = []
-    for rank in range(world_size):
-        base["summary"].update(rank=rank, world_size=world_size)
-        plans.append(Plan.model_validate(base))
-    return plans
