@@ -27,16 +27,20 @@ The peak of a prefix is reckoned with the pool's upper bound (each buffer key's 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from schemas.buffer_pool import Signature, signature
 from planner.errors import InfeasibleError
-from planner.kinds import param_kind
+from planner.kinds import _segments, param_kind
 from planner.layer_cost import gpu_and_uva_ms
+from planner.spread_order import van_der_corput
 from schemas.hardware import HardwareProfile
 from schemas.sizes import format_bytes
 from schemas.spec import Layer, Tensor
 from schemas.workload import Workload
+
+
+MAX_SLOTS = 4  # the most buffer slots auto considers (one copy stream: more help only before runs)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class Move:
     backend: str  # uva | prefetch
     ms_per_byte: float  # weighted predicted cost of the move, per byte moved
     kinds: tuple[str, ...]
+    tier: int = 0  # offload.prefer: the rank of its kinds (0 without prefer)
+    unique: bool = False  # a UVA move of units that would rather be copied, in a layer no other layer is like
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,7 @@ class Order:
 
     moves: tuple[Move, ...]
     signatures: tuple[Signature | None, ...]  # per move: the prefetched signature (None for UVA)
-    slots: int
-
-
-def _van_der_corput(n: int) -> list[int]:
-    """0..n-1 ordered so that every prefix is spread evenly (bit-reversed ranks)."""
-    bits = max(1, (n - 1).bit_length())
-    return sorted(range(n), key=lambda i: (int(f"{i:0{bits}b}"[::-1], 2), i))
+    slots: int  # the most buffer slots a plan of this order may use: prefetched signatures are shared by more
 
 
 def _weighted(workload: Workload) -> list[tuple[int, float]]:
@@ -71,68 +71,90 @@ def _weighted(workload: Workload) -> list[tuple[int, float]]:
 
 
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
-                workload: Workload, slots: int, forced: Mapping[str, str] | None = None,
-                only: str | None = None) -> Order:
+                workload: Workload, slots: int | None, forced: Mapping[str, str] | None = None,
+                only: str | None = None, prefer: Sequence[str] | None = None) -> Order:
     """The fixed order of moves for these layers (``eligible``: position -> params that may move).
 
     ``forced``: kind -> backend for the kinds whose backend is given (offload.backends); ``only``:
-    every unit on this backend (offload.backend prefetch or uva)."""
+    every unit on this backend (offload.backend prefetch or uva); ``slots``: the most buffer slots
+    a plan may use (a layer is prefetched only if more layers share its signature; None: up to
+    MAX_SLOTS, fewer when no signature is shared by more layers than that); ``prefer``: kinds
+    whose moves come first, in this order (offload.prefer), the other kinds after them."""
     forced = forced or {}
     tokens = _weighted(workload)
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
+    rest = len(prefer) if prefer else 0
+
+    def tier_of(kind: str) -> int:
+        return prefer.index(kind) if prefer and kind in prefer else rest
+
+    cost_cache: dict[tuple, float] = {}
     uva_moves: list[Move] = []
-    fallback: dict[int, list[Move]] = {}  # a prefetch candidate's units on UVA, if its layer cannot be prefetched
-    prefetch_parts: dict[int, list[Tensor]] = {}
-    prefetch_kinds: dict[int, set[str]] = {}
+    fallback: dict[tuple[int, int], list[Move]] = {}  # (position, tier): its units on UVA, if not prefetched
+    prefetch_parts: dict[tuple[int, int], list[Tensor]] = {}
+    prefetch_kinds: dict[tuple[int, int], set[str]] = {}
     for position, params in eligible.items():
         layer = layers[position]
         moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
         by_kind: dict[str, list[Tensor]] = {}
         for t in params:
             by_kind.setdefault(param_kind(layer.name, t.name, t.kind), []).append(t)
+        head = _segments(layer.name)
         for kind, group in by_kind.items():
             nbytes = sum(t.nbytes for t in group)
             if nbytes == 0:
                 continue
             extra = 0.0
             for t in group:
-                for count, share in tokens:
-                    gpu, uva = gpu_and_uva_ms(layer.name, t, count, hw, moe)
-                    extra += share * (uva - gpu)
-            move = Move(position, tuple(t.name for t in group), nbytes, "uva", max(extra, 0.0) / nbytes, (kind,))
+                key = (head, t, moe)
+                found = cost_cache.get(key)
+                if found is None:
+                    found = 0.0
+                    for count, share in tokens:
+                        gpu, uva = gpu_and_uva_ms(layer.name, t, count, hw, moe)
+                        found += share * (uva - gpu)
+                    cost_cache[key] = found
+                extra += found
+            tier = tier_of(kind)
+            move = Move(position, tuple(t.name for t in group), nbytes, "uva", max(extra, 0.0) / nbytes, (kind,), tier)
             want = forced.get(kind, only)
             if want == "uva" or (want is None and move.ms_per_byte < link_ms_per_byte):
                 uva_moves.append(move)
             else:
-                prefetch_parts.setdefault(position, []).extend(group)
-                prefetch_kinds.setdefault(position, set()).add(kind)
+                prefetch_parts.setdefault((position, tier), []).extend(group)
+                prefetch_kinds.setdefault((position, tier), set()).add(kind)
                 if want is None:
-                    fallback.setdefault(position, []).append(move)
+                    fallback.setdefault((position, tier), []).append(move)
     # a layer's prefetched params in the layer's own order (the pool key order of its signature)
-    for position, group in prefetch_parts.items():
+    for (position, _), group in prefetch_parts.items():
         rank = {t.name: i for i, t in enumerate(layers[position].params)}
         group.sort(key=lambda t: rank[t.name])
-    # prefetch candidates: layers whose prefetched signature more than `slots` layers share
-    sigs: dict[int, Signature] = {}
+    # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
+    sigs: dict[tuple[int, int], Signature] = {}
     interned: dict[Signature, Signature] = {}
-    for position, group in prefetch_parts.items():
+    for unit, group in prefetch_parts.items():
         sig = signature(group)
-        sigs[position] = interned.setdefault(sig, sig)
-    count: dict[int, int] = {}
-    for sig in sigs.values():
-        count[id(sig)] = count.get(id(sig), 0) + 1
-    candidates = sorted(p for p, sig in sigs.items() if count[id(sig)] > slots)
+        sigs[unit] = interned.setdefault(sig, sig)
+    count: dict[tuple[int, int], int] = {}
+    for (_, tier), sig in sigs.items():
+        count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + 1
+    if slots is None:
+        slots = max(1, min(MAX_SLOTS, max(count.values(), default=2) - 1))
+    candidates = sorted((u for u, sig in sigs.items() if count[(u[1], id(sig))] > slots), key=lambda u: (u[1], u[0]))
     chosen = set(candidates)
-    moves = uva_moves + [m for position, ms in fallback.items() if position not in chosen for m in ms]
+    moves = uva_moves + [replace(m, unique=count[(unit[1], id(sigs[unit]))] == 1)
+                         for unit, ms in fallback.items() if unit not in chosen for m in ms]
     prefetch = []
-    for rank in _van_der_corput(len(candidates)) if candidates else []:
-        position = candidates[rank]
-        group = prefetch_parts[position]
-        prefetch.append(Move(position, tuple(t.name for t in group), sum(t.nbytes for t in group), "prefetch",
-                             link_ms_per_byte, tuple(sorted(prefetch_kinds[position]))))
-    # merge by cost per byte; prefetch moves keep their spread order among themselves (stable sort)
-    ordered_moves = sorted(moves + prefetch, key=lambda m: m.ms_per_byte)
-    signatures = tuple(sigs[m.position] if m.backend == "prefetch" else None for m in ordered_moves)
+    for tier in sorted({t for _, t in candidates}):
+        mine = [u for u in candidates if u[1] == tier]
+        for rank in van_der_corput(len(mine)):
+            unit = mine[rank]
+            group = prefetch_parts[unit]
+            prefetch.append(Move(unit[0], tuple(t.name for t in group), sum(t.nbytes for t in group), "prefetch",
+                                 link_ms_per_byte, tuple(sorted(prefetch_kinds[unit])), tier))
+    # merge by tier, then cost per byte; prefetch moves keep their spread order among themselves (stable sort)
+    ordered_moves = sorted(moves + prefetch, key=lambda m: (m.tier, m.ms_per_byte))
+    signatures = tuple(sigs[(m.position, m.tier)] if m.backend == "prefetch" else None for m in ordered_moves)
     return Order(tuple(ordered_moves), signatures, slots)
 
 
@@ -142,33 +164,47 @@ class Fit:
     peak_bound: int  # the peak by the pool's upper bound
 
 
-def peaks(order: Order, total_bytes: int) -> list[tuple[int, int]]:
-    """(peak upper bound, pinned bytes) after taking 0, 1, ..., len(order) moves."""
+def peaks(order: Order, total_bytes: int, slots: int | None = None) -> list[tuple[int, int]]:
+    """(peak upper bound, pinned bytes) after taking 0, 1, ..., len(order) moves, with ``slots`` buffer
+    slots (default: the order's)."""
+    most = order.slots if slots is None else slots
     out = [(total_bytes, 0)]
-    offloaded = prefetched = pool = 0
+    offloaded = pool = 0
+    layers: set[int] = set()  # prefetched layers
     held: dict[tuple, int] = {}  # pool key -> prefetched layers holding it
     size: dict[tuple, int] = {}  # pool key -> bytes of one buffer
     for move, sig in zip(order.moves, order.signatures):
         offloaded += move.nbytes
         if sig is not None:
-            prefetched += 1
-            slots = min(prefetched, order.slots)
-            grew = slots > min(prefetched - 1, order.slots)
+            before = min(len(layers), most)
+            layers.add(move.position)  # a layer's later moves (prefer tiers) add keys, not a layer
+            k = min(len(layers), most)
             for key, nbytes in sig:
                 size[key] = nbytes
                 held[key] = held.get(key, 0) + 1
-            if grew:  # the slot count itself grew: every key may use one more buffer
-                pool = sum(size[key] * min(n, slots) for key, n in held.items())
+            if k > before:  # the slot count itself grew: every key may use one more buffer
+                pool = sum(size[key] * min(n, k) for key, n in held.items())
             else:
-                pool += sum(nbytes for key, nbytes in sig if held[key] <= slots)
+                pool += sum(nbytes for key, nbytes in sig if held[key] <= k)
         out.append((total_bytes - offloaded + pool, offloaded))
     return out
 
 
-def fit(order: Order, total_bytes: int, gpu_budget: int | None, cpu_budget: int | None) -> Fit:
+def prefetched_layers(order: Order) -> list[int]:
+    """After taking 0, 1, ..., len(order) moves: how many layers are prefetched."""
+    out, seen = [0], set()
+    for move in order.moves:
+        if move.backend == "prefetch":
+            seen.add(move.position)
+        out.append(len(seen))
+    return out
+
+
+def fit(order: Order, total_bytes: int, gpu_budget: int | None, cpu_budget: int | None,
+        table: list[tuple[int, int]] | None = None) -> Fit:
     """The shortest prefix of ``order`` that fits both budgets, or InfeasibleError with the
-    smallest GPU budget any prefix needs within the CPU budget."""
-    table = peaks(order, total_bytes)
+    smallest GPU budget any prefix needs within the CPU budget (``table``: the prefixes' peaks)."""
+    table = peaks(order, total_bytes) if table is None else table
     for taken, (peak, pinned) in enumerate(table):
         if cpu_budget is not None and pinned > cpu_budget:
             break
@@ -187,11 +223,16 @@ def infeasible(need: int, gpu_budget: int | None, cpu_budget: int | None, movabl
         f"the smallest feasible gpu_budget is {need} bytes", need)
 
 
-def where(order: Order, taken: int, layers: Sequence[Layer]) -> dict[str, dict[str, str]]:
-    """Layer name -> param -> backend for the first ``taken`` moves."""
-    out: dict[str, dict[str, str]] = {}
+def placement(order: Order, taken: int) -> dict[int, dict[str, str]]:
+    """Layer position -> param -> backend for the first ``taken`` moves."""
+    out: dict[int, dict[str, str]] = {}
     for move in order.moves[:taken]:
-        target = out.setdefault(layers[move.position].name, {})
+        target = out.setdefault(move.position, {})
         for name in move.params:
             target[name] = move.backend
     return out
+
+
+def where(order: Order, taken: int, layers: Sequence[Layer]) -> dict[str, dict[str, str]]:
+    """Layer name -> param -> backend for the first ``taken`` moves."""
+    return {layers[position].name: params for position, params in placement(order, taken).items()}

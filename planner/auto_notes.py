@@ -30,7 +30,8 @@ def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: in
     if uva:
         parts.append(f"UVA for {format_bytes(sum(m.nbytes for m in uva))}")
     if pf:
-        parts.append(f"prefetch of {len(pf)} layers in {min(len(pf), decision.slots)} slots")
+        layers = decision.prefetched
+        parts.append(f"prefetch of {layers} layers in {_slots(min(layers, decision.slots))}")
     return (f"auto: the lowest predicted step for {_workload_text(workload)} on {hardware} that fits: "
             + " and ".join(parts))
 
@@ -54,10 +55,17 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
                    f"{why}")
     pf = decision.moves_by("prefetch")
     if pf:
-        names = join_names(sorted((layer_names[m.position] for m in pf), key=layer_names.index), 8)
+        positions = sorted({m.position for m in pf})
+        names = join_names((layer_names[p] for p in positions), 8)
         kinds = sorted({k for m in pf for k in m.kinds})
-        out.append(f"auto: {len(pf)} layers prefetched whole ({', '.join(kinds)}; {format_bytes(sum(m.nbytes for m in pf))}), "
+        whole = "prefetched whole" if not decision.prefer else "prefetched"
+        out.append(f"auto: {len(positions)} layers {whole} ({', '.join(kinds)}; {format_bytes(sum(m.nbytes for m in pf))}), "
                    f"spread evenly: {names}; copying them costs less than reading them through UVA for this workload")
+        out += _slot_notes(decision)
+    out += _unique_notes(decision, layer_names)
+    if decision.prefer and decision.taken:
+        out.append(f"auto: offload.prefer orders the moves: {', then '.join(decision.prefer)}, then the other kinds; "
+                   "within each, the cheapest per byte first")
     left = len(decision.order.moves) - decision.taken
     if decision.all_uva:
         out.append("auto: the budget is below the smallest prefetch buffer pool, so every eligible param is read in "
@@ -70,3 +78,33 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
         what, theirs, ours = runner_up
         out.append(f"auto: runner-up {what}: predicted {theirs:.1f} ms a step against {ours:.1f} ms")
     return out
+
+
+def _slots(n: int) -> str:
+    return "1 slot" if n == 1 else f"{n} slots"
+
+
+def _slot_notes(decision: AutoDecision) -> list[str]:
+    """Why this many buffer slots: the predicted step against the other slot counts that fit."""
+    if not decision.searched or decision.step_ms is None:
+        return []
+    k = min(decision.prefetched, decision.slots)
+    if not decision.options:
+        return [f"auto: {_slots(k)} ({decision.step_ms:.1f} ms predicted): no other slot count fits this budget"]
+    others = "; ".join(f"{_slots(o.slots)}: {o.step_ms:.1f} ms with {o.taken} moves" for o in decision.options)
+    faster = [o for o in decision.options if o.step_ms < decision.step_ms]
+    why = ("the fastest that fits" if not faster else
+           "more slots are taken only as the budget shrinks, so that a larger budget never moves a param to the host")
+    return [f"auto: {_slots(k)} chosen by predicted step ({decision.step_ms:.1f} ms with {decision.taken} moves; "
+            f"{others}): {why}; one slot less frees a slot's bytes, one more lets copies start earlier"]
+
+
+def _unique_notes(decision: AutoDecision, layer_names: Sequence[str]) -> list[str]:
+    """Moved layers no other layer is like (an LM head, a final norm): why UVA rather than prefetch."""
+    unique = [m for m in decision.moves_by("uva") if m.unique]
+    if not unique:
+        return []
+    names = join_names((layer_names[m.position] for m in unique), 8)
+    return [f"auto: {names} on UVA, not prefetched: no other layer shares {'its' if len(unique) == 1 else 'their'} "
+            "buffers, so a prefetch buffer would be as large as the params it frees; resident until the budget "
+            "needs their bytes, as their predicted cost per byte ranks them"]

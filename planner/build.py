@@ -251,10 +251,15 @@ def _decide_budget(m: _Model) -> _Outcome:
                               f"{m.total_bytes} bytes", m.total_bytes)
     backends = ["prefetch", "uva"] if m.offload.backend == "auto" else [m.offload.backend]
     lowest: dict[str, Cost] = {}
+    start = (0, 0)
     for backend in backends:
+        # below the lowest prefetch peak, UVA offloads at least what that prefetch plan offloads, so as the
+        # budget grows past it params only turn from UVA to prefetch: none moves from the GPU to the host
         found = search(m.tiers_for(backend), total_bytes=m.total_bytes, num_layers=len(m.layers),
                        backend=m.cost_backend(backend), step=m.step, gpu_budget=gpu,
-                       cpu_budget=m.memory.cpu_budget)
+                       cpu_budget=m.memory.cpu_budget, start=start)
+        if found.lowest_state is not None:
+            start = found.lowest_state
         if found.fit is not None:
             out = _Outcome(backend, m.backends_text(backend) + _budget_reason(m, backend, found.fit, lowest),
                            found.fit)
@@ -389,12 +394,13 @@ def plan(
 
 def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload) -> Plan:
     """strategy auto (planner/decide_auto.py), with the best plan of the budget strategy as the runner-up."""
-    decision = decide_auto(m.layers, m.shared, m.memory, m.offload, profile, workload, m.step, m.total_bytes)
+    decision = decide_auto(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
+                           m.total_bytes)
     names = [layer.name for layer in m.layers]
 
     def build(notes: list[str]) -> Plan:
         reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
-        step = m.offload.prefetch_step
+        step = decision.slots if decision.prefetched else m.offload.prefetch_step
         result = assemble(m.layers, auto_assignment(decision, reason, notes, step), model_name=spec.model.name,
                           spec_sha256=spec_sha256(spec), gpu_budget=m.memory.gpu_budget,
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)

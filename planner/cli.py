@@ -237,7 +237,7 @@ def plan_command(
         "--kinds", help="Comma-separated param kinds eligible for offload, e.g. routed_experts,shared_experts "
         "(with --params: both must match).", show_default=False)] = None,
     prefer: Annotated[Optional[str], typer.Option(
-        "--prefer", help="Strategy budget (implied when no strategy is given): offload these kinds in order, "
+        "--prefer", help="Strategies auto and budget: offload these kinds first, in this order, "
         "e.g. routed_experts,dense_mlp,attention.",
         show_default=False)] = None,
     backends: Annotated[Optional[str], typer.Option(

@@ -1,5 +1,6 @@
 """strategy auto, deciding: every layer's eligible params, the order of moves (planner/auto.py),
-the shortest prefix that fits, as an Assignment plus the facts its notes are written from."""
+the slot path (planner/auto_slots.py), the first pair on it that fits, as an Assignment plus the
+facts its notes are written from."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.assignment import Assignment
-from planner.auto import Order, build_order, fit, infeasible, peaks, where
+from planner.auto import Order, build_order, infeasible, peaks, placement, where
+from planner.auto_slots import SlotPath, fixed_path, slot_path
 from planner.errors import InfeasibleError
+from planner.predict_placement import PlacementCost
 from planner.select import eligible_params
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection
 from schemas.workload import Workload
+
+
+@dataclass(frozen=True)
+class SlotOption:
+    slots: int
+    taken: int  # the shortest prefix that fits the budget with this many slots
+    step_ms: float  # its predicted weighted step
 
 
 @dataclass(frozen=True)
@@ -21,39 +31,93 @@ class AutoDecision:
     order: Order
     taken: int
     peak_bound: int
-    slots: int
+    slots: int  # buffer slots of the plan
     all_uva: bool = False  # below the smallest prefetch pool: every eligible param on UVA
+    searched: bool = False  # the slot count was chosen (no prefetch_step given)
+    step_ms: float | None = None  # the chosen pair's predicted weighted step
+    options: tuple[SlotOption, ...] = ()  # at this budget, the other slot counts that fit
+    prefer: tuple[str, ...] = ()  # offload.prefer: kinds whose moves come first
 
     def moves_by(self, backend: str) -> list:
         return [m for m in self.order.moves[:self.taken] if m.backend == backend]
 
+    @property
+    def prefetched(self) -> int:
+        return len({m.position for m in self.moves_by("prefetch")})
+
 
 def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: MemorySection, offload: OffloadSection,
-           hw: HardwareProfile, workload: Workload, slots: int, total_bytes: int) -> AutoDecision:
-    """The auto plan's placement (raises InfeasibleError when no prefix fits the budgets)."""
+           hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int) -> AutoDecision:
+    """The auto plan's placement (raises InfeasibleError when no pair fits the budgets).
+
+    ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost."""
     eligible = {layer.index: eligible_params(layer, offload.params, shared.get(layer.name, set()), offload.kinds)
                 for layer in layers}
     only = offload.backend if offload.backend in ("prefetch", "uva") else None
-    order = build_order(layers, eligible, hw, workload, slots, dict(offload.backends or {}), only)
+    prefer = tuple(offload.prefer or ())
+    forced = dict(offload.backends or {})
+    order = build_order(layers, eligible, hw, workload, step, forced, only, prefer)
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
-        return AutoDecision({}, order, 0, total_bytes, slots)
+        return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None, prefer=prefer)
+    cost = PlacementCost(layers, hw, workload)
+    cache: dict[tuple[int, int], float] = {}
+
+    def step_ms(taken: int, slots: int) -> float:
+        key = (taken, min(slots, order.slots))
+        if key not in cache:
+            cache[key] = cost.step_ms(placement(order, taken), slots)
+        return cache[key]
+
+    path = fixed_path(order, total_bytes, step) if step is not None else slot_path(order, total_bytes, step_ms)
     try:
-        found = fit(order, total_bytes, memory.gpu_budget, memory.cpu_budget)
+        slots, taken, peak = _first_fit(path, memory.gpu_budget, memory.cpu_budget, bool(order.moves))
     except InfeasibleError as err:
         if only is not None:
             raise
         # below the smallest prefetch pool: every eligible param read in place (no buffers). Taking all of
         # them keeps the rule that a larger budget never moves a param from the GPU to the host.
-        uva = build_order(layers, eligible, hw, workload, slots, dict(offload.backends or {}), "uva")
+        uva = build_order(layers, eligible, hw, workload, step, forced, "uva", prefer)
         peak, pinned = peaks(uva, total_bytes)[-1]
         fits_cpu = memory.cpu_budget is None or pinned <= memory.cpu_budget
         all_in_place = fits_cpu and uva.moves and all(sig is None for sig in uva.signatures)
         if all_in_place and peak <= (memory.gpu_budget or 0):
-            return AutoDecision(where(uva, len(uva.moves), layers), uva, len(uva.moves), peak, slots, all_uva=True)
+            return AutoDecision(where(uva, len(uva.moves), layers), uva, len(uva.moves), peak, step or 1,
+                                all_uva=True, searched=step is None, prefer=prefer)
         if not all_in_place or err.min_gpu_budget is None or err.min_gpu_budget <= peak:
             raise
         raise infeasible(peak, memory.gpu_budget, memory.cpu_budget, True) from None
-    return AutoDecision(where(order, found.taken, layers), order, found.taken, found.peak_bound, slots)
+    options = ()
+    if step is None and memory.gpu_budget is not None and any(m.backend == "prefetch" for m in order.moves[:taken]):
+        options = tuple(_options(path, memory.gpu_budget, memory.cpu_budget, step_ms, slots))
+    return AutoDecision(where(order, taken, layers), order, taken, peak, slots, searched=step is None,
+                        step_ms=step_ms(taken, slots) if step is None else None, options=options, prefer=prefer)
+
+
+def _first_fit(path: SlotPath, gpu_budget: int | None, cpu_budget: int | None, movable: bool) -> tuple[int, int, int]:
+    """(slots, taken, peak bound) of the first pair on the path that fits, or InfeasibleError with the lowest
+    peak on the path within the CPU budget."""
+    lowest = None
+    for slots, taken in path.steps:
+        peak, pinned = path.peak(slots, taken)
+        if cpu_budget is not None and pinned > cpu_budget:
+            break
+        if gpu_budget is None or peak <= gpu_budget:
+            return slots, taken, peak
+        lowest = peak if lowest is None else min(lowest, peak)
+    raise infeasible(lowest if lowest is not None else path.peak(*path.steps[0])[0], gpu_budget, cpu_budget, movable)
+
+
+def _options(path: SlotPath, gpu_budget: int, cpu_budget: int | None, step_ms, chosen: int) -> list[SlotOption]:
+    """For each slot count the path knows, the shortest prefix that fits the budget alone and its step."""
+    out = []
+    for slots, table in sorted(path.tables.items()):
+        for taken, (peak, pinned) in enumerate(table):
+            if cpu_budget is not None and pinned > cpu_budget:
+                break
+            if peak <= gpu_budget:
+                out.append(SlotOption(slots, taken, step_ms(taken, slots)))
+                break
+    return [o for o in out if o.slots != chosen]
 
 
 def assignment(decision: AutoDecision, reason: str, notes: Sequence[str], step: int | None) -> Assignment:

@@ -88,37 +88,72 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     return fixed + max(flops / (hw.matmul_tflops * 1e9), nbytes * passes / rate / 1e6)
 
 
+@dataclass(frozen=True)
+class ParamTime:
+    """One param's kernel time at some token count, from GPU memory and read through UVA."""
+
+    rel: str
+    nbytes: int
+    routed: bool
+    gpu_ms: float
+    uva_ms: float
+
+
+def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProfile,
+               moe: tuple[int, int] | None) -> ParamTime:
+    role = _role(layer, rel, p)
+    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe),
+                     _param_ms(role, p, tokens, hw, "uva", moe))
+
+
+def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, on_uva, copied,
+                hw: HardwareProfile) -> LayerWork:
+    """A layer's work with ``on_uva`` params read through UVA and ``copied`` ones prefetched (sets of names)."""
+    gpu = routed = 0.0
+    copy_bytes = copies = 0
+    for t in times:
+        ms = t.uva_ms if t.rel in on_uva else t.gpu_ms
+        gpu += ms
+        routed += ms if t.routed else 0.0
+        if t.rel in copied:
+            copy_bytes += t.nbytes
+            copies += 1
+    copy_ms = copy_bytes / hw.h2d_gbps / 1e6 + copies * hw.copy_call_us / 1e3
+    synced = routed if moe_sync else None
+    return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,
+                     expert_us / 1e3 if synced is not None else 0.0)
+
+
+def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
+           hw: HardwareProfile) -> tuple[float, float]:
+    """(issue time of the layer's kernels, of its per-expert loop) in microseconds."""
+    if moe is not None:
+        base = hw.moe_block_cpu_us
+    elif matrices >= 4:
+        base = hw.block_cpu_us
+    else:
+        base = hw.launch_us * (1 + params)
+    expert = 0.0 if moe is None else hw.expert_cpu_us * touched_experts(moe[0], moe[1], tokens)
+    return base, expert
+
+
+def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int,
+                hw: HardwareProfile) -> tuple[list[ParamTime], float, float, bool]:
+    """Per-param times and (cpu µs, expert µs, synced) of a layer whose params are (rel, PlanParam) pairs."""
+    times = [param_time(name, rel, p, tokens, hw, moe) for rel, p in params]
+    matrices = sum(1 for (rel, p) in params if _role(name, rel, p) in ("matmul", "routed"))
+    base, expert = cpu_us(matrices, len(times), moe, tokens, hw)
+    return times, base, expert, moe is not None and hw.moe_sync
+
+
 def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile) -> LayerWork:
     """The layer's GPU, CPU and copy time at ``tokens``: its ``uva`` params read over the link, its other
     offloaded params copied."""
-    off = set(layer.offloaded)
     on_uva = set(layer.uva)
-    copied = off - on_uva
+    copied = set(layer.offloaded) - on_uva
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-    gpu = routed = 0.0
-    matrices = 0
-    copy_bytes = 0
-    for rel, p in layer.params.items():
-        role = _role(layer.name, rel, p)
-        matrices += role in ("matmul", "routed")
-        where = "uva" if rel in on_uva else "gpu"
-        ms = _param_ms(role, p, tokens, hw, where, moe)
-        gpu += ms
-        routed += ms if role == "routed" else 0.0
-        if rel in copied:
-            copy_bytes += p.bytes
-    if moe is not None:
-        cpu_us = hw.moe_block_cpu_us
-    elif matrices >= 4:
-        cpu_us = hw.block_cpu_us
-    else:
-        cpu_us = hw.launch_us * (1 + len(layer.params))
-    expert_us = 0.0 if moe is None else hw.expert_cpu_us * touched_experts(moe[0], moe[1], tokens)
-    copies = len(copied)
-    copy_ms = copy_bytes / hw.h2d_gbps / 1e6 + copies * hw.copy_call_us / 1e3
-    synced = routed if (moe is not None and hw.moe_sync) else None
-    return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,
-                     expert_us / 1e3 if synced is not None else 0.0)
+    times, base, expert, sync = layer_times(layer.name, list(layer.params.items()), moe, tokens, hw)
+    return placed_work(times, base, expert, sync, on_uva, copied, hw)
 
 
 def gpu_and_uva_ms(layer: str, t: Tensor, tokens: int, hw: HardwareProfile,

@@ -1,11 +1,14 @@
 """The budget strategy's search: the fewest evenly spread stack layers whose plan fits the budget.
 
 The search climbs a ladder of tiers. Without ``offload.prefer`` there is one tier: all
-eligible params of a layer move together, and step ``n`` offloads ``n`` candidates spread
-evenly (``spread``). With ``prefer``, tier ``t`` offloads the params of the ``t``-th kind:
-every layer keeps the params of the earlier tiers offloaded (those tiers are exhausted)
-and ``n`` of the layers holding the tier's kind, spread evenly, offload that kind too.
-States are tried in ladder order (tier, then n) and the first that fits wins.
+eligible params of a layer move together, and step ``n`` offloads the first ``n`` candidates
+of a fixed priority order (the last layer, then the others spread evenly: ``last_first``).
+With ``prefer``, tier ``t`` offloads the params of the ``t``-th kind: every layer keeps the
+params of the earlier tiers offloaded (those tiers are exhausted) and the first ``n`` of the
+layers holding the tier's kind, in the same priority order, offload that kind too. States are
+tried in ladder order (tier, then n) and the first that fits wins. Every state offloads all
+that the states before it offload, and the priority order never depends on the budget, so a
+larger budget never moves a param from the GPU to the host.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from dataclasses import dataclass
 from schemas.buffer_pool import signature
 from planner.cost import Candidate, Cost, evaluate
 from planner.peak_bound import tier_bound
-from planner.select import spread
+from functools import cached_property
+
+from planner.spread_order import last_first
 from schemas.spec import Tensor
 
 
@@ -34,9 +39,14 @@ class Tier:
     full: tuple[Candidate | None, ...]
     members: tuple[int, ...]
 
+    @cached_property
+    def priority(self) -> tuple[int, ...]:
+        """Member indices in the order they are taken (planner/spread_order.py)."""
+        return tuple(last_first(len(self.members)))
+
     def chosen(self, n: int) -> list[int]:
-        """The layers (indices into base/full) that offload this tier's params at step n."""
-        return [self.members[j] for j in spread(len(self.members), n)]
+        """The layers (indices into base/full) that offload this tier's params at step n, in execution order."""
+        return [self.members[j] for j in sorted(self.priority[:n])]
 
     def pick(self, n: int) -> list[Candidate]:
         """The offloaded layers at step n, in execution order."""
@@ -103,6 +113,7 @@ class Search:
     fit: Cost | None  # the plan with the fewest offloaded layers that fits, or None
     lowest: Cost  # the lowest peak seen (over every state when nothing fits) within the cpu budget
     state: tuple[int, int] | None = None  # (tier, n) of the fit
+    lowest_state: tuple[int, int] | None = None  # (tier, n) of ``lowest``
 
 
 def previous_state(tiers: Sequence[Tier], tier: int, n: int) -> tuple[int, int] | None:
@@ -123,6 +134,7 @@ def search(
     step: int,
     gpu_budget: int,
     cpu_budget: int | None,
+    start: tuple[int, int] = (0, 0),
 ) -> Search:
     """The first state (t, n) in ladder order (n = 0 only on the first tier) whose plan fits.
 
@@ -130,6 +142,8 @@ def search(
     When nothing fits, ``lowest`` is the plan with the lowest peak within the cpu budget, the first
     one found when the states are tried in ladder order, except that the states whose resident
     bytes alone exceed the budget whatever layers are picked come last.
+
+    ``start``: no state before it in ladder order is tried.
 
     Only the states that ``peak_bound`` cannot rule out are evaluated (planner/peak_bound.py).
     """
@@ -147,6 +161,8 @@ def search(
     for t, (tier, bound) in enumerate(zip(tiers, bounds)):
         first = _fewest_possible(tier.member_bytes(), total_bytes - tier.base_bytes(), gpu_budget)
         for n in range(0 if t == 0 else 1, len(tier.members) + 1):
+            if (t, n) < start:
+                continue
             offloaded, layers = bound.offloaded(n)
             if cpu_budget is not None and offloaded > cpu_budget:
                 continue
@@ -157,14 +173,16 @@ def search(
     states.sort()
     lowest: Cost | None = None
     lowest_order: tuple = ()
+    lowest_state = None
     for peak, order, t, n in states:  # nothing fits: the lowest peak, for the error message
         if lowest is not None and (peak, order) > (lowest.peak_gpu_bytes, lowest_order):
             break
         found = cost(t, n)
         if lowest is None or (found.peak_gpu_bytes, order) < (lowest.peak_gpu_bytes, lowest_order):
-            lowest, lowest_order = found, order
-    assert lowest is not None  # (0, 0) pins nothing
-    return Search(backend, None, lowest)
+            lowest, lowest_order, lowest_state = found, order, (t, n)
+    if lowest is None:  # every state from ``start`` on pins too much
+        return Search(backend, None, cost(*start), None, start)
+    return Search(backend, None, lowest, None, lowest_state)
 
 
 def _fewest_possible(member_bytes: Sequence[int], resident: int, gpu_budget: int) -> int:

@@ -193,7 +193,7 @@ Strategy = Literal["auto", "budget", "group"]
 class OffloadSection(StrictModel):
     backend: Backend = "auto"
     strategy: Strategy = Field(
-        default="auto", description="auto (default; budget when prefer is given), budget or group")
+        default="auto", description="auto (default), budget or group")
     group_size: PositiveCount | None = Field(
         default=None, description="strategy group: offload the last num_in_group of every group_size layers"
     )
@@ -211,8 +211,8 @@ class OffloadSection(StrictModel):
     )
     prefer: list[ParamKind] | None = Field(
         default=None,
-        description="strategy budget: offload params of these kinds in this order, the first kind across "
-        "the block stack before any of the next; eligible params of unlisted kinds come last",
+        description="strategies auto and budget: offload params of these kinds in this order, the first kind "
+        "across the model before any of the next; eligible params of unlisted kinds come last",
     )
 
     backends: dict[ParamKind, KindBackend] | None = Field(
@@ -242,20 +242,12 @@ class OffloadSection(StrictModel):
                 raise ValueError(f"{', '.join(twice)} listed more than once")
         return value
 
-    @model_validator(mode="before")
-    @classmethod
-    def _prefer_means_budget(cls, data: Any) -> Any:
-        """prefer orders the budget strategy's ladder: given without a strategy, the strategy is budget."""
-        if isinstance(data, dict) and data.get("prefer") is not None and data.get("strategy") is None:
-            return {**data, "strategy": "budget"}
-        return data
-
     @model_validator(mode="after")
     def _prefer(self) -> OffloadSection:
         if self.prefer is not None:
-            if self.strategy != "budget":
-                raise ValueError("prefer orders the budget strategy's offloading; strategy "
-                                 f"'{self.strategy}' does not use it (drop prefer or use strategy budget)")
+            if self.strategy == "group":
+                raise ValueError("prefer orders what strategies auto and budget offload first; strategy "
+                                 "'group' does not use it (drop prefer, or use strategy auto or budget)")
             self._within_kinds("prefer", self.prefer, "")
         return self
 

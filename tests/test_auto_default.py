@@ -1,4 +1,4 @@
-"""strategy auto is the default; prefer given without a strategy means budget."""
+"""strategy auto is the default, with or without prefer."""
 
 import pytest
 from conftest import make_spec
@@ -17,15 +17,14 @@ def test_the_default_strategy_is_auto():
     assert plan.summary.strategy == "auto" and plan.summary.peak_gpu_bytes <= 3000
 
 
-def test_prefer_without_a_strategy_means_budget():
-    assert OffloadSection(prefer=["dense_mlp"]).strategy == "budget"
+def test_prefer_keeps_the_default_strategy_and_group_refuses_it():
+    assert OffloadSection(prefer=["dense_mlp"]).strategy == "auto"
     spec = make_spec([dict(MLP)] * 4, offload={"prefer": ["dense_mlp"]})
-    assert spec.offload.strategy == "budget"
-    assert planner.plan(make_spec([dict(MLP)] * 4), gpu_budget=3000, prefer=["dense_mlp"]).summary.strategy == "budget"
-    with pytest.raises(ValidationError, match="strategy 'auto' does not use it"):
-        OffloadSection(prefer=["dense_mlp"], strategy="auto")
-    with pytest.raises(ValidationError, match="strategy 'auto' does not use it"):
-        planner.plan(make_spec([dict(MLP)] * 4, offload={"strategy": "auto"}), gpu_budget=3000, prefer=["dense_mlp"])
+    assert spec.offload.strategy == "auto"
+    assert planner.plan(make_spec([dict(MLP)] * 4), gpu_budget=3000, prefer=["dense_mlp"]).summary.strategy == "auto"
+    assert OffloadSection(prefer=["dense_mlp"], strategy="budget").strategy == "budget"
+    with pytest.raises(ValidationError, match="strategy 'group' does not use it"):
+        OffloadSection(prefer=["dense_mlp"], strategy="group", group_size=2)
 
 
 def test_auto_backend_none_and_group_size():

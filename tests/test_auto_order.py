@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.auto import _van_der_corput, build_order, fit, peaks, where
+from planner.auto import build_order, fit, peaks, where
+from planner.spread_order import van_der_corput as _van_der_corput
 from planner.errors import InfeasibleError
 from planner.graph import build_graph, tied_owners
 from planner.select import eligible_params

@@ -74,9 +74,10 @@ def test_moves_and_memory_deltas(plans):
     was = {layer.name for layer in old.layers if layer.offloaded}
     now = {layer.name for layer in new.layers if layer.offloaded}
     assert set(d.to_host) == now - was and set(d.to_gpu) == was - now
+    assert was < now  # a smaller budget offloads more and brings nothing back (the budget strategy is stable)
     mlp = ["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
     assert all(params == mlp for params in d.to_host.values())
-    assert [(g.old, g.new, g.params_text) for g in d.moves] == [(GPU, PREFETCH, "mlp.*"), (PREFETCH, GPU, "mlp.*")]
+    assert [(g.old, g.new, g.params_text) for g in d.moves] == [(GPU, PREFETCH, "mlp.*")]
     deltas = {m.field: m.delta for m in d.memory}
     assert deltas["gpu_budget_bytes"] == -2 * GB
     assert deltas["offloaded_bytes"] == new.summary.offloaded_bytes - old.summary.offloaded_bytes

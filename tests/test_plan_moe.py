@@ -16,7 +16,7 @@ from pydantic import ValidationError
 import planner
 from planner.errors import InfeasibleError
 from planner.kinds import param_kind
-from planner.select import spread
+from planner.spread_order import last_first
 from schemas import Plan, SpecFile, dump_model, load_spec
 from schemas.io import load_model
 
@@ -185,7 +185,7 @@ def test_prefer_offloads_routed_experts_before_attention(mixtral):
     seen = set()
     total = sum(layer.nbytes for layer in mixtral.model.expanded())
     for budget in (80 * GB, 40 * GB, 12 * GB, 5 * GB, int(2.5 * GB), int(1.5 * GB)):
-        plan = planner.plan(mixtral, gpu_budget=budget, prefer=prefer)
+        plan = planner.plan(mixtral, gpu_budget=budget, prefer=prefer, strategy="budget", backend="uva")
         off = _offloaded(plan)
         assert plan.summary.peak_gpu_bytes <= budget < total
         kinds = _kinds_offloaded(plan)
@@ -196,16 +196,16 @@ def test_prefer_offloads_routed_experts_before_attention(mixtral):
         if "attention" in kinds:  # attention only once every layer's routed experts are gone
             assert all(experts_per_layer.get(name) == 24 for name in stack)
             with_attention = [stack.index(n) for n, p in off.items() if "self_attn.q_proj.weight" in p]
-            assert with_attention == spread(32, len(with_attention))
+            assert with_attention == sorted(last_first(32)[:len(with_attention)])
             assert any(f"then attention of {len(with_attention)} of the 32" in n for n in plan.summary.notes)
         else:
-            assert [stack.index(n) for n in off] == spread(32, len(off))
+            assert [stack.index(n) for n in off] == sorted(last_first(32)[:len(off)])
             assert all(v == 24 for v in experts_per_layer.values())
     assert seen == {frozenset({ROUTED}), frozenset({ROUTED, "attention"})}
 
 
 def test_prefer_with_unlisted_kinds_last_and_missing_kinds_noted():
-    spec = qwen_moe(offload={"prefer": ["shared_experts", ROUTED, "scale"], "backend": "uva"})
+    spec = qwen_moe(offload={"prefer": ["shared_experts", ROUTED, "scale"], "backend": "uva", "strategy": "budget"})
     total = sum(layer.nbytes for layer in spec.model.expanded())
     plan = planner.plan(spec, gpu_budget=total // 3)
     assert _kinds_offloaded(plan) >= {"shared_experts", ROUTED}
@@ -221,7 +221,7 @@ def test_prefer_with_unlisted_kinds_last_and_missing_kinds_noted():
 def test_prefer_prefetch_pool_covers_mixed_layers():
     """Tier 2 offloads attention in some layers only: slots are shared by layers with different param sets."""
     spec = qwen_moe(offload={"prefer": [ROUTED, "attention"], "kinds": [ROUTED, "attention"],
-                             "backend": "prefetch", "prefetch_step": 2})
+                             "backend": "prefetch", "prefetch_step": 2, "strategy": "budget"})
     stack_bytes = sum(layer.nbytes for layer in spec.model.expanded())
     plan = None
     for fraction in range(60, 0, -1):  # find a budget that offloads attention in some but not all layers
@@ -269,7 +269,7 @@ def moe_specs(draw):
     layers += [{"name": f"model.layers.{i}", "params": b} for i, b in enumerate(blocks)]
     kinds = draw(st.none() | st.lists(st.sampled_from(sorted(KIND_PARAMS)), min_size=1, max_size=4, unique=True))
     prefer = draw(st.lists(st.sampled_from(kinds or sorted(KIND_PARAMS)), min_size=1, max_size=3, unique=True))
-    offload = {"backend": draw(st.sampled_from(["auto", "prefetch", "uva"])), "prefer": prefer}
+    offload = {"backend": draw(st.sampled_from(["auto", "prefetch", "uva"])), "prefer": prefer, "strategy": "budget"}
     if kinds is not None:
         offload["kinds"] = kinds
     if draw(st.booleans()):
@@ -311,11 +311,12 @@ def test_prefer_plans_fit_keep_the_order_and_are_minimal(spec, fraction):
                for layer in stack}
     holders = [name for name, params in of_tier.items() if params]
     moved = [name for name in holders if any(x in off for x in of_tier[name])]
-    assert [holders.index(n) for n in moved] == spread(len(holders), len(moved))
+    assert [holders.index(n) for n in moved] == sorted(last_first(len(holders))[:len(moved)])
     assert all(all(x in off for x in of_tier[name]) for name in moved)
-    # minimal: one step down the ladder (same backend) does not fit
+    # minimal: one step down the ladder (same backend) does not fit; with backend auto a UVA plan offloads at
+    # least what the lowest-peak prefetch plan does (stable as the budget grows), so it may not be minimal
     below = previous_state(m.tiers, tier, len(moved))
-    if below is not None:
+    if below is not None and not (offload.backend == "auto" and s.backend == "uva"):
         assert _state_cost(m, below, s.backend).peak_gpu_bytes > budget
     if s.backend == "prefetch":  # the step given, else double buffering
         assert s.prefetch_step == (offload.prefetch_step or 2)
@@ -354,7 +355,7 @@ def test_bad_kind_settings_are_validation_errors():
 
 
 MOE = qwen_moe(num_layers=2).model_dump(mode="json", exclude_none=True)
-del MOE["offload"]["strategy"]  # as a written spec leaves it: the default, which --prefer makes budget
+del MOE["offload"]["strategy"]  # as a written spec leaves it: the default (auto, with or without --prefer)
 MOE_TEXT = yaml.safe_dump(MOE, sort_keys=False)
 
 
@@ -392,7 +393,7 @@ def test_cli_kinds_and_prefer_plan(tmp_path):
     path.write_text(MOE_TEXT)
     total = sum(layer.nbytes for layer in qwen_moe(num_layers=2).model.expanded())
     result = invoke("plan", str(path), "-g", str(total // 2), "--kinds", "routed_experts, shared_experts",
-                    "--prefer", "shared_experts,routed_experts", "--backend", "uva")
+                    "--prefer", "shared_experts,routed_experts", "--backend", "uva", "--strategy", "budget")
     assert result.exit_code == 0, result.output
     plan = load_model(Plan, "<out>", result.stdout)
     assert _kinds_offloaded(plan) <= {"shared_experts", ROUTED} and plan.summary.peak_gpu_bytes <= total // 2

@@ -42,7 +42,7 @@ def test_smallest_prefetch_budget_is_what_stays_plus_two_slots(llama_all_params)
 def test_budget_and_group_default_to_two_slots():
     spec = make_spec([BLOCK] * 12)
     total = sum(layer.nbytes for layer in spec.model.expanded())
-    budget = planner.plan(spec, gpu_budget=total // 2, backend="prefetch")
+    budget = planner.plan(spec, gpu_budget=total // 2, backend="prefetch", strategy="budget")
     group = planner.plan(spec, strategy="group", group_size=4, num_in_group=3, backend="prefetch")
     for plan in (budget, group):
         assert plan.summary.prefetch_step == 2 and plan.buffer_pool.slots == 2

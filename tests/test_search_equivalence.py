@@ -21,8 +21,7 @@ import planner
 import planner.build
 from planner.cost import Cost, evaluate
 from planner.errors import InfeasibleError, PlanningError
-from planner.peak_bound import MAX_PERIOD, TierBound, floor_sum, pieces, tier_bound
-from planner.select import spread
+from planner.peak_bound import tier_bound
 from planner.select_budget import Search, Tier, _fewest_possible
 from schemas import dump_model
 
@@ -44,27 +43,33 @@ def reference_cost(picked: Sequence, *, total_bytes: int, num_layers: int, backe
 
 
 def reference_search(tiers: Sequence[Tier], *, total_bytes: int, num_layers: int, backend: str,
-                     step: int, gpu_budget: int, cpu_budget: int | None) -> Search:
+                     step: int, gpu_budget: int, cpu_budget: int | None, start: tuple[int, int] = (0, 0)) -> Search:
     common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
     lowest: Cost | None = None
+    lowest_state = None
     skipped: list[tuple[int, int]] = []
     for t, tier in enumerate(tiers):
         first = _fewest_possible(tier.member_bytes(), total_bytes - tier.base_bytes(), gpu_budget)
         bottom = 0 if t == 0 else 1
-        skipped += [(t, n) for n in range(bottom, first)]
+        skipped += [(t, n) for n in range(bottom, first) if (t, n) >= start]
         for n in range(max(first, bottom), len(tier.members) + 1):
+            if (t, n) < start:
+                continue
             cost = reference_cost(tier.pick(n), **common)
             if cpu_budget is not None and cost.offloaded_bytes > cpu_budget:
                 continue
-            lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
+            if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes:
+                lowest, lowest_state = cost, (t, n)
             if cost.peak_gpu_bytes <= gpu_budget:
                 return Search(backend, cost, lowest, (t, n))
     for t, n in skipped:
         cost = reference_cost(tiers[t].pick(n), **common)
         if cpu_budget is None or cost.offloaded_bytes <= cpu_budget:
-            lowest = cost if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes else lowest
-    assert lowest is not None
-    return Search(backend, None, lowest)
+            if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes:
+                lowest, lowest_state = cost, (t, n)
+    if lowest is None:
+        return Search(backend, None, reference_cost(tiers[start[0]].pick(start[1]), **common), None, start)
+    return Search(backend, None, lowest, None, lowest_state)
 
 
 # Params of every kind the prefer ladder orders, in a few shapes so that blocks share signatures or not.
@@ -167,34 +172,8 @@ def test_uniform_stack_bound_is_exact():
     m = planner.build._model(spec, spec.memory, spec.offload)
     tier = m.tiers[0]
     bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes)
-    assert len(bound.pieces) == 1
     for step in (1, 2, 5):
         for n in range(41):
             cost = reference_cost(tier.pick(n), total_bytes=m.total_bytes, num_layers=len(m.layers),
                                   backend="prefetch", step=step)
             assert bound.peak_bound(n, *bound.offloaded(n), "prefetch", step) == cost.peak_gpu_bytes
-
-
-@given(st.integers(0, 60), st.integers(1, 200), st.integers(0, 500), st.integers(0, 500))
-def test_floor_sum(count, m, a, b):
-    assert floor_sum(count, m, a, b) == sum((a * q + b) // m for q in range(count))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.tuples(st.sampled_from([0, 3, 7]), st.integers(0, 1)), min_size=1,
-                                   max_size=MAX_PERIOD + 2), st.integers(1, 30)), min_size=1, max_size=4))
-def test_offloaded_counts_exact_on_periodic_members(parts):
-    """offloaded(n) by pieces (floor sums) equals the sum over spread(M, n), for every n."""
-    added = [x for pattern, reps in parts for x in (pattern * reps)]
-    cut = pieces(added)
-    assert [x for c in cut for x in (list(c.pattern) * (c.end - c.start))[:c.end - c.start]] == added
-    bound = tier_bound_of(added)
-    for n in range(len(added) + 1):
-        chosen = [added[j] for j in spread(len(added), n)]
-        assert bound.offloaded(n) == (sum(b for b, _ in chosen), sum(k for _, k in chosen))
-
-
-def tier_bound_of(added: list[tuple[int, int]]):
-    """A bound over members adding ``added`` that counts by pieces for every n > 0 (work 0)."""
-    return TierBound(members=len(added), base_bytes=0, base_layers=0, pieces=tuple(pieces(added)),
-                     added=tuple(added), work=0, smallest_layer=0, total_bytes=0)

@@ -109,8 +109,8 @@ def _file_case(id: str, command: str, kind: str, edit: Edit, expect: tuple[str, 
     return CliCase(id=id, args=args, setup=setup, exit=2, expect=(name, *expect))
 
 
-def _off_blocks(data: dict[str, Any]) -> None:  # a uva plan whose blocks.2 offloads nothing
-    layer = data["layers"][3]
+def _off_blocks(data: dict[str, Any]) -> None:  # a uva plan whose blocks.3 offloads nothing
+    layer = data["layers"][4]
     layer["offloaded"], layer["resident_bytes"], layer["offloaded_bytes"] = [], 1152, 0
     layer.pop("uva", None)
 

@@ -1,0 +1,83 @@
+"""The predicted step of a placement (layer -> param -> prefetch|uva, and a slot count) without
+assembling a plan: the same per-layer costs (planner/layer_cost.py) and the same simulated forward
+(planner/timeline.py) as ``planner.predict``, so strategy auto can compare many candidate plans.
+
+Layers with equal names up to their numbers, equal params and equal ties share their per-param
+times (a 1,000-layer stack of one block is costed once per workload).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from planner.kinds import _segments
+from planner.layer_cost import LayerWork, layer_times, placed_work
+from planner.timeline import Copy, simulate
+from schemas.hardware import HardwareProfile
+from schemas.plan import PlanParam
+from schemas.schedule import schedule
+from schemas.spec import Layer
+from schemas.workload import Workload
+
+
+class PlacementCost:
+    """Predicted weighted step time of placements of ``layers`` on ``hw`` for ``workload``."""
+
+    def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload):
+        self.layers = layers
+        self.hw = hw
+        items = workload.items()
+        total = sum(item.weight for _, item in items)
+        self.tokens = [(item.tokens, item.weight / total) for _, item in items]
+        owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
+            layer.tied for layer in layers) else {}
+        classes: dict[tuple, int] = {}
+        self._class: list[int] = []
+        self._params: list[list[tuple[str, PlanParam]]] = []
+        for layer in layers:
+            tied = tuple((rel, owner[target]) for rel, target in layer.tied.items())
+            moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+            key = (_segments(layer.name), layer.params, tied, moe)
+            found = classes.get(key)
+            if found is None:
+                found = classes[key] = len(self._params)
+                self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
+                                    + [(rel, _param(t, None)) for rel, t in tied])
+            self._class.append(found)
+        self._times: dict[tuple[int, int], tuple] = {}
+        self._work: dict[tuple, LayerWork] = {}
+
+    def _layer_work(self, position: int, tokens: int, on_uva: frozenset, copied: frozenset) -> LayerWork:
+        cls = self._class[position]
+        key = (cls, tokens, on_uva, copied)
+        work = self._work.get(key)
+        if work is None:
+            times = self._times.get((cls, tokens))
+            if times is None:
+                layer = self.layers[position]
+                moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+                times = self._times[(cls, tokens)] = layer_times(layer.name, self._params[cls], moe, tokens, self.hw)
+            work = self._work[key] = placed_work(*times, on_uva, copied, self.hw)
+        return work
+
+    def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int) -> float:
+        """Weighted predicted step (ms) with ``where``: position -> param -> backend; ``slots`` buffer slots."""
+        placed = {}
+        for position, params in where.items():
+            uva = frozenset(p for p, b in params.items() if b == "uva")
+            copied = frozenset(p for p, b in params.items() if b == "prefetch")
+            placed[position] = (uva, copied)
+        positions = sorted(p for p, (_, copied) in placed.items() if copied)
+        n = len(self.layers)
+        copies = [Copy(p, t.copy_before(n), t.previous_forward)
+                  for p, t in zip(positions, schedule(positions, n, slots))] if positions else []
+        none = (frozenset(), frozenset())
+        total = 0.0
+        for tokens, share in self.tokens:
+            work = [self._layer_work(i, tokens, *placed.get(i, none)) for i in range(n)]
+            total += share * simulate(work, copies).step_ms
+        return total
+
+
+def _param(t, kind: str | None) -> PlanParam:
+    return PlanParam.model_construct(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes, kind=kind)

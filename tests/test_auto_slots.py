@@ -1,0 +1,138 @@
+"""strategy auto: the slot count by predicted time, the LM head's backend, prefer, and the fast prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import make_spec
+
+import planner
+from planner.predict_placement import PlacementCost
+from schemas import load_spec
+from schemas.hardware import load_hardware
+from schemas.workload import Workload, WorkloadItem
+
+GENERATED = Path(__file__).resolve().parent.parent / "examples" / "generated"
+DECODE = Workload({"decode": WorkloadItem(tokens=1)})
+PREFILL = Workload({"prefill": WorkloadItem(tokens=2048)})
+MIXED = Workload({"decode": WorkloadItem(tokens=1, weight=3), "prefill": WorkloadItem(tokens=512)})
+GB = 10**9
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_spec(GENERATED / "llama-3-8b.yaml")
+
+
+def _slot_note(plan) -> str:
+    return next(n for n in plan.summary.notes if "chosen by predicted step" in n)
+
+
+def test_fewer_slots_for_decode_more_for_prefill(llama):
+    decode = planner.plan(llama, gpu_budget=8 * GB, workload=DECODE)
+    prefill = planner.plan(llama, gpu_budget=8 * GB, workload=PREFILL)
+    assert decode.summary.prefetch_step == 1 and prefill.summary.prefetch_step == 2
+    # the prefill plan offloads one layer more, for its second slot, and is faster than the 1-slot plan
+    assert prefill.summary.offloaded_layers == decode.summary.offloaded_layers + 1
+    one = planner.plan(llama, gpu_budget=8 * GB, workload=PREFILL, prefetch_step=1)
+    assert prefill.predictions.weighted_step_ms < one.predictions.weighted_step_ms
+    assert "the fastest that fits" in _slot_note(prefill) and "1 slot: " in _slot_note(prefill)
+
+
+@pytest.mark.parametrize("workload", [DECODE, PREFILL])
+@pytest.mark.parametrize("budget", [4 * GB, 8 * GB, 12 * GB])
+def test_the_chosen_slot_count_is_no_slower_than_the_given_ones(llama, workload, budget):
+    chosen = planner.plan(llama, gpu_budget=budget, workload=workload)
+    for step in (1, 2, 3):
+        given = planner.plan(llama, gpu_budget=budget, workload=workload, prefetch_step=step)
+        assert given.summary.prefetch_step == step  # a given step is kept
+        assert chosen.predictions.weighted_step_ms <= given.predictions.weighted_step_ms * 1.001
+
+
+def test_auto_never_picks_as_many_slots_as_prefetched_layers():
+    spec = make_spec([{"attn.w": [16, 16], "mlp.w1": [32, 16], "mlp.w2": [16, 32]}] * 6)
+    total = sum(layer.nbytes for layer in spec.model.expanded())
+    seen = set()
+    for budget in range(total // 10, total + 1, max(1, total // 200)):
+        for workload in (DECODE, PREFILL):
+            try:
+                plan = planner.plan(spec, gpu_budget=budget, workload=workload)
+            except planner.InfeasibleError:
+                continue
+            pool = plan.buffer_pool
+            if pool is not None:
+                seen.add(pool.slots)
+                assert pool.slots < sum(1 for lay in plan.layers if lay.prefetch is not None)
+            assert not any("prefetch saves no GPU memory" in n for n in plan.summary.notes)
+    assert seen
+    # such a plan exists (a step as large as the layers offloaded) and gets the warning
+    warned = planner.plan(spec, strategy="group", group_size=2, backend="prefetch", prefetch_step=3)
+    assert any(n.startswith("warning:") and "prefetch saves no GPU memory" in n for n in warned.summary.notes)
+
+
+@pytest.mark.parametrize("workload", [DECODE, PREFILL, MIXED])
+@pytest.mark.parametrize("budget", [2 * GB, 6 * GB, 12 * GB])
+def test_fast_prediction_equals_the_plans_own(llama, workload, budget):
+    plan = planner.plan(llama, gpu_budget=budget, workload=workload)
+    layers = llama.model.expanded()
+    index = {layer.name: layer.index for layer in layers}
+    where = {index[lay.name]: {p: "uva" if p in lay.uva else "prefetch" for p in lay.offloaded}
+             for lay in plan.layers if lay.offloaded}
+    fast = PlacementCost(layers, load_hardware("h200"), workload).step_ms(where, plan.summary.prefetch_step or 1)
+    assert fast == pytest.approx(plan.predictions.weighted_step_ms, abs=1e-3)
+
+
+def _head(plan) -> str:
+    head = next(lay for lay in plan.layers if lay.name == "lm_head")
+    return "uva" if head.uva else "prefetch" if head.offloaded else "resident"
+
+
+def test_lm_head_stays_resident_until_the_budget_needs_its_bytes(llama):
+    total = sum(layer.nbytes for layer in llama.model.expanded())
+    for workload in (DECODE, PREFILL):
+        roomy = planner.plan(llama, gpu_budget=total // 2, workload=workload)
+        assert _head(roomy) == "resident"
+        # every block prefetched and the embedding on UVA: only the head's bytes are left to free
+        tight = planner.plan(llama, gpu_budget=int(1.5 * GB), workload=workload)
+        assert _head(tight) == "resident" and tight.summary.offloaded_layers == 33
+        forced = planner.plan(llama, gpu_budget=int(0.75 * GB), workload=workload)
+        assert _head(forced) == "uva"  # never prefetched: a buffer of its own would free nothing
+        assert any("lm_head on UVA, not prefetched" in n for n in forced.summary.notes)
+
+
+def test_lm_head_on_uva_costs_more_at_prefill_than_at_decode(llama):
+    """UVA re-reads the head's matrix per tile of rows at prefill: the same move costs more there."""
+    plans = {w: planner.plan(llama, gpu_budget=int(0.75 * GB), workload=wl)
+             for w, wl in (("decode", DECODE), ("prefill", PREFILL))}
+    for name, plan in plans.items():
+        resident = planner.plan(llama, gpu_budget=int(1.5 * GB), workload=plan.predictions and
+                                (DECODE if name == "decode" else PREFILL))
+        extra = plan.predictions.weighted_step_ms - resident.predictions.weighted_step_ms
+        plans[name] = extra
+    assert plans["prefill"] > 3 * plans["decode"] > 0
+
+
+MOE_BLOCK = {"input_layernorm.weight": [32], "self_attn.q_proj.weight": [32, 32], "self_attn.o_proj.weight": [32, 32],
+             "mlp.experts.0.w1.weight": [64, 32], "mlp.experts.1.w1.weight": [64, 32]}
+
+
+@pytest.mark.parametrize("prefer", [["attention"], ["routed_experts", "norm"], ["norm", "attention"]])
+@pytest.mark.parametrize("workload", [DECODE, PREFILL])
+def test_prefer_orders_auto_moves(prefer, workload):
+    from planner.kinds import param_kind
+
+    spec = make_spec([dict(MOE_BLOCK)] * 8, head=False)
+    total = sum(layer.nbytes for layer in spec.model.expanded())
+    rank = {k: i for i, k in enumerate(prefer)}
+    for fraction in (0.2, 0.4, 0.6, 0.8, 0.95):
+        plan = planner.plan(spec, gpu_budget=int(total * fraction), prefer=prefer, workload=workload)
+        assert plan.summary.strategy == "auto" and plan.summary.peak_gpu_bytes <= total * fraction
+        tiers = {}
+        for lay in plan.layers:
+            for p in lay.params:
+                tiers.setdefault(rank.get(param_kind(lay.name, p), len(prefer)), []).append(p in lay.offloaded)
+        moved = [t for t, flags in tiers.items() if any(flags)]
+        if moved:  # a later kind moves only once every param of the earlier kinds has moved
+            assert all(all(tiers[t]) for t in tiers if t < max(moved))
+        assert any("offload.prefer orders the moves" in n for n in plan.summary.notes) == bool(moved)

@@ -1,0 +1,92 @@
+"""Raising the budget never moves a param from the GPU to the host, for strategies budget and auto,
+on the bundled specs and on random small ones (a fixed spec, workload, strategy and backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import make_spec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planner
+from planner.errors import InfeasibleError
+from schemas import load_spec
+from schemas.workload import Workload, WorkloadItem
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = sorted(ROOT.glob("examples/*.yaml")) + sorted(ROOT.glob("examples/generated/*.yaml"))
+WORKLOADS = [Workload({"decode": WorkloadItem(tokens=1)}), Workload({"prefill": WorkloadItem(tokens=2048)})]
+SPECS: dict[Path, object] = {}
+
+
+def _spec(path: Path):
+    if path not in SPECS:
+        SPECS[path] = load_spec(path)
+    return SPECS[path]
+
+
+def _on_host(spec, budget: int, **kw) -> dict[str, str] | None:
+    """Full param name -> backend of every offloaded param (None: infeasible)."""
+    try:
+        plan = planner.plan(spec, gpu_budget=budget, **kw)
+    except InfeasibleError:
+        return None
+    return {f"{layer.name}.{p}": "uva" if p in layer.uva else "prefetch"
+            for layer in plan.layers for p in layer.offloaded}
+
+
+def _check_sweep(spec, fractions: list[float], **kw) -> None:
+    total = sum(layer.nbytes for layer in spec.model.expanded())
+    before = None
+    for fraction in sorted(fractions):
+        now = _on_host(spec, max(1, int(total * fraction)), **kw)
+        if now is None:
+            continue
+        if before is not None:  # everything on the host at the larger budget was there at the smaller one
+            assert set(now) <= set(before), sorted(set(now) - set(before))[:5]
+        before = now
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
+@pytest.mark.parametrize("strategy", ["budget", "auto"])
+@pytest.mark.parametrize("backend", ["auto", "prefetch", "uva"])
+def test_bundled_specs_are_stable_over_a_sweep(path, strategy, backend):
+    spec = _spec(path)
+    workload = WORKLOADS[len(path.stem) % 2]  # decode for some specs, prefill for others
+    fractions = [0.05, 0.12, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9, 1.05]
+    _check_sweep(spec, fractions, strategy=strategy, backend=backend, workload=workload)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(BUNDLED), st.sampled_from(["budget", "auto"]), st.sampled_from(["auto", "prefetch", "uva"]),
+       st.sampled_from(WORKLOADS), st.floats(0.02, 1.0), st.floats(1.0001, 1.5))
+def test_bundled_specs_are_stable_between_two_budgets(path, strategy, backend, workload, low, factor):
+    _check_sweep(_spec(path), [low, low * factor], strategy=strategy, backend=backend, workload=workload)
+
+
+PARAMS = ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.up_proj.weight",
+          "mlp.down_proj.weight", "mlp.gate.weight", "mlp.experts.0.w1.weight", "mlp.shared_experts.w1.weight")
+SHAPES = ([16], [8, 16], [16, 16], [32, 16])
+
+
+@st.composite
+def small_specs(draw):
+    template = draw(st.dictionaries(st.sampled_from(PARAMS), st.sampled_from(SHAPES), min_size=1, max_size=5))
+    other = draw(st.dictionaries(st.sampled_from(PARAMS), st.sampled_from(SHAPES), min_size=1, max_size=5))
+    blocks = [template if draw(st.integers(0, 4)) else other for _ in range(draw(st.integers(1, 16)))]
+    offload = {}
+    if draw(st.booleans()):
+        offload["prefer"] = draw(st.lists(st.sampled_from(["attention", "dense_mlp", "routed_experts", "norm"]),
+                                          unique=True, min_size=1, max_size=2))
+    if draw(st.booleans()):
+        offload["prefetch_step"] = draw(st.integers(1, 3))
+    return make_spec(blocks, head=draw(st.booleans()), offload=offload or None)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_specs(), st.sampled_from(["budget", "auto"]), st.sampled_from(["auto", "prefetch", "uva"]),
+       st.sampled_from(WORKLOADS), st.lists(st.floats(0.02, 1.1), min_size=2, max_size=6))
+def test_random_small_specs_are_stable(spec, strategy, backend, workload, fractions):
+    _check_sweep(spec, fractions, strategy=strategy, backend=backend, workload=workload)
