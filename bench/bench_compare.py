@@ -41,7 +41,7 @@ import torch  # noqa: E402
 from bench_cost import build, inputs  # noqa: E402
 from compare_diffusers import CONFIGS, needs_cuda  # noqa: E402
 from compare_measure import h2d_gbps, host_snapshot  # noqa: E402
-from compare_run import Applied, Case, Run, Skip, run_contender  # noqa: E402
+from compare_run import Applied, Case, Run, Skip, run_contender, skip_row  # noqa: E402
 
 import runtime  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
@@ -245,9 +245,8 @@ def ours_at(run: Run, case: Case, workloads: Workload, other: dict, label: str) 
     for w in case.inputs:
         row = other.get(w)
         if not row or row.get("status") != "ok" or row.get("peak_gpu_bytes") is None or w not in case.floor_peak:
-            run.write({"type": "row", "model": case.key, "contender": f"ours auto @ {label} memory", "family": "ours",
-                       "workload": w, "mode": "eager", "status": "skipped",
-                       "reason": "no GPU peak measured for it (or for the floor)"})
+            skip_row(run, case, f"ours auto @ {label} memory", "ours", w,
+                     "no GPU peak measured for it (or for the floor)")
             continue
         activations = case.floor_peak[w] - case.total_bytes
         groups.setdefault(max(1, row["peak_gpu_bytes"] - activations), []).append(w)
@@ -314,8 +313,11 @@ def main(argv: list[str] | None = None) -> int:
                 naive(run, case)
             if "dispatch" not in args.skip:
                 dispatch(run, case)
-            if "diffusers" not in args.skip:
+            if "diffusers" not in args.skip and best == "":
+                skip_row(run, case, "diffusers best", "diffusers", "decode", "no configuration ran on llama")
+            elif "diffusers" not in args.skip:
                 rows = diffusers(run, case, args, best)
+                best = ""  # none ran: the next model does not sweep again
                 if rows is not None:
                     best = rows.pop("best")
                     if "at-diffusers" not in args.skip:

@@ -129,6 +129,16 @@ def _print(row: dict) -> None:
           f" (max diff {row.get('max_abs_diff')})  n={len(row['times_ms'])}", flush=True)
 
 
+def skip_row(run: Run, case: Case, name: str, family: str, workload: str, reason: str) -> dict:
+    """A row for a measurement not made (written and printed like the others)."""
+    row = {"type": "row", "model": case.key, "contender": name, "family": family, "budget": case.budget,
+           "workload": workload, "tokens": int(case.inputs[workload].numel()), "mode": "eager",
+           "elapsed_s": round(run.elapsed(), 1), "status": "skipped", "reason": reason}
+    run.write(row)
+    _print(row)
+    return row
+
+
 def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[[nn.Module], Applied],
                   workloads: list[str], *, modes: tuple[str, ...] = ("eager",), use_master: bool = False,
                   extra: dict | None = None, profile: bool = False) -> dict[tuple[str, str], dict]:
@@ -170,7 +180,7 @@ def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[
                     emit(w, m, status="skipped", reason=str(exc))
                 else:
                     emit(w, m, status="error", error=f"setup: {exc!r}"[:500])
-        applied = None
+        applied = model = None  # what a failed setup left behind goes before the next contender
         release(run.device)
         return rows
     setup_s = round(time.perf_counter() - t0, 3)
