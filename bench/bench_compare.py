@@ -1,6 +1,6 @@
 """This project against other offloaders at the same GPU memory, in one process run (issue 10).
 
-    PYTHONPATH=. python bench/bench_compare.py --out $OUT/compare.jsonl --profile-diffusers   # the H200 run
+    PYTHONPATH=. python bench/bench_compare.py --out $OUT/compare.jsonl --profile-diffusers   # the H200 run (~8 min)
     python bench/compare_report.py $OUT/compare.jsonl --md $OUT/compare.md --png docs/compare-h200.png
     python bench/bench_compare.py --device cpu --smoke --out /tmp/compare.jsonl               # CPU smoke run
 
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from bench_cost import build, inputs  # noqa: E402
 from compare_diffusers import CONFIGS, needs_cuda  # noqa: E402
-from compare_measure import h2d_gbps, host_snapshot  # noqa: E402
+from compare_measure import empty_host_cache, h2d_gbps, host_snapshot  # noqa: E402
 from compare_run import Applied, Case, Run, Skip, run_contender, skip_row  # noqa: E402
 
 import runtime  # noqa: E402
@@ -82,8 +82,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="profile one decode step of these diffusers configurations (torch.profiler top-ops "
                          f"tables beside --out); without a value: {DEFAULT_PROFILED}")
     ap.add_argument("--time-budget", type=float, default=450.0, help="seconds of measuring before the rest is skipped")
-    ap.add_argument("--slow-step", type=float, default=8.0,
-                    help="a first call slower than this (s) is the only warm-up, and one step is timed")
+    ap.add_argument("--slow-step", type=float, default=8.0, help="steps slower than this (s) are timed once")
     ap.add_argument("--step-cap", type=float, default=10.0, help="seconds of timed steps per row at most")
     try:
         args = ap.parse_args(argv)
@@ -113,7 +112,8 @@ def environment(device: torch.device, args) -> dict:
             "transformers": ver("transformers"), "accelerate": ver("accelerate"), "diffusers": ver("diffusers"),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "cpus": os.cpu_count(), "host_mem_total": _mem_total(), "smoke": args.smoke,
-            "time_budget_s": args.time_budget}
+            "time_budget_s": args.time_budget,
+            "pinned_cache_released_between_contenders": empty_host_cache() if device.type == "cuda" else None}
 
 
 def _mem_total() -> int | None:

@@ -1,10 +1,9 @@
 """What bench_compare.py measures around one contender: step times, GPU peak, host memory, outputs.
 
-Step time: the first call is a warm-up timed by the wall clock; a second warm-up follows unless
-the first took longer than ``slow_s`` (then that first call is the only warm-up and one step is
-timed). The number of timed steps falls with the step time (10 for a fast step, 1 for a step of
-several seconds) and never exceeds ``cap_s`` of timed work. On the GPU each timed step is a pair
-of CUDA events around the call; on the CPU, the wall clock.
+Step time: the first call is a warm-up timed by the wall clock; a second warm-up follows when the
+first took under a second. The number of timed steps falls with the step time (7 under 0.3 s, 5
+under 1 s, 3 under 3 s, 2 under ``slow_s``, else 1) and never exceeds ``cap_s`` of timed work. On
+the GPU each timed step is a pair of CUDA events around the call; on the CPU, the wall clock.
 """
 
 from __future__ import annotations
@@ -109,9 +108,9 @@ class Steps:
     output: torch.Tensor | None = field(default=None, repr=False)  # the last call's output
 
 
-def repeats_for(seconds: float, cap_s: float) -> int:
+def repeats_for(seconds: float, cap_s: float, slow_s: float = 8.0) -> int:
     """How many steps to time after warm-up, for a step of ``seconds``."""
-    n = 10 if seconds < 0.3 else 5 if seconds < 1.0 else 3 if seconds < 3.0 else 2 if seconds < 8.0 else 1
+    n = 7 if seconds < 0.3 else 5 if seconds < 1.0 else 3 if seconds < 3.0 else 2 if seconds < slow_s else 1
     return max(1, min(n, int(cap_s / max(seconds, 1e-6))))
 
 
@@ -126,15 +125,17 @@ def _wall(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[torch.T
 
 
 def time_steps(fn: Callable[[], torch.Tensor], device: torch.device, *, slow_s: float = 8.0,
-               cap_s: float = 10.0, min_repeat: int = 1) -> Steps:
-    """Warm up and time ``fn`` (see the module docstring); ``fn`` returns the step's output."""
+               cap_s: float = 10.0, min_repeat: int = 1, warm_again_s: float = 1.0) -> Steps:
+    """Warm up and time ``fn`` (see the module docstring); ``fn`` returns the step's output.
+    ``warm_again_s``: a first call under this gets a second warm-up (infinite for torch.compile,
+    whose first call compiles)."""
     with torch.no_grad():
         out, first = _wall(fn, device)
         warmups, last = 1, first
-        if first <= slow_s:
+        if first < warm_again_s:
             out, last = _wall(fn, device)
             warmups = 2
-        n = max(min_repeat, repeats_for(last, cap_s))
+        n = max(min_repeat, repeats_for(last, cap_s, slow_s))
         times = []
         for _ in range(n):
             if device.type == "cuda":

@@ -225,8 +225,8 @@ def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[
 def _measure(run: Run, model: nn.Module, ids: torch.Tensor, mode: str) -> Steps:
     reset_peak(run.device)
     step = MODES[mode](model, ids)
-    slow = float("inf") if mode == "compile" else run.slow_s
-    return time_steps(step, run.device, slow_s=slow, cap_s=run.cap_s)
+    again = float("inf") if mode == "compile" else 1.0
+    return time_steps(step, run.device, slow_s=run.slow_s, cap_s=run.cap_s, warm_again_s=again)
 
 
 def _ratios(run: Run, case: Case, workload: str, ms: float, moved: int | None) -> dict:

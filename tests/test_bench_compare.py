@@ -147,8 +147,8 @@ def test_repeats_fall_with_the_step_time_and_stay_within_the_cap():
     pytest.importorskip("torch")
     from compare_measure import repeats_for
 
-    assert [repeats_for(s, 10.0) for s in (0.01, 0.5, 2.0, 5.0, 20.0)] == [10, 5, 3, 2, 1]
-    assert repeats_for(0.5, 1.0) == 2 and repeats_for(3.0, 0.0) == 1
+    assert [repeats_for(s, 10.0) for s in (0.01, 0.5, 2.0, 5.0, 9.0)] == [7, 5, 3, 2, 1]
+    assert repeats_for(0.5, 1.0) == 2 and repeats_for(3.0, 0.0) == 1 and repeats_for(5.0, 60.0, slow_s=4.0) == 1
 
 
 def test_host_added_is_the_largest_drop_of_available_memory_after_setup():
