@@ -32,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -266,6 +267,28 @@ def compile_row(run: Run, case: Case, workloads: Workload) -> None:
                   extra={"budget_raised_to": raised})
 
 
+def diffusers_and_ours_at(run: Run, case: Case, args, workloads: Workload, state: dict) -> None:
+    """diffusers (swept on the first model, its best configuration after), then ``auto`` at its memory."""
+    if state["diffusers_best"] == "":
+        skip_row(run, case, "diffusers best", "diffusers", "decode", "no configuration ran on the first model")
+        return
+    rows = diffusers(run, case, args, state["diffusers_best"])
+    state["diffusers_best"] = "" if rows is None else rows.pop("best")
+    if rows is not None and "at-diffusers" not in args.skip:
+        ours_at(run, case, workloads, rows, "diffusers best")
+
+
+def guarded(run: Run, model: str, section: str, fn, *args):
+    """``fn(*args)``; an exception becomes an ``error`` line (and False) instead of ending the run."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - one section's failure is a result, the others still run
+        traceback.print_exc()
+        run.write({"type": "error", "model": model, "section": section, "error": repr(exc)[:500]})
+        print(f"{model}: section {section} failed: {exc!r}", flush=True)
+        return False
+
+
 def preload() -> None:
     """Import the contenders' libraries now and freeze what exists into gc's permanent generation, so the
     collection after each contender scans only what that contender made (a full scan of transformers',
@@ -301,32 +324,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pinned host-to-GPU: {run.h2d_gbps} GB/s; host {host_snapshot().get('MemAvailable')} B available",
               flush=True)
         cases: dict[str, Case] = {}
-        best = None
+        state = {"diffusers_best": None}
         for key in keys:
-            case = cases[key] = make_case(key, args, device, workloads)
+            case = guarded(run, key, "build", make_case, key, args, device, workloads)
+            gc.collect()
             gc.freeze()
+            if case is None:
+                continue
+            cases[key] = case
             print(f"--- {key}: {case.total_bytes / 1e9:.2f} GB, budget {case.budget / 1e9:.2f} GB "
                   f"({run.elapsed():.0f} s)", flush=True)
-            floor(run, case, modes)
-            ours(run, case, args, workloads, modes)
+            if guarded(run, key, "floor", floor, run, case, modes) is False:
+                continue
+            guarded(run, key, "ours", ours, run, case, args, workloads, modes)
             if "naive" not in args.skip:
-                naive(run, case)
+                guarded(run, key, "naive", naive, run, case)
             if "dispatch" not in args.skip:
-                dispatch(run, case)
-            if "diffusers" not in args.skip and best == "":
-                skip_row(run, case, "diffusers best", "diffusers", "decode", "no configuration ran on llama")
-            elif "diffusers" not in args.skip:
-                rows = diffusers(run, case, args, best)
-                best = ""  # none ran: the next model does not sweep again
-                if rows is not None:
-                    best = rows.pop("best")
-                    if "at-diffusers" not in args.skip:
-                        ours_at(run, case, workloads, rows, "diffusers best")
-        for key in keys:
+                guarded(run, key, "dispatch", dispatch, run, case)
+            if "diffusers" not in args.skip:
+                guarded(run, key, "diffusers", diffusers_and_ours_at, run, case, args, workloads, state)
+        for key, case in cases.items():
             if "cpu_offload" not in args.skip:
-                cpu_offload(run, cases[key])
+                guarded(run, key, "cpu_offload", cpu_offload, run, case)
         if cuda and "llama" in cases and "compile" not in args.skip and run.left_s() > 120:
-            compile_row(run, cases["llama"], workloads)
+            guarded(run, "llama", "compile", compile_row, run, cases["llama"], workloads)
         run.write({"type": "done", "elapsed_s": round(run.elapsed(), 1)})
     print(f"done in {run.elapsed():.0f} s: {out_path}", flush=True)
     return 0

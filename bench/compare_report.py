@@ -100,6 +100,11 @@ def table(records: list[dict]) -> str:
                        f"{_gb(r.get('peak_gpu_bytes'))} | {_gb(r.get('host_added_bytes'))} | {_equal(r)} | "
                        f"{_status(r)} |")
         out.append("")
+    failed = [r for r in records if r.get("type") == "error"]
+    if failed:
+        out.append("### sections that failed\n")
+        out += [f"- {r['model']}, {r['section']}: {r['error']}" for r in failed]
+        out.append("")
     return "\n".join(out)
 
 

@@ -188,6 +188,7 @@ def _synthetic() -> list[dict]:
         {"type": "row", "model": "llama", "contender": "diffusers block-stream", "family": "diffusers",
          "workload": "decode", "mode": "eager", "status": "error", "error": "ValueError('x')", "sweep": True,
          "diffusers_config": "block-stream"},
+        {"type": "error", "model": "moe", "section": "build", "error": "OutOfMemoryError()"},
     ]
 
 
@@ -207,6 +208,7 @@ def test_report_table_ranks_rows_under_their_link_bound_and_keeps_the_sweep_apar
     assert [ln.split(" | ")[1] for ln in sweep] == ["leaf-stream", "block-top-stream", "block-stream"]
     assert "error: ValueError('x')" in sweep[2]
     assert "leaf-stream |" not in "\n".join(main)  # sweep rows are not in the main table
+    assert lines[-1] == "- moe, build: OutOfMemoryError()"
 
 
 def test_report_chart_draws_one_bar_per_measured_row_and_the_link_bound_per_workload():
@@ -261,3 +263,29 @@ def test_diffusers_block_level_on_a_causal_lm_copies_its_unmatched_group_twice(t
     else:
         rotary = {f"model.rotary_emb.{n}" for n, _ in model.model.rotary_emb.named_buffers()}
         assert rotary and copied_twice == {"model.embed_tokens.weight", "model.norm.weight"} | rotary
+
+
+def test_a_failing_section_is_an_error_line_and_the_run_goes_on(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import bench_compare
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planner fell over")
+
+    monkeypatch.setattr(bench_compare, "ours", broken)
+    out = tmp_path / "c.jsonl"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code = bench_compare.main(["--device", "cpu", "--smoke", "--only", "llama", "--out", str(out),
+                                   "--skip", "hand,diffusers,cpu_offload", "--slow-step", "0", "--step-cap", "0"])
+    finally:
+        torch.set_num_threads(threads)
+    records = _rows(out)
+    assert code == 0 and records[-1]["type"] == "done"
+    assert [r for r in records if r["type"] == "error"] == [
+        {"type": "error", "model": "llama", "section": "ours", "error": "RuntimeError('planner fell over')"}]
+    after = {r["contender"] for r in records if r["type"] == "row" and r["status"] == "ok"}
+    assert {"naive (sync copy per layer)", "accelerate dispatch_model"} <= after  # the sections after it ran
