@@ -7,10 +7,10 @@
 Models (transformers, random bf16 weights built on the device): the Llama-3-8B shape (16.06 GB) at an 8 GB
 budget and a Qwen3-MoE shape (128 experts, top-8, 31.2 GB) at 12 GB. Workloads: decode of 1 and of 32
 sequences (one token each) and a prefill of 2,048 tokens, ``use_cache=False``. Contenders, each on a fresh
-copy of the same model and inputs: no offload (the floor, eager and CUDA graph); this project's ``auto``
-plan (eager and CUDA graph replay; torch.compile on Llama decode at the end if time is left) and its
-predicted-fastest hand plans for prefetch and for UVA; a naive offloader (compare_naive.py) offloading the
-layers the budget plan offloads; Accelerate's ``infer_auto_device_map`` + ``dispatch_model`` at the budget
+copy of the same model and inputs: no offload (the floor); this project's ``auto`` plan and its
+predicted-fastest hand plans for prefetch and for UVA (these and the floor eager and in CUDA graph replay;
+torch.compile of ``auto`` on Llama decode at the end if time is left); a naive offloader
+(compare_naive.py) offloading the layers the budget plan offloads; Accelerate's ``infer_auto_device_map`` + ``dispatch_model`` at the budget
 and ``cpu_offload``; diffusers' ``apply_group_offloading`` swept over block/leaf level x use_stream x
 record_stream x low_cpu_mem_usage on Llama decode b=1, its fastest configuration then run everywhere; and
 this project's ``auto`` at the GPU memory that configuration used. The link bound of a row is
@@ -167,7 +167,7 @@ def ours(run: Run, case: Case, args, workloads: Workload, modes: tuple[str, ...]
         candidates = hand_candidates(case.spec, case.budget, workloads, moe=case.key == "moe")
         for label, plan, names in best_hand_plans(candidates, list(case.inputs)):
             run_contender(run, case, f"ours {plan.summary.backend} (best hand plan)", "ours",
-                          apply_plan(plan, run.device), names, extra={"plan_label": label})
+                          apply_plan(plan, run.device), names, modes=modes, extra={"plan_label": label})
 
 
 def naive(run: Run, case: Case) -> None:
