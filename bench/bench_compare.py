@@ -10,10 +10,10 @@ sequences (one token each) and a prefill of 2,048 tokens, ``use_cache=False``. C
 copy of the same model and inputs: no offload (the floor); this project's ``auto`` plan and its
 predicted-fastest hand plans for prefetch and for UVA (these and the floor eager and in CUDA graph replay;
 torch.compile of ``auto`` on Llama decode at the end if time is left); a naive offloader
-(compare_naive.py) offloading the layers the budget plan offloads; Accelerate's ``infer_auto_device_map`` + ``dispatch_model`` at the budget
-and ``cpu_offload``; diffusers' ``apply_group_offloading`` swept over block/leaf level x use_stream x
-record_stream x low_cpu_mem_usage on Llama decode b=1, its fastest configuration then run everywhere; and
-this project's ``auto`` at the GPU memory that configuration used. The link bound of a row is
+(compare_naive.py) offloading the layers the budget plan offloads; Accelerate's
+``infer_auto_device_map`` + ``dispatch_model`` at the budget and ``cpu_offload``; diffusers'
+``apply_group_offloading`` swept over block/leaf level x use_stream x record_stream x low_cpu_mem_usage
+on Llama decode b=1, its fastest configuration then run everywhere; and this project's ``auto`` at the GPU memory that configuration used. The link bound of a row is
 max(floor, (model bytes - budget) / pinned host-to-GPU bandwidth measured in this run).
 
 Each measurement is one JSON line in --out, written as it is made (a run cut short keeps what it has);
@@ -302,6 +302,36 @@ def preload() -> None:
     gc.freeze()
 
 
+def compare_all(run: Run, args, keys: list[str], workloads: Workload, modes: tuple[str, ...]) -> None:
+    """Every model's contenders in order of importance; cpu_offload and torch.compile last."""
+    device = run.device
+    cases: dict[str, Case] = {}
+    state = {"diffusers_best": None}
+    for key in keys:
+        case = guarded(run, key, "build", make_case, key, args, device, workloads)
+        gc.collect()
+        gc.freeze()
+        if not isinstance(case, Case):
+            continue
+        cases[key] = case
+        print(f"--- {key}: {case.total_bytes / 1e9:.2f} GB, budget {case.budget / 1e9:.2f} GB "
+              f"({run.elapsed():.0f} s)", flush=True)
+        if guarded(run, key, "floor", floor, run, case, modes) is False:
+            continue
+        guarded(run, key, "ours", ours, run, case, args, workloads, modes)
+        if "naive" not in args.skip:
+            guarded(run, key, "naive", naive, run, case)
+        if "dispatch" not in args.skip:
+            guarded(run, key, "dispatch", dispatch, run, case)
+        if "diffusers" not in args.skip:
+            guarded(run, key, "diffusers", diffusers_and_ours_at, run, case, args, workloads, state)
+    for key, case in cases.items():
+        if "cpu_offload" not in args.skip:
+            guarded(run, key, "cpu_offload", cpu_offload, run, case)
+    if device.type == "cuda" and "llama" in cases and "compile" not in args.skip and run.left_s() > 120:
+        guarded(run, "llama", "compile", compile_row, run, cases["llama"], workloads)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     device = torch.device(args.device)
@@ -315,40 +345,19 @@ def main(argv: list[str] | None = None) -> int:
     cuda = device.type == "cuda"
     modes = ("eager", "graph") if cuda and "graph" not in args.skip else ("eager",)
     keys = [args.only] if args.only else ["llama", "moe"]
-    with open(out_path, "w") as out:
-        run = Run(device, out, args.time_budget, slow_s=args.slow_step, cap_s=args.step_cap,
-                  profile_dir=out_path.parent)
-        run.write(environment(device, args))
-        preload()
-        run.h2d_gbps = h2d_gbps(device)
-        print(f"pinned host-to-GPU: {run.h2d_gbps} GB/s; host {host_snapshot().get('MemAvailable')} B available",
-              flush=True)
-        cases: dict[str, Case] = {}
-        state = {"diffusers_best": None}
-        for key in keys:
-            case = guarded(run, key, "build", make_case, key, args, device, workloads)
-            gc.collect()
-            gc.freeze()
-            if case is None:
-                continue
-            cases[key] = case
-            print(f"--- {key}: {case.total_bytes / 1e9:.2f} GB, budget {case.budget / 1e9:.2f} GB "
-                  f"({run.elapsed():.0f} s)", flush=True)
-            if guarded(run, key, "floor", floor, run, case, modes) is False:
-                continue
-            guarded(run, key, "ours", ours, run, case, args, workloads, modes)
-            if "naive" not in args.skip:
-                guarded(run, key, "naive", naive, run, case)
-            if "dispatch" not in args.skip:
-                guarded(run, key, "dispatch", dispatch, run, case)
-            if "diffusers" not in args.skip:
-                guarded(run, key, "diffusers", diffusers_and_ours_at, run, case, args, workloads, state)
-        for key, case in cases.items():
-            if "cpu_offload" not in args.skip:
-                guarded(run, key, "cpu_offload", cpu_offload, run, case)
-        if cuda and "llama" in cases and "compile" not in args.skip and run.left_s() > 120:
-            guarded(run, "llama", "compile", compile_row, run, cases["llama"], workloads)
-        run.write({"type": "done", "elapsed_s": round(run.elapsed(), 1)})
+    try:
+        with open(out_path, "w") as out:
+            run = Run(device, out, args.time_budget, slow_s=args.slow_step, cap_s=args.step_cap,
+                      profile_dir=out_path.parent)
+            run.write(environment(device, args))
+            preload()
+            run.h2d_gbps = h2d_gbps(device)
+            print(f"pinned host-to-GPU: {run.h2d_gbps} GB/s; host {host_snapshot().get('MemAvailable')} B available",
+                  flush=True)
+            compare_all(run, args, keys, workloads, modes)
+            run.write({"type": "done", "elapsed_s": round(run.elapsed(), 1)})
+    finally:
+        gc.unfreeze()  # an in-process caller (the tests) gets its objects back to collectable
     print(f"done in {run.elapsed():.0f} s: {out_path}", flush=True)
     return 0
 

@@ -171,5 +171,4 @@ def h2d_gbps(device: torch.device, nbytes: int = 1 << 30) -> float | None:
     src = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
     ms = gpu_ms(lambda: dst.copy_(src, non_blocking=True), repeat=10, warmup=2)
-    del src, dst
     return nbytes / ms / 1e6

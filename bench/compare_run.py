@@ -165,12 +165,11 @@ def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[
         baseline -= case.total_bytes  # the floor's peak counts its weights
     h0 = host_snapshot()
     t0 = time.perf_counter()
-    applied = None
-    try:
-        model = case.master if use_master else copy.deepcopy(case.master)
-        applied = setup(model)
-        del model
+    failed = False
+    try:  # the copy is only an argument: when setup fails, it goes with the traceback at the end of except
+        applied = setup(case.master if use_master else copy.deepcopy(case.master))
     except Exception as exc:  # noqa: BLE001 - a contender's failure is a result
+        failed = True
         skipped = isinstance(exc, Skip)
         if not skipped:
             traceback.print_exc()
@@ -180,7 +179,7 @@ def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[
                     emit(w, m, status="skipped", reason=str(exc))
                 else:
                     emit(w, m, status="error", error=f"setup: {exc!r}"[:500])
-        applied = model = None  # what a failed setup left behind goes before the next contender
+    if failed:
         release(run.device)
         return rows
     setup_s = round(time.perf_counter() - t0, 3)

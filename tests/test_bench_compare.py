@@ -255,7 +255,8 @@ def test_diffusers_block_level_on_a_causal_lm_copies_its_unmatched_group_twice(t
             model(torch.tensor([[1]]), use_cache=False)
     finally:
         go.ModuleGroup._transfer_tensor_to_device = original
-    copied_twice = {n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if counts.get(id(t)) == 2}
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    copied_twice = {n for n, t in tensors if counts.get(id(t)) == 2}
     if twice == "all":
         assert copied_twice == {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
         hooked = [n for n, m in model.named_modules() if hasattr(m, "_diffusers_hook")]
