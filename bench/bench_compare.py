@@ -13,8 +13,9 @@ torch.compile of ``auto`` on Llama decode at the end if time is left); a naive o
 (compare_naive.py) offloading the layers the budget plan offloads; Accelerate's
 ``infer_auto_device_map`` + ``dispatch_model`` at the budget and ``cpu_offload``; diffusers'
 ``apply_group_offloading`` swept over block/leaf level x use_stream x record_stream x low_cpu_mem_usage
-on Llama decode b=1, its fastest configuration then run everywhere; and this project's ``auto`` at the GPU memory that configuration used. The link bound of a row is
-max(floor, (model bytes - budget) / pinned host-to-GPU bandwidth measured in this run).
+on Llama decode b=1, its fastest configuration then run everywhere; and this project's ``auto`` at the
+GPU memory that configuration used. The link bound of a row is max(floor, (model bytes - budget) /
+pinned host-to-GPU bandwidth measured in this run).
 
 Each measurement is one JSON line in --out, written as it is made (a run cut short keeps what it has);
 a contender that fails becomes an error row and the run goes on. --time-budget bounds the run: slow
