@@ -65,6 +65,7 @@ class Run:
     cap_s: float = 10.0
     h2d_gbps: float | None = None
     profile_dir: Path | None = None
+    graph_max_tokens: int = 64  # CUDA graph replay only where launches matter: decode, not a long prefill
     start: float = field(default_factory=time.perf_counter)
 
     def elapsed(self) -> float:
@@ -189,6 +190,8 @@ def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[
     info = dict(applied.info)
     for w in workloads:
         for m in modes:
+            if m == "graph" and case.inputs[w].numel() > run.graph_max_tokens:
+                continue
             if run.left_s() < 0:
                 emit(w, m, status="skipped", reason="time budget spent")
                 continue
