@@ -1,8 +1,10 @@
 """This project against other offloaders at the same GPU memory, in one process run (issue 10).
 
-    PYTHONPATH=. python bench/bench_compare.py --out $OUT/compare.jsonl --profile-diffusers   # the H200 run (~8 min)
+    PYTHONPATH=. python bench/bench_compare.py --out $OUT/compare.jsonl --profile-diffusers 2>&1 | tee $OUT/compare.log
     python bench/compare_report.py $OUT/compare.jsonl --md $OUT/compare.md --png docs/compare-h200.png
-    python bench/bench_compare.py --device cpu --smoke --out /tmp/compare.jsonl               # CPU smoke run
+    python bench/bench_compare.py --device cpu --smoke --out /tmp/compare.jsonl   # CPU smoke run
+
+The H200 run takes about 8 minutes (--time-budget: 450 s of measuring; what would start later is skipped).
 
 Models (transformers, random bf16 weights built on the device): the Llama-3-8B shape (16.06 GB) at an 8 GB
 budget and a Qwen3-MoE shape (128 experts, top-8, 31.2 GB) at 12 GB. Workloads: decode of 1 and of 32
