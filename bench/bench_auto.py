@@ -46,7 +46,8 @@ def grid(spec, budget: int, workload: Workload):
                 except (InfeasibleError, PlanningError):
                     pass
         try:
-            plans[f"{backend} budget"] = planner.plan(spec, gpu_budget=budget, backend=backend, workload=workload)
+            plans[f"{backend} budget"] = planner.plan(spec, gpu_budget=budget, backend=backend, strategy="budget",
+                                                      workload=workload)
         except (InfeasibleError, PlanningError):
             pass
     return plans
