@@ -1,6 +1,10 @@
 """bench_compare.py's JSONL as markdown tables and a chart.
 
-    python bench/compare_report.py compare.jsonl --md compare.md --png docs/compare-h200.png
+    python bench/compare_report.py compare.jsonl [more.jsonl ...] --md compare.md --png docs/compare-h200.png
+
+Several JSONL files (one comparison split over several runs, e.g. ``--only moe`` after a run whose time
+budget ran out) are merged in order: a measured row replaces the same row (model, contender, workload,
+mode) of an earlier file, a skipped one never replaces a measured one.
 
 Tables: per model, every contender on every workload (step time, ratio to the link bound and to the
 floor, peak GPU memory, host memory added, outputs equal to the floor's); then the diffusers sweep.
@@ -26,6 +30,32 @@ def workload_label(workload: str, case: dict) -> str:
 
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def merge(runs: list[list[dict]]) -> list[dict]:
+    """The records of several runs as one: the first run's env and case records (per model), every error and
+    profile, and per row key the last measured row (or the last row, when none was measured)."""
+    out: list[dict] = []
+    cases: set = set()
+    rows: dict[tuple, dict] = {}
+    for records in runs:
+        for r in records:
+            kind = r.get("type")
+            if kind == "row":
+                key = (r["model"], r["contender"], r["workload"], r.get("mode", "eager"), bool(r.get("sweep")))
+                old = rows.get(key)
+                if old is None or r["status"] == "ok" or old["status"] != "ok":
+                    rows[key] = r
+            elif kind == "case":
+                if r["model"] not in cases:
+                    cases.add(r["model"])
+                    out.append(r)
+            elif kind == "env":
+                if not any(o.get("type") == "env" for o in out):
+                    out.append(r)
+            else:
+                out.append(r)
+    return out + list(rows.values())
 
 
 def label(row: dict) -> str:
@@ -169,15 +199,18 @@ def _colors(plt, families: list[str]) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("jsonl", type=Path)
+    ap.add_argument("jsonl", type=Path, nargs="+", help="one run's JSONL, or several runs' to merge in order")
     ap.add_argument("--md", type=Path, help="write the tables here (default: print them)")
     ap.add_argument("--png", type=Path, help="write the chart here")
     args = ap.parse_args(argv)
-    try:
-        records = load(args.jsonl)
-    except (OSError, json.JSONDecodeError) as err:
-        print(f"error: {args.jsonl}: {err}", file=sys.stderr)
-        return 2
+    runs = []
+    for path in args.jsonl:
+        try:
+            runs.append(load(path))
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"error: {path}: {err}", file=sys.stderr)
+            return 2
+    records = merge(runs)
     text = table(records)
     if args.md:
         args.md.write_text(text + "\n")
