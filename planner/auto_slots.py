@@ -12,7 +12,8 @@ the same peak (found by bisection: more slots pay off once enough layers are pre
 copies to queue up). A slot count is tried only while the one before it paid off, up to the order's
 ``slots``. After the last prefetch move the path lowers the slot count again before it takes the
 moves that follow (they cost more per byte than copying: an LM head read through UVA at prefill),
-so the smallest budgets still fit. A pair with as many slots as prefetched layers (its pool holds every
+so the smallest budgets still fit; each of those later prefixes may raise it again where more slots
+predict a faster step (the LM head on UVA frees room for a second slot). A pair with as many slots as prefetched layers (its pool holds every
 prefetched layer: no memory saved) is never on the path.
 """
 
@@ -80,5 +81,21 @@ def slot_path(order: Order, total_bytes: int, step_ms: Callable[[int, int], floa
             current[taken] = s
     steps = [(current[i], i) for i in range(last + 1)]
     steps += [(s, last) for s in range(current[last] - 1, 0, -1)]
-    steps += [(1, i) for i in range(last + 1, n + 1)]
+    for taken in range(last + 1, n + 1):
+        steps += [(s, taken) for s in reversed(_tail_slots(taken, current[last], layers[taken], step_ms))]
     return SlotPath(tuple(steps), tables, switches)
+
+
+def _tail_slots(taken: int, most: int, prefetched: int, step_ms: Callable[[int, int], float]) -> list[int]:
+    """The slot counts a prefix after the last prefetch move may use, fewest first: 1, then each count up to
+    ``most`` that predicts a faster step than every smaller one kept (a pool that holds every prefetched
+    layer is never one). Listed on the path from the most slots down, so the largest budget that fits takes
+    the fastest; the moves taken never shrink along the path, which keeps plans stable as the budget grows."""
+    kept = [1]
+    best = step_ms(taken, 1) if most > 1 else 0.0
+    for s in range(2, min(most, prefetched - 1) + 1):
+        t = step_ms(taken, s)
+        if t < best:
+            kept.append(s)
+            best = t
+    return kept
