@@ -23,8 +23,8 @@ __all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "p
 BYTE_FIELDS = ("gpu_budget_bytes", "cpu_budget_bytes", "total_bytes", "resident_bytes", "offloaded_bytes",
                "buffer_bytes", "peak_gpu_bytes", "pinned_host_bytes")
 SETTINGS = ("backend", "strategy", "prefetch_step")
-MODEL_FIELDS = ("model", "spec_sha256", "layers")  # summary fields that describe the model
-PARAM_FIELDS = ("shape", "dtype", "stride", "buffer", "kind")  # compared per param (bytes follow from them)
+MODEL_FIELDS = ("model", "spec_sha256", "layers", "rank", "world_size")  # summary fields that describe the model
+PARAM_FIELDS = ("shape", "dtype", "stride", "buffer", "kind", "shard")  # compared per param (bytes follow from them)
 
 GPU, PREFETCH, UVA = "GPU", "host (prefetch)", "host (uva)"
 MOVE_ORDER = ((GPU, PREFETCH), (GPU, UVA), (PREFETCH, GPU), (UVA, GPU), (PREFETCH, UVA), (UVA, PREFETCH))
@@ -66,7 +66,7 @@ class TimeDelta:
 class ParamGroup:
     """One change to the same params of several layers: a move (``what`` = ``placement``, old and new
     are placements) or a change to the params' description (``shape``, ``dtype``, ``stride``,
-    ``buffer``, ``kind``, ``tied``, or ``param`` for one added or removed)."""
+    ``buffer``, ``kind``, ``shard``, ``tied``, or ``param`` for one added or removed)."""
 
     what: str
     old: str

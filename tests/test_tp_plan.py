@@ -259,3 +259,21 @@ def test_spec_without_parallel_keeps_its_hash() -> None:
     with_tp = load_spec_text(Path(SPECS["llama-3-8b"][0]).read_text() + "parallel: {tp: 2}\n")
     assert spec_sha256(with_tp) != spec_sha256(spec)
     assert dump_model(spec)  # the spec still dumps
+
+
+def test_diff_names_a_changed_shard_and_another_rank() -> None:
+    """Two rank plans of one set differ only in rank (a model change, said first); a param split another
+    way is a param change with its name and both values, not only a shape change."""
+    from planner.diff import diff_plans, render_diff
+
+    spec = load_spec(SPECS["llama-3-8b"][0])
+    plans = planner.plan_ranks(spec, 2, gpu_budget=8 * 10**9)
+    ranks = diff_plans(plans[0], plans[1])
+    assert ranks.changed and "model:\n  rank: 0 -> 1" in render_diff(ranks, "text")
+    data = plans[0].model_dump()
+    layer = next(lay for lay in data["layers"] if "self_attn.o_proj.weight" in lay["params"])
+    assert layer["params"]["self_attn.o_proj.weight"]["shard"] == "dim1"
+    layer["params"]["self_attn.o_proj.weight"]["shard"] = "dim0"
+    other = type(plans[0]).model_validate(data)
+    text = render_diff(diff_plans(plans[0], other), "text")
+    assert "shard" in text and "dim1" in text and "dim0" in text and "o_proj.weight" in text
