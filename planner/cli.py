@@ -327,25 +327,33 @@ def plan_command(
 
         given = _sizes_given(text, spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget})
         raise typer.Exit(report_infeasible(err, missing_unit_hints(given))) from None
+    if check is not None:
+        raise typer.Exit(_check_plan(ctx, result, spec, check, diff_format.value if diff_format else "text"))
     if world > 1:
         from planner.tp_cli import write_set
 
         write_set(result, output, fmt.value)  # type: ignore[arg-type]
         return
-    if check is not None:
-        raise typer.Exit(_check_plan(ctx, result, spec, check, diff_format.value if diff_format else "text"))
     from planner.output import emit
 
     emit(dump_model(result, fmt.value), output)
 
 
 def _check_plan(ctx: typer.Context, fresh: Any, spec: str, committed: str, fmt: str) -> int:
-    """`plan --check`: the verdict on the committed plan on stdout; its exit code (planner/lockfile.py)."""
+    """`plan --check`: the verdict on the committed plan (or rank set) on stdout; its exit code
+    (planner/lockfile.py, planner/lockfile_set.py)."""
     from planner.command_line import words_given
     from planner.lockfile import check_plan
     from planner.lockfile_render import render_check
 
     options = words_given(ctx, leave_out=("spec", "check", "diff_format", "output"))
+    if isinstance(fresh, list):  # a rank set (--tp N): DIR holds the committed rank plans
+        from planner.lockfile_render import render_set_check
+        from planner.lockfile_set import check_rank_set
+
+        checked = check_rank_set(fresh, spec, committed, options)
+        sys.stdout.write(render_set_check(checked, fmt))
+        return checked.exit_code
     verdict = check_plan(fresh, spec, committed, options)
     sys.stdout.write(render_check(verdict, fmt))
     return verdict.exit_code

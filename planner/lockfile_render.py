@@ -10,6 +10,7 @@ from schemas.plan import PLAN_VERSION
 
 from planner.diff import render_diff
 from planner.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, Check
+from planner.lockfile_set import SetCheck
 
 SHA_SHOWN = 12  # hex digits of a spec hash in a sentence
 
@@ -68,3 +69,22 @@ def _json(check: Check) -> dict:
         "spec_sha256": {"plan": check.plan_sha256, "spec": check.spec_sha256},
         "diff": None if check.diff is None else json.loads(render_diff(check.diff, "json")),
     }
+
+
+def render_set_check(check: SetCheck, fmt: str = "text") -> str:
+    """A rank set's verdicts: each rank's as `render_check` words it, then one line for the set."""
+    if fmt == "json":
+        return json.dumps({"folder": check.folder, "up_to_date": check.up_to_date,
+                           "committed_ranks": check.committed_ranks, "made_ranks": check.made_ranks,
+                           "refresh": None if check.up_to_date else check.refresh,
+                           "ranks": [_json(c) for c in check.ranks]}, indent=2) + "\n"
+    md = fmt == "markdown"
+    parts = [render_check(c, fmt) for c in check.ranks]
+    same = sum(c.status == SAME for c in check.ranks)
+    line = f"rank set {check.folder}: {same} of {check.made_ranks} rank plans up to date"
+    if check.committed_ranks != check.made_ranks:
+        line += (f"; the folder holds {check.committed_ranks} rank plans and the command makes {check.made_ranks}")
+    if check.up_to_date:
+        return "".join(parts) + line + "\n"
+    tail = f"\n```sh\n{check.refresh}\n```\n" if md else f"; refresh with: {check.refresh}\n"
+    return "".join(parts) + line + (" Refresh with:\n" + tail if md else tail)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 
-from schemas.errors import InputError
 from schemas.plan import Plan
 from schemas.spec import SpecFile
 
@@ -22,11 +21,9 @@ def world_size(flag: int | None, spec: SpecFile) -> int:
 
 
 def check_request(world: int, output: str | None, check: str | None) -> None:
-    """Refuse, before planning, what a rank set cannot do: no folder to write to, or --check."""
-    if check is not None:
-        raise InputError(f"--check compares one plan file, and --tp {world} makes {world}: check a rank set with "
-                         f"`planner plan ... --tp {world} -o NEW/` and `planner diff OLD/ NEW/`")
-    check_folder(output or "", world)
+    """Refuse, before planning, what a rank set cannot do: no folder to write to (unless --check DIR)."""
+    if check is None:
+        check_folder(output or "", world)
 
 
 def write_set(plans: list[Plan], output: str, fmt: str) -> None:

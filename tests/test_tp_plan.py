@@ -277,3 +277,28 @@ def test_diff_names_a_changed_shard_and_another_rank() -> None:
     other = type(plans[0]).model_validate(data)
     text = render_diff(diff_plans(plans[0], other), "text")
     assert "shard" in text and "dim1" in text and "dim0" in text and "o_proj.weight" in text
+
+
+def test_check_a_committed_rank_set(tmp_path: Path) -> None:
+    """`plan --tp N --check DIR`: every rank checked like one plan; up to date, out of date (with the diff
+    and one refresh command for the whole set), and a set made for another number of ranks."""
+    spec = str(SPECS["llama-3-8b"][0])
+    folder = str(tmp_path / "set")
+    assert invoke("plan", spec, "--tp", "2", "-g", "8GB", "-o", folder).exit_code == 0
+    same = invoke("plan", spec, "--tp", "2", "-g", "8GB", "--check", folder)
+    assert same.exit_code == 0, same.output
+    assert f"rank set {folder}: 2 of 2 rank plans up to date" in same.stdout
+    assert same.stdout.count("is up to date") == 2
+    changed = invoke("plan", spec, "--tp", "2", "-g", "6GB", "--check", folder)
+    assert changed.exit_code == 1
+    assert "rank0.plan.yaml is out of date" in changed.stdout and "rank1.plan.yaml is out of date" in changed.stdout
+    assert f"0 of 2 rank plans up to date; refresh with: planner plan {spec} --gpu-budget 6GB --tp 2 -o {folder}" \
+        in changed.stdout
+    other = invoke("plan", spec, "--tp", "4", "-g", "8GB", "--check", folder, "--diff-format", "json")
+    assert other.exit_code == 1
+    data = json.loads(other.stdout)
+    assert (data["committed_ranks"], data["made_ranks"], data["up_to_date"]) == (2, 4, False)
+    assert [r["status"] for r in data["ranks"]] == ["changed", "changed"]  # world size and shapes differ
+    assert data["refresh"].endswith(f"--tp 4 -o {folder}")
+    md = invoke("plan", spec, "--tp", "2", "-g", "6GB", "--check", folder, "--diff-format", "markdown")
+    assert md.exit_code == 1 and "Refresh with:\n\n```sh\n" in md.stdout

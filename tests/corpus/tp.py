@@ -119,7 +119,11 @@ OUTPUTS = [
     CliCase("tp-from-spec-output-missing", ("plan", "{f}"), {"bad.yaml": TINY_SPEC + "parallel: {tp: 4}\n"},
             expect=("--tp 4 writes one plan per rank",)),
     CliCase("tp-with-check", ("plan", "{f}", "--tp", "2", "--check", "{d}/good.yaml"),
-            GOOD | {"bad.yaml": TINY_SPEC}, expect=("--check compares one plan file", "planner diff OLD/ NEW/")),
+            GOOD | {"bad.yaml": TINY_SPEC}, expect=("good.yaml: with --tp 2 this is the folder of the committed rank "
+                                                    "plans", "not a folder")),
+    CliCase("tp-check-folder-without-plans", ("plan", "{f}", "--tp", "2", "--check", "{d}"),
+            {"bad.yaml": TINY_SPEC}, expect=("no rank plans (rank0.plan.yaml, ...) in this folder",
+                                             "--tp 2 -o ")),
     CliCase("tp-output-under-a-file", ("plan", "{f}", "--tp", "2", "-g", "1MB", "-o", "{d}/good.yaml/set"),
             GOOD | {"bad.yaml": TINY_SPEC}, expect=("good.yaml/set",)),
     CliCase("tp-infeasible-per-gpu", ("plan", "{f}", "--tp", "2", "-g", "100", "--backend", "none", "-o", "{d}/out"),

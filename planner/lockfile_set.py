@@ -1,0 +1,61 @@
+"""`planner plan SPEC --tp N --check DIR`: is the committed rank set in DIR what the planner makes now?
+
+Each rank's committed plan is checked as `--check PLAN` checks one plan (planner/lockfile.py), against the
+rank plan made now; the set is up to date when every rank is and DIR holds exactly N rank plans. Every
+verdict's refresh command writes the whole set again: the user's command line with ``-o DIR``.
+Worded in planner/lockfile_render.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas.errors import InputError
+from schemas.plan import Plan
+from schemas.rank_plans import rank_files
+
+from planner import exit_codes
+from planner.lockfile import SAME, Check, check_plan
+
+
+@dataclass(frozen=True)
+class SetCheck:
+    """The verdicts on a committed rank set, by rank, and the ranks only one side has."""
+
+    folder: str
+    refresh: str
+    ranks: list[Check]  # ranks both the folder and the command have, in order
+    committed_ranks: int
+    made_ranks: int
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.committed_ranks == self.made_ranks and all(c.status == SAME for c in self.ranks)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_codes.OK if self.up_to_date else exit_codes.CHANGED
+
+
+def check_rank_set(fresh: list[Plan], spec: str, folder: str, options: Sequence[str]) -> SetCheck:
+    """The verdict on the rank set committed in ``folder`` against ``fresh`` (index = rank), made by
+    ``planner plan SPEC`` with ``options`` (the words as given, no --check or -o)."""
+    if folder == "-" or not Path(folder).is_dir():
+        raise InputError(f"--check {folder}: with --tp {len(fresh)} this is the folder of the committed rank plans "
+                         f"(rank0.plan.yaml ...), and it is {'stdin' if folder == '-' else 'not a folder'}")
+    found = rank_files(folder)
+    twice = [paths for paths in found.values() if len(paths) > 1]
+    if twice:
+        raise InputError(f"{folder}: {', '.join(p.name for p in twice[0])} are two plans of one rank; keep one")
+    if not found:
+        raise InputError(f"{folder}: no rank plans (rank0.plan.yaml, ...) in this folder; make them with "
+                         f"`planner plan {shlex.join([spec, *options])} -o {folder}`")
+    refresh = "planner plan " + shlex.join([spec, *options, "-o", folder])
+    ranks = [dataclasses.replace(check_plan(plan, spec, str(found[r][0]), options), refresh=refresh)
+             for r, plan in enumerate(fresh) if r in found]
+    committed = max(found) + 1 if len(found) == max(found) + 1 else len(found)
+    return SetCheck(folder, refresh, ranks, committed, len(fresh))
