@@ -1,0 +1,24 @@
+"""Regression tests for the findings of the second review (each failed before its fix)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_samples import invoke
+
+LLAMA = "examples/llama-3-8b.yaml"
+
+
+def test_rank_set_check_with_a_gap_is_not_up_to_date(tmp_path: Path) -> None:
+    """`plan --tp 2 --check DIR` where DIR holds rank0 and rank2 (rank 1 gone): the set is not what the
+    command makes, so it is out of date and rank 1 is named missing (it said 'up to date', exit 0)."""
+    folder = tmp_path / "set"
+    assert invoke("plan", LLAMA, "--tp", "2", "-g", "8GB", "-o", str(folder)).exit_code == 0
+    (folder / "rank1.plan.yaml").rename(folder / "rank2.plan.yaml")
+    text = invoke("plan", LLAMA, "--tp", "2", "-g", "8GB", "--check", str(folder))
+    assert text.exit_code == 1, text.output
+    assert "missing from the folder: rank1.plan.yaml" in text.stdout
+    js = invoke("plan", LLAMA, "--tp", "2", "-g", "8GB", "--check", str(folder), "--diff-format", "json")
+    data = json.loads(js.stdout)
+    assert (js.exit_code, data["up_to_date"], data["missing_ranks"]) == (1, False, [1])
