@@ -22,3 +22,16 @@ def test_rank_set_check_with_a_gap_is_not_up_to_date(tmp_path: Path) -> None:
     js = invoke("plan", LLAMA, "--tp", "2", "-g", "8GB", "--check", str(folder), "--diff-format", "json")
     data = json.loads(js.stdout)
     assert (js.exit_code, data["up_to_date"], data["missing_ranks"]) == (1, False, [1])
+
+
+def test_check_plans_given_a_rank_plan_checks_its_set(tmp_path: Path, monkeypatch) -> None:
+    """pre-commit passes the changed file ``tp/rank0.plan.yaml``; the manifest line names the folder
+    (``--tp 2 -o tp``): that line is checked (it was refused as 'a plan that no line makes', exit 2)."""
+    spec = Path(LLAMA).resolve()
+    monkeypatch.chdir(tmp_path)
+    Path("planner-plans.sh").write_text(f"planner plan {spec} --tp 2 -g 8GB -o tp\n")
+    assert invoke("plan", str(spec), "--tp", "2", "-g", "8GB", "-o", "tp").exit_code == 0
+    result = invoke("check-plans", "tp/rank0.plan.yaml")
+    assert result.exit_code == 0, result.output
+    assert "rank set tp: 2 of 2 rank plans up to date" in result.stdout
+    assert "no line of planner-plans.sh" not in result.output
