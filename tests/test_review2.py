@@ -35,3 +35,41 @@ def test_check_plans_given_a_rank_plan_checks_its_set(tmp_path: Path, monkeypatc
     assert result.exit_code == 0, result.output
     assert "rank set tp: 2 of 2 rank plans up to date" in result.stdout
     assert "no line of planner-plans.sh" not in result.output
+
+
+def test_export_names_any_embedding_by_its_kind() -> None:
+    """export --to vllm: an offloaded GPT-2 position embedding (``transformer.wpe``) is 'an offloaded
+    embedding' as planner/kinds.py classifies it (the export guessed from 'embed'/'lm_head'/'wte' in the name)."""
+    from planner.assemble import assemble
+    from planner.assignment import Assignment
+    from planner.graph import build_graph, layers_in_order
+    from planner.vllm_export import export
+    from schemas.io import parse_text
+    from schemas.spec import SpecFile
+
+    spec = SpecFile.model_validate(parse_text(GPT, "gpt.yaml"))
+    layers = layers_in_order(build_graph(spec.model.expanded()))
+    for name in ("transformer.wpe", "transformer.ln_f"):
+        where = Assignment({name: {"weight": "uva"}}, None, "budget", "test", ())
+        plan = assemble(layers, where, model_name="gpt", spec_sha256="0" * 64, gpu_budget=None, cpu_budget=None)
+        (problem,) = export(plan).problems
+        expected = "an offloaded embedding" if name.endswith("wpe") else "params offloaded outside the decoder layers"
+        assert problem.part == expected
+        assert name in problem.detail
+
+
+GPT = """\
+model:
+  name: gpt
+  dtype: float16
+  layers:
+    - name: transformer.wpe
+      params: {weight: [1024, 256]}
+    - name: transformer.h.{i}
+      repeat: 4
+      params:
+        attn.c_attn.weight: [256, 768]
+        mlp.c_fc.weight: [256, 1024]
+    - name: transformer.ln_f
+      params: {weight: [256]}
+"""
