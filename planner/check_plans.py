@@ -23,6 +23,7 @@ from typing import Any
 
 from schemas.errors import InputError, Problem
 from schemas.io import guess_kind, parse_text, read_text
+from schemas.rank_plans import RANK_FILE
 
 from planner import exit_codes
 from planner.plan_invoke import invoke
@@ -55,7 +56,7 @@ def select(entries: Sequence[Entry], files: Sequence[str], manifest: str) -> Sel
     """The lines to check for the changed ``files`` (all of them when none are given)."""
     if not files:
         return Selection(list(entries))
-    given = {path_key(f) for f in files}
+    given = {key for f in files for key in _keys(f)}
     named = {path_key(f) for e in entries for f in e.files} | {path_key(manifest)}
     if path_key(manifest) in given:
         chosen = list(entries)
@@ -63,7 +64,7 @@ def select(entries: Sequence[Entry], files: Sequence[str], manifest: str) -> Sel
         chosen = [e for e in entries if any(path_key(f) in given for f in e.files)]
     selection = Selection(chosen)
     for name in dict.fromkeys(files):
-        if path_key(name) in named:
+        if _keys(name) & named:
             continue
         problem = _unnamed_problem(name, manifest)
         if problem is None:
@@ -71,6 +72,15 @@ def select(entries: Sequence[Entry], files: Sequence[str], manifest: str) -> Sel
         else:
             selection.problems.append(problem)
     return selection
+
+
+def _keys(name: str) -> set[str]:
+    """What a given file stands for: itself, and for a rank plan (``DIR/rank0.plan.yaml``) also its folder,
+    which a tensor-parallel line names as its ``-o DIR``."""
+    keys = {path_key(name)}
+    if RANK_FILE.match(os.path.basename(name)):
+        keys.add(path_key(os.path.dirname(name) or "."))
+    return keys
 
 
 def _unnamed_problem(name: str, manifest: str) -> Problem | None:

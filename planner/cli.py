@@ -301,18 +301,19 @@ def plan_command(
     }
     text = read_text(spec)
     spec_file = load_model(SpecFile, spec, text)
-    from planner.tp_cli import check_request, world_size
+    from planner.tp_cli import asked, check_request, world_size
     from planner.tp_split import ShardError
 
     world = world_size(tp, spec_file)
+    world_asked = asked(tp, world, source_name(spec))
     if world > 1:
-        check_request(world, output, check)
+        check_request(world, output, check, world_asked)
     try:
         if from_vllm is not None:
             from planner.vllm_cli import plan_from_vllm
 
             if world > 1:
-                raise InputError("--from-vllm with --tp: vLLM's flags are read for one GPU's plan; "
+                raise InputError(f"--from-vllm with {world_asked}: vLLM's flags are read for one GPU's plan; "
                                  "plan each rank with --tp and the planner's own options instead")
             result = plan_from_vllm(spec_file, from_vllm, options)
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from schemas.plan import PLAN_VERSION
+from schemas.rank_plans import rank_plan_name
 
 from planner.diff import render_diff
 from planner.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, Check
@@ -76,6 +77,7 @@ def render_set_check(check: SetCheck, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps({"folder": check.folder, "up_to_date": check.up_to_date,
                            "committed_ranks": check.committed_ranks, "made_ranks": check.made_ranks,
+                           "missing_ranks": list(check.missing),
                            "refresh": None if check.up_to_date else check.refresh,
                            "ranks": [_json(c) for c in check.ranks]}, indent=2) + "\n"
     md = fmt == "markdown"
@@ -84,6 +86,8 @@ def render_set_check(check: SetCheck, fmt: str = "text") -> str:
     line = f"rank set {check.folder}: {same} of {check.made_ranks} rank plans up to date"
     if check.committed_ranks != check.made_ranks:
         line += (f"; the folder holds {check.committed_ranks} rank plans and the command makes {check.made_ranks}")
+    if check.missing:
+        line += f"; missing from the folder: {', '.join(rank_plan_name(r) for r in check.missing)}"
     if check.up_to_date:
         return "".join(parts) + line + "\n"
     tail = f"\n```sh\n{check.refresh}\n```\n" if md else f"; refresh with: {check.refresh}\n"

@@ -31,10 +31,12 @@ class SetCheck:
     ranks: list[Check]  # ranks both the folder and the command have, in order
     committed_ranks: int
     made_ranks: int
+    missing: tuple[int, ...] = ()  # ranks the command makes that the folder lacks
 
     @property
     def up_to_date(self) -> bool:
-        return self.committed_ranks == self.made_ranks and all(c.status == SAME for c in self.ranks)
+        return (self.committed_ranks == self.made_ranks and not self.missing
+                and all(c.status == SAME for c in self.ranks))
 
     @property
     def exit_code(self) -> int:
@@ -57,5 +59,5 @@ def check_rank_set(fresh: list[Plan], spec: str, folder: str, options: Sequence[
     refresh = "planner plan " + shlex.join([spec, *options, "-o", folder])
     ranks = [dataclasses.replace(check_plan(plan, spec, str(found[r][0]), options), refresh=refresh)
              for r, plan in enumerate(fresh) if r in found]
-    committed = max(found) + 1 if len(found) == max(found) + 1 else len(found)
-    return SetCheck(folder, refresh, ranks, committed, len(fresh))
+    missing = tuple(r for r in range(len(fresh)) if r not in found)
+    return SetCheck(folder, refresh, ranks, len(found), len(fresh), missing)

@@ -62,7 +62,12 @@ def plan_ranks(spec: SpecFile, world_size: int, **kwargs: Any) -> list[Plan]:
 
 def slowest_rank(plans: list[Plan]) -> int | None:
     """The rank whose predicted (weighted) step is the longest: it sets the set's step; None without predictions."""
-    timed = [(p.predictions.weighted_step_ms, r) for r, p in enumerate(plans) if p.predictions is not None]
+    return slowest_of([None if p.predictions is None else p.predictions.weighted_step_ms for p in plans])
+
+
+def slowest_of(steps: list[float | None]) -> int | None:
+    """The index (rank) of the longest step, the lowest rank of equal ones; None when none is known."""
+    timed = [(ms, r) for r, ms in enumerate(steps) if ms is not None]
     if not timed:
         return None
     return max(timed, key=lambda t: (t[0], -t[1]))[1]

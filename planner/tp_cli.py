@@ -20,10 +20,15 @@ def world_size(flag: int | None, spec: SpecFile) -> int:
     return spec.parallel.tp if spec.parallel is not None else 1
 
 
-def check_request(world: int, output: str | None, check: str | None) -> None:
+def asked(flag: int | None, world: int, spec_name: str) -> str:
+    """What set the world size, as the user wrote it: ``--tp N``, or the spec's ``parallel.tp``."""
+    return f"--tp {world}" if flag is not None else f"parallel.tp: {world} ({spec_name})"
+
+
+def check_request(world: int, output: str | None, check: str | None, asked: str | None = None) -> None:
     """Refuse, before planning, what a rank set cannot do: no folder to write to (unless --check DIR)."""
     if check is None:
-        check_folder(output or "", world)
+        check_folder(output or "", world, asked)
 
 
 def write_set(plans: list[Plan], output: str, fmt: str) -> None:

@@ -20,17 +20,19 @@ from schemas.rank_plans import FORMATS, rank_files, rank_plan_name
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def check_folder(path: str, world_size: int) -> None:
-    """``path`` can hold a rank set: a folder or nothing yet; InputError otherwise."""
+def check_folder(path: str, world_size: int, asked: str | None = None) -> None:
+    """``path`` can hold a rank set: a folder or nothing yet; InputError otherwise. ``asked``: what set the
+    world size, for the message (``--tp N`` by default; ``parallel.tp: N (spec.yaml)`` from a spec)."""
+    asked = asked or f"--tp {world_size}"
     if path in ("", "-"):
         given = "-o -" if path == "-" else "no -o"
-        raise InputError(f"--tp {world_size} writes one plan per rank into a folder, and {given} gives none: "
+        raise InputError(f"{asked} writes one plan per rank into a folder, and {given} gives none: "
                          "give -o FOLDER (the plans cannot all go to stdout)")
     if os.path.exists(path) and not os.path.isdir(path):
-        raise InputError(f"-o {path}: not a folder: --tp {world_size} writes rank0.plan.yaml ... "
+        raise InputError(f"-o {path}: not a folder: {asked} writes rank0.plan.yaml ... "
                          f"rank{world_size - 1}.plan.yaml into a folder")
     if not os.path.exists(path) and path.lower().endswith(PLAN_SUFFIXES):
-        raise InputError(f"-o {path}: looks like a file name, but --tp {world_size} writes one plan per rank "
+        raise InputError(f"-o {path}: looks like a file name, but {asked} writes one plan per rank "
                          "into a folder (give a folder name, e.g. plans/)")
 
 

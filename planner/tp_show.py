@@ -13,6 +13,7 @@ from schemas.sizes import format_bytes
 
 from planner import tp_notes
 from planner.diff import PlanDiff, diff_plans, render_diff
+from planner.tp import slowest_of
 
 RANK_FIELDS = ("peak_gpu_bytes", "resident_bytes", "offloaded_bytes", "buffer_bytes", "pinned_host_bytes")
 
@@ -29,8 +30,7 @@ def rank_rows(plans: list[Plan], predictions: list[Predictions | None]) -> list[
 
 
 def _slowest(rows: list[dict[str, Any]]) -> int | None:
-    timed = [(r["step_ms"], -r["rank"]) for r in rows if r["step_ms"] is not None]
-    return -max(timed)[1] if timed else None
+    return slowest_of([r["step_ms"] for r in rows])  # rows are in rank order (load_set)
 
 
 def render_set_json(plans: list[Plan], predictions: list[Predictions | None]) -> str:

@@ -29,6 +29,7 @@ from schemas.plan import Plan
 from schemas.spec import Layer, Tensor
 
 from planner.graph import build_graph, find_block_stack
+from planner.kinds import param_kind
 from planner.names import join_names
 from planner.vllm_flags import VllmFlags
 from planner.vllm_select import StackLayer, group_picks, select
@@ -102,8 +103,7 @@ def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer]) -> list
     problems = []
     outside = [layer for layer in plan.layers if layer.offloaded and layer.name not in stack]
     if outside:
-        kinds = {"embedding" if ("embed" in layer.name or "lm_head" in layer.name or "wte" in layer.name) else ""
-                 for layer in outside}
+        kinds = {param_kind(layer.name, rel, layer.params[rel].kind) for layer in outside for rel in layer.offloaded}
         part = "an offloaded embedding" if "embedding" in kinds else "params offloaded outside the decoder layers"
         problems.append(Problem(part, f"{join_names(layer.name for layer in outside)} "
                                       f"{'is' if len(outside) == 1 else 'are'} offloaded; vLLM offloads only the "

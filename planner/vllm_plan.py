@@ -3,7 +3,8 @@
 vLLM's rules decide (planner/vllm_select.py, on vLLM's view of each layer: planner/vllm_layout.py);
 ``planner.assemble`` writes the plan as for any strategy, so ``planner show``/``diff`` compare it
 with auto's plan. The plan says where it came from in its first note and its backend_reason;
-its strategy is ``group`` (prefetch flags) or ``budget`` (``--cpu-offload-gb``).
+its strategy is ``group`` (prefetch flags) or ``budget`` (``--cpu-offload-gb``). Those notes are worded in
+planner/vllm_notes.py.
 
 What this planner does differently while executing the same selection (said in the notes):
 the buffer pool holds a buffer only for the slots whose layers use it (vLLM: every key in every
@@ -24,15 +25,15 @@ from schemas.spec import Layer, SpecFile
 from schemas.spec_hash import spec_sha256
 from schemas.workload import DEFAULT_WORKLOAD, Workload
 
+from planner import vllm_notes
 from planner.assemble import assemble
 from planner.assignment import Assignment
 from planner.errors import InfeasibleError, PlanningError
 from planner.graph import build_graph, find_block_stack, layers_in_order, tied_owners
-from planner.names import join_names
 from planner.predict import predict
 from planner.vllm_flags import VllmFlags
 from planner.vllm_layout import SpecParam, vllm_params
-from planner.vllm_select import Selection, StackLayer, select
+from planner.vllm_select import StackLayer, select
 
 
 def stack_view(layers: Sequence[Layer], stack: Sequence[str]) -> list[StackLayer]:
@@ -73,7 +74,7 @@ def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, mo
             raise PlanningError(f"--from-vllm: vLLM would offload {layer}.{bad[0]}, which other params are tied to; "
                                 "this planner keeps such params on the GPU (narrow the selection with "
                                 "--offload-params)")
-    reason, notes = _words(flags, chosen, len(stack))
+    reason, notes = vllm_notes.plan_words(flags, chosen, len(stack))
     strategy = "budget" if chosen.mode == "uva" else "group"
     step = flags.prefetch_step if chosen.mode == "prefetch" else None
     assignment = Assignment(chosen.where(), step, strategy, reason, tuple(notes))
@@ -82,8 +83,7 @@ def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, mo
     if chosen.mode == "prefetch" and plan.buffer_pool is not None:
         vllm_pool = flags.prefetch_step * sum({k.key: k.bytes for k in plan.buffer_pool.keys}.values())
         if vllm_pool != plan.buffer_pool.bytes:
-            extra = (f"vLLM's own pool would hold every buffer in all {flags.prefetch_step} slots: "
-                     f"{format_bytes(vllm_pool)}, this plan's {format_bytes(plan.buffer_pool.bytes)}")
+            extra = vllm_notes.pool_note(flags.prefetch_step, vllm_pool, plan.buffer_pool.bytes)
             plan = plan.model_copy(update={"summary": plan.summary.model_copy(
                 update={"notes": [*plan.summary.notes, extra]})})
     return plan
@@ -99,38 +99,3 @@ def _check_budgets(plan: Plan, gpu: int | None, cpu: int | None) -> None:
     if cpu is not None and s.pinned_host_bytes > cpu:
         raise InfeasibleError(f"vLLM's flags pin {format_bytes(s.pinned_host_bytes)} of host memory, more than the "
                               f"{format_bytes(cpu)} cpu_budget", None)
-
-
-def _words(flags: VllmFlags, chosen: Selection, stack_len: int) -> tuple[str, list[str]]:
-    """The plan's backend_reason and first notes (decision in, sentences out)."""
-    given = " ".join(flags.given) or "(no flags)"
-    head = f"from vLLM flags: {given}"
-    layers = join_names(chosen.chosen)
-    if chosen.mode == "none":
-        return (f"{head}: vLLM offloads nothing with these flags",
-                [f"{head}; vLLM's offload backend: none (no --offload-group-size or --cpu-offload-gb above 0)"])
-    if chosen.mode == "prefetch":
-        g, k, s = flags.group_size, flags.num_in_group, flags.prefetch_step
-        params = ("every param" if not flags.offload_params else
-                  f"the params matching {', '.join(flags.offload_params)}")
-        notes = [f"{head}; vLLM's prefetch offloader: the last {k} of every {g} of the {stack_len} decoder layers, "
-                 f"{params}: {len(chosen.chosen)} layers ({layers or 'none'}), {s} buffer slot{'s' * (s != 1)}"]
-        skipped = [n for n in chosen.candidates if n not in chosen.chosen]
-        if skipped:
-            notes.append(f"vLLM skips {join_names(skipped)}: picked by the group rule, no param matches "
-                         "--offload-params")
-        n = len(chosen.chosen)
-        if n > s > 1 and n % s:
-            notes.append(f"{n} offloaded layers in {s} slots: vLLM starts layer (j+{s}) mod {n}'s copy after layer j, "
-                         f"which for the first layers of a forward can overwrite a slot whose layer has not run yet; "
-                         "this plan starts each copy after the previous user of its slot")
-        return f"{head}: vLLM's prefetch backend (--offload-group-size above 0)", notes
-    limit = flags.uva_max_bytes
-    params = "" if not flags.cpu_offload_params else f" matching {', '.join(flags.cpu_offload_params)}"
-    notes = [f"{head}; vLLM's UVA offloader: params{params} in layer order from the first decoder layer until "
-             f"{format_bytes(limit)} ({limit} bytes) are offloaded, the last one whole: "
-             f"{format_bytes(chosen.offloaded_bytes)} in {len(chosen.chosen)} layers ({layers or 'none'})"]
-    if chosen.offloaded_bytes < limit:
-        notes.append(f"every eligible decoder-layer param is offloaded and the {format_bytes(limit)} are not "
-                     "reached: vLLM offloads nothing outside the decoder layers")
-    return f"{head}: vLLM's UVA backend (--cpu-offload-gb above 0)", notes

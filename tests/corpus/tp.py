@@ -117,7 +117,7 @@ OUTPUTS = [
     CliCase("tp-output-missing", ("plan", "{f}", "--tp", "2"), {"bad.yaml": TINY_SPEC},
             expect=("no -o gives none",)),
     CliCase("tp-from-spec-output-missing", ("plan", "{f}"), {"bad.yaml": TINY_SPEC + "parallel: {tp: 4}\n"},
-            expect=("--tp 4 writes one plan per rank",)),
+            expect=("parallel.tp: 4 (", "bad.yaml) writes one plan per rank",)),
     CliCase("tp-with-check", ("plan", "{f}", "--tp", "2", "--check", "{d}/good.yaml"),
             GOOD | {"bad.yaml": TINY_SPEC}, expect=("good.yaml: with --tp 2 this is the folder of the committed rank "
                                                     "plans", "not a folder")),

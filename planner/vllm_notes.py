@@ -1,0 +1,50 @@
+"""The words of `plan --from-vllm` (planner/vllm_plan.py decides): the plan's backend_reason and the notes
+that say which vLLM rule chose what, and how this plan's buffer pool differs from vLLM's."""
+
+from __future__ import annotations
+
+from schemas.sizes import format_bytes
+
+from planner.names import join_names
+from planner.vllm_flags import VllmFlags
+from planner.vllm_select import Selection
+
+
+def pool_note(slots: int, vllm_pool: int, plan_pool: int) -> str:
+    return (f"vLLM's own pool would hold every buffer in all {slots} slots: "
+            f"{format_bytes(vllm_pool)}, this plan's {format_bytes(plan_pool)}")
+
+
+def plan_words(flags: VllmFlags, chosen: Selection, stack_len: int) -> tuple[str, list[str]]:
+    """The plan's backend_reason and first notes (decision in, sentences out)."""
+    given = " ".join(flags.given) or "(no flags)"
+    head = f"from vLLM flags: {given}"
+    layers = join_names(chosen.chosen)
+    if chosen.mode == "none":
+        return (f"{head}: vLLM offloads nothing with these flags",
+                [f"{head}; vLLM's offload backend: none (no --offload-group-size or --cpu-offload-gb above 0)"])
+    if chosen.mode == "prefetch":
+        g, k, s = flags.group_size, flags.num_in_group, flags.prefetch_step
+        params = ("every param" if not flags.offload_params else
+                  f"the params matching {', '.join(flags.offload_params)}")
+        notes = [f"{head}; vLLM's prefetch offloader: the last {k} of every {g} of the {stack_len} decoder layers, "
+                 f"{params}: {len(chosen.chosen)} layers ({layers or 'none'}), {s} buffer slot{'s' * (s != 1)}"]
+        skipped = [n for n in chosen.candidates if n not in chosen.chosen]
+        if skipped:
+            notes.append(f"vLLM skips {join_names(skipped)}: picked by the group rule, no param matches "
+                         "--offload-params")
+        n = len(chosen.chosen)
+        if n > s > 1 and n % s:
+            notes.append(f"{n} offloaded layers in {s} slots: vLLM starts layer (j+{s}) mod {n}'s copy after layer j, "
+                         f"which for the first layers of a forward can overwrite a slot whose layer has not run yet; "
+                         "this plan starts each copy after the previous user of its slot")
+        return f"{head}: vLLM's prefetch backend (--offload-group-size above 0)", notes
+    limit = flags.uva_max_bytes
+    params = "" if not flags.cpu_offload_params else f" matching {', '.join(flags.cpu_offload_params)}"
+    notes = [f"{head}; vLLM's UVA offloader: params{params} in layer order from the first decoder layer until "
+             f"{format_bytes(limit)} ({limit} bytes) are offloaded, the last one whole: "
+             f"{format_bytes(chosen.offloaded_bytes)} in {len(chosen.chosen)} layers ({layers or 'none'})"]
+    if chosen.offloaded_bytes < limit:
+        notes.append(f"every eligible decoder-layer param is offloaded and the {format_bytes(limit)} are not "
+                     "reached: vLLM offloads nothing outside the decoder layers")
+    return f"{head}: vLLM's UVA backend (--cpu-offload-gb above 0)", notes
