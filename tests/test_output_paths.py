@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,35 @@ TEXT = "plan_version: 2\n" + "x: 1\n" * 2000
 
 def names(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
+
+
+def through_fifo(fifo: Path, write: Callable[[], object], timeout: float = 30.0) -> tuple[str, object]:
+    """What ``write()`` (run in a thread) writes into ``fifo``, read here, and what it returned. The FIFO is
+    opened for reading first (non-blocking), so the writer's open never waits for a reader, and nothing
+    here waits past ``timeout``: a writer that never finishes fails the test instead of hanging the run."""
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    done: dict[str, object] = {}
+    writer = threading.Thread(target=lambda: done.update(value=write()), daemon=True)
+    writer.start()
+    chunks: list[bytes] = []
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            events = poller.poll(100)
+            data = os.read(fd, 1 << 16) if events else b""
+            chunks.append(data)
+            if events and not data and not writer.is_alive():  # the writer closed its end: EOF
+                break
+            if not events and not writer.is_alive() and "value" in done:  # it never opened the FIFO
+                break
+    finally:
+        os.close(fd)
+    writer.join(max(0.0, deadline - time.monotonic()))
+    if writer.is_alive():
+        pytest.fail(f"writing {fifo} did not finish within {timeout} s")
+    return b"".join(chunks).decode(), done.get("value")
 
 
 # ---------------------------------------------------------------------------
@@ -151,18 +183,9 @@ def test_a_symlink_loop_is_reported(tmp_path: Path) -> None:
 def test_a_fifo_is_written_directly_and_stays_a_fifo(tmp_path: Path) -> None:
     fifo = tmp_path / "plan.fifo"
     os.mkfifo(fifo)
-    received: list[str] = []
-    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
-    reader.start()
-    try:
-        result = invoke("plan", "-", "-g", "8KB", "-o", str(fifo), stdin=TINY_SPEC)
-    finally:
-        if reader.is_alive() and not received:  # the writer never opened it: unblock the reader
-            with open(fifo, "w"):
-                pass
-        reader.join(timeout=30)
-    assert result.exit_code == 0, result.output
-    assert received and received[0].startswith("plan_version: 2\n")
+    received, result = through_fifo(fifo, lambda: invoke("plan", "-", "-g", "8KB", "-o", str(fifo), stdin=TINY_SPEC))
+    assert result.exit_code == 0, result.output  # type: ignore[union-attr]
+    assert received.startswith("plan_version: 2\n")
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
     assert names(tmp_path) == ["plan.fifo"]
 
@@ -171,12 +194,8 @@ def test_a_symlink_to_a_fifo_writes_into_the_fifo(tmp_path: Path) -> None:
     fifo = tmp_path / "plan.fifo"
     os.mkfifo(fifo)
     (tmp_path / "out").symlink_to("plan.fifo")
-    received: list[str] = []
-    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
-    reader.start()
-    output.write_output(str(tmp_path / "out"), TEXT)
-    reader.join(timeout=30)
-    assert received == [TEXT] and stat.S_ISFIFO(fifo.lstat().st_mode) and (tmp_path / "out").is_symlink()
+    received, _ = through_fifo(fifo, lambda: output.write_output(str(tmp_path / "out"), TEXT))
+    assert received == TEXT and stat.S_ISFIFO(fifo.lstat().st_mode) and (tmp_path / "out").is_symlink()
 
 
 def test_a_character_device_is_written_directly_not_replaced(tmp_path: Path) -> None:
