@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import InputError, Problem, format_path, input_error_from_validation, line_of
+from schemas.gc_paused import gc_paused
 from schemas.hardware import HardwareProfile
 from schemas.plan import DEFER_CHECK, OLD_STEP_MESSAGE, Plan, PlanLayer, old_step_version
 from schemas.plan_check import plan_findings
@@ -131,7 +132,8 @@ def load_model(cls: type[M], path: str | Path, text: str | None = None) -> M:
     """Load and validate a spec or plan; every failure is an InputError naming file, line and field."""
     name = source_name(path)
     text = read_text(path) if text is None else text
-    return _validate(cls, parse_text(text, name), text, name)
+    with gc_paused():
+        return _validate(cls, parse_text(text, name), text, name)
 
 
 def load_spec(path: str | Path) -> SpecFile:
@@ -146,9 +148,10 @@ def load_spec_or_plan(path: str | Path) -> SpecFile | Plan:
     """A spec or a plan, told apart by the top-level keys (a spec when unclear)."""
     name = source_name(path)
     text = read_text(path)
-    data = parse_text(text, name)
-    cls: type[SpecFile] | type[Plan] = Plan if guess_kind(data) == "plan" else SpecFile
-    return _validate(cls, data, text, name)
+    with gc_paused():
+        data = parse_text(text, name)
+        cls: type[SpecFile] | type[Plan] = Plan if guess_kind(data) == "plan" else SpecFile
+        return _validate(cls, data, text, name)
 
 
 _LAYER_FIELDS = tuple(PlanLayer.model_fields)

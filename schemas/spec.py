@@ -24,8 +24,9 @@ from schemas.dtypes import canonical_dtype, itemsize
 from schemas.ints import Count, PositiveCount
 from schemas.shard import Shard
 from schemas.sizes import Size
+from schemas.spec_cache import Memo, content_key
 from schemas.spec_limits import check_bytes, check_counts
-from schemas.spec_names import check_dotted_name, check_printable
+from schemas.spec_names import check_dotted_name, check_dotted_names, check_printable
 from schemas.spec_ties import check_ties
 from schemas.strict import StrictModel
 from schemas.workload import Workload
@@ -37,7 +38,7 @@ ParamKind = Literal["attention", "dense_mlp", "shared_experts", "routed_experts"
                     "embedding", "other"]
 PARAM_KINDS: tuple[str, ...] = get_args(ParamKind)
 
-
+_VALID_PARAMS = Memo()  # content_key(input) -> the ParamSpec validated from it
 
 
 class ParamSpec(StrictModel):
@@ -55,13 +56,6 @@ class ParamSpec(StrictModel):
     shard: Shard | None = Field(
         default=None, description="how tensor parallelism splits it (schemas/shard.py; default: from its kind)"
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shape_list(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            return {"shape": list(value)}
-        return value
 
     @field_validator("dtype")
     @classmethod
@@ -88,6 +82,24 @@ class ParamSpec(StrictModel):
                 f"stride has {len(self.stride)} entries but shape has {len(self.shape)}"
             )
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _shape_list(cls, value: Any, handler: Any) -> Any:
+        """The shape-list shorthand as ``{shape: [...]}``. Input of content already validated is not
+        validated again (schemas/spec_cache.py: it gives the same, frozen ParamSpec). Defined last,
+        so it wraps the other validators."""
+        key = content_key(value)
+        if key is not None:
+            known = _VALID_PARAMS.get(key)
+            if known is not None:
+                return known
+        if isinstance(value, (list, tuple)):
+            value = {"shape": list(value)}
+        out = handler(value)
+        if key is not None:
+            _VALID_PARAMS.put(key, out)
+        return out
 
 
 class MoeSpec(StrictModel):
@@ -125,8 +137,7 @@ class LayerSpec(StrictModel):
     @field_validator("params")
     @classmethod
     def _param_names(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key in value:
-            check_dotted_name(key, "param name")
+        check_dotted_names(value, "param name")
         return value
 
     @field_validator("tied")
@@ -348,8 +359,25 @@ def _tensor(name: str, spec: ParamSpec, default_dtype: str) -> Tensor:
     return Tensor(name, shape, dtype, stride, spec.buffer, nbytes, spec.kind)
 
 
+def _entries(model: ModelSection) -> list[tuple[Tensor, ...]]:
+    """Each entry's tensors. Tensors are frozen, so entries listing the same params (the same
+    names and ParamSpec objects, which validation shares for the same content) share one tuple."""
+    tensors: dict[tuple[str, int], Tensor] = {}
+    entries: dict[tuple[Any, ...], tuple[Tensor, ...]] = {}
+    out = []
+    for spec in model.layers:
+        key = (*spec.params, *map(id, spec.params.values()))
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = tuple(
+                tensors.get((k, id(v))) or tensors.setdefault((k, id(v)), _tensor(k, v, model.dtype))
+                for k, v in spec.params.items())
+        out.append(entry)
+    return out
+
+
 def _expand(model: ModelSection) -> tuple[Layer, ...]:
-    entries = [tuple(_tensor(k, v, model.dtype) for k, v in spec.params.items()) for spec in model.layers]
+    entries = _entries(model)
     check_bytes(model.layers, entries)
     layers: list[Layer] = []
     where: dict[str, int] = {}
@@ -362,7 +390,8 @@ def _expand(model: ModelSection) -> tuple[Layer, ...]:
                     f"duplicate layer name '{name}' (layers[{where[name]}] and layers[{pos}])"
                 )
             where[name] = pos
-            tied = {k: v.replace(REPEAT_TOKEN, str(i)) if i is not None else v for k, v in spec.tied.items()}
+            tied = ({k: v.replace(REPEAT_TOKEN, str(i)) if i is not None else v for k, v in spec.tied.items()}
+                    if spec.tied else {})
             template = spec.name if spec.repeat else None
             layers.append(Layer(name, len(layers), params, tied, template, spec.moe))
     check_ties(layers)

@@ -9,6 +9,10 @@ as what it is; messages show a refused name with ``repr``, which escapes them.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
+
+_MAX_PASSED = 65536
+_passed: set[str] = set()  # names check_dotted_name accepted (it depends on the name alone)
 
 
 def _describe(ch: str) -> str:
@@ -38,3 +42,16 @@ def check_dotted_name(value: str, what: str) -> str:
     if not value or value != value.strip():
         raise ValueError(f"{what} must be a non-empty name without surrounding spaces (got {value!r})")
     raise ValueError(f"{what} {value!r} has an empty segment (leading, trailing or double dot)")
+
+
+def check_dotted_names(values: Iterable[str], what: str) -> None:
+    """``check_dotted_name`` on each of ``values`` in order (the first bad one raises), each
+    distinct name checked once: a spec lists the same param names in every layer."""
+    if _passed.issuperset(values):
+        return
+    for value in values:
+        if value not in _passed:
+            check_dotted_name(value, what)
+            if len(_passed) >= _MAX_PASSED:
+                _passed.clear()
+            _passed.add(value)

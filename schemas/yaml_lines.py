@@ -250,98 +250,105 @@ def _build_from_events(parser: yaml.SafeLoader, lines: dict[Path_, int] | None) 
     if not isinstance(event, yaml.DocumentStartEvent):
         raise _Unsupported
     scalars = _Scalars()
-    scalar_value = scalars.value
+    known = scalars.cache
     ScalarEvent, MappingStartEvent, SequenceStartEvent = (
         yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)
     MappingEndEvent, SequenceEndEvent = yaml.MappingEndEvent, yaml.SequenceEndEvent
-    # one frame per open collection: [container, path, pending key (_MISSING: next is a key)]
-    stack: list[list[Any]] = []
+    track = lines is not None
+    # the innermost open collection (None before the root), its path (with lines), whether it is
+    # a list, and for a mapping the key waiting for its value (_MISSING: the next node is a key);
+    # `outer` holds the same of each collection around it (their keys were all given values)
+    parent: Any = None
+    parent_path: Path_ = ()
+    in_list = False
+    key: Any = _MISSING
+    outer: list[tuple[Any, Path_, bool]] = []
     root: Any = _MISSING
     count = 0
     while True:
         event = get()
-        kind = type(event)
-        if kind is MappingEndEvent or kind is SequenceEndEvent:
-            stack.pop()
-            if not stack:
-                break
-            continue
-        count += 1
+        kind = event.__class__
         if kind is ScalarEvent:
             if event.anchor is not None:
                 raise _Unsupported
             try:
-                value = scalar_value(event)
-            except YamlProblem as problem:
-                if lines is None:
-                    raise _NeedLines from None
-                raise _at(problem, stack) from None
+                value = known[(event.tag, event.value, event.implicit)]
+            except KeyError:
+                try:
+                    value = scalars.value(event)
+                except YamlProblem as problem:
+                    if not track:
+                        raise _NeedLines from None
+                    raise _at(problem, parent, parent_path, in_list, key) from None
             is_collection = False
+        elif kind is MappingEndEvent or kind is SequenceEndEvent:
+            if not outer:
+                break
+            parent, parent_path, in_list = outer.pop()
+            key = _MISSING
+            continue
         elif kind is MappingStartEvent or kind is SequenceStartEvent:
             if event.anchor is not None or (event.tag not in (None, "!", _COLLECTION_TAGS[kind])):
                 raise _Unsupported
             value = {} if kind is MappingStartEvent else []
             is_collection = True
-        elif kind is yaml.AliasEvent:
-            raise _Unsupported
         else:
-            raise _Unsupported  # cannot happen inside a document; be safe
+            raise _Unsupported  # an alias; other events cannot happen inside a document
+        count += 1
         if count > MAX_NODES:
             raise YamlProblem(f"document too large: more than {MAX_NODES} nodes (alias bomb?)")
-        if not stack:  # the root
+        if parent is None:  # the root
             root = value
             path: Path_ = ()
-            if lines is not None:
+            if track:
                 lines[()] = event.start_mark.line + 1
+            if not is_collection:
+                break
+        elif in_list:
+            if track:
+                path = parent_path + (len(parent),)
+                lines.setdefault(path, event.start_mark.line + 1)
+            parent.append(value)
+        elif key is _MISSING:  # a key
+            mark = event.start_mark
+            if is_collection:
+                raise YamlProblem("a mapping key must be a plain scalar, not a list or mapping",
+                                  mark.line + 1, mark.column + 1)
+            if event.value == "<<" and scalars.tag(event) == _MERGE:
+                raise _Unsupported
+            if value in parent:
+                if not track:
+                    raise _NeedLines
+                first = lines[parent_path + (value,)]
+                raise YamlProblem(f"duplicate key (first defined on line {first})",
+                                  mark.line + 1, mark.column + 1, path=parent_path + (value,))
+            parent[value] = None  # holds the key's place (its order) until the value comes
+            key = value
+            if track:
+                lines[parent_path + (value,)] = mark.line + 1
+            continue
         else:
-            frame = stack[-1]
-            parent = frame[0]
-            if parent.__class__ is list:
-                if lines is not None:
-                    path = frame[1] + (len(parent),)
-                    lines.setdefault(path, event.start_mark.line + 1)
-                parent.append(value)
-            elif frame[2] is _MISSING:  # a key
-                mark = event.start_mark
-                if is_collection:
-                    raise YamlProblem("a mapping key must be a plain scalar, not a list or mapping",
-                                      mark.line + 1, mark.column + 1)
-                if event.value == "<<" and scalars.tag(event) == _MERGE:
-                    raise _Unsupported
-                if value in parent:
-                    if lines is None:
-                        raise _NeedLines
-                    first = lines[frame[1] + (value,)]
-                    raise YamlProblem(f"duplicate key (first defined on line {first})",
-                                      mark.line + 1, mark.column + 1, path=frame[1] + (value,))
-                parent[value] = None  # holds the key's place (its order) until the value comes
-                frame[2] = value
-                if lines is not None:
-                    lines[frame[1] + (value,)] = mark.line + 1
-                continue
-            else:
-                key = frame[2]
-                parent[key] = value
-                frame[2] = _MISSING
-                if lines is not None:
-                    path = frame[1] + (key,)
+            parent[key] = value
+            if track:
+                path = parent_path + (key,)
+            key = _MISSING
         if is_collection:
-            if len(stack) >= MAX_DEPTH:
-                raise YamlProblem("nested too deeply to read")
-            stack.append([value, path if lines is not None else (), _MISSING])
-        elif not stack:
-            break
+            if parent is not None:
+                if len(outer) + 1 >= MAX_DEPTH:
+                    raise YamlProblem("nested too deeply to read")
+                outer.append((parent, parent_path, in_list))
+            parent, parent_path, in_list = value, path if track else (), kind is SequenceStartEvent
     if not isinstance(get(), yaml.DocumentEndEvent) or not isinstance(get(), yaml.StreamEndEvent):
         raise _Unsupported  # more than one document: _load_nodes says so
     return root
 
 
-def _at(problem: YamlProblem, stack: list[list[Any]]) -> YamlProblem:
-    """``problem`` (met at the event being built) with the path of that event."""
-    if stack:
-        container, path, key = stack[-1]
-        if container.__class__ is list:
-            path = path + (len(container),)
+def _at(problem: YamlProblem, parent: Any, path: Path_, in_list: bool, key: Any) -> YamlProblem:
+    """``problem`` (met at the node being built, in collection ``parent`` at ``path``) with the
+    path of that node."""
+    if parent is not None:
+        if in_list:
+            path = path + (len(parent),)
         elif key is not _MISSING:
             path = path + (key,)
         problem.path = path
