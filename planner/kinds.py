@@ -95,6 +95,7 @@ def _segments(name: str) -> tuple[str, ...]:
 
 
 _relative_segments = lru_cache(maxsize=4096)(_segments)  # a param's name within its layer repeats across layers
+_layer_segments = lru_cache(maxsize=1 << 17)(_segments)  # a layer's params are classified together, often twice
 
 
 def classify(name: str) -> ParamKind:
@@ -106,4 +107,4 @@ def param_kind(layer: str, name: str, explicit: str | None = None) -> ParamKind:
     """The kind of param ``name`` (relative to ``layer``): the spec's explicit ``kind``, else ``classify``."""
     if explicit is not None:
         return explicit  # type: ignore[return-value]  # validated against PARAM_KINDS by the spec
-    return _classify(_segments(layer) + _relative_segments(name))  # = classify(f"{layer}.{name}")
+    return _classify(_layer_segments(layer) + _relative_segments(name))  # = classify(f"{layer}.{name}")
