@@ -16,7 +16,7 @@ from pathlib import Path
 
 from schemas.errors import InputError
 from schemas.plan import Plan
-from schemas.rank_plans import rank_files
+from schemas.rank_plans import one_file_a_rank
 
 from planner import exit_codes
 from planner.lockfile import SAME, Check, check_plan
@@ -49,15 +49,9 @@ def check_rank_set(fresh: list[Plan], spec: str, folder: str, options: Sequence[
     if folder == "-" or not Path(folder).is_dir():
         raise InputError(f"--check {folder}: with --tp {len(fresh)} this is the folder of the committed rank plans "
                          f"(rank0.plan.yaml ...), and it is {'stdin' if folder == '-' else 'not a folder'}")
-    found = rank_files(folder)
-    twice = [paths for paths in found.values() if len(paths) > 1]
-    if twice:
-        raise InputError(f"{folder}: {', '.join(p.name for p in twice[0])} are two plans of one rank; keep one")
-    if not found:
-        raise InputError(f"{folder}: no rank plans (rank0.plan.yaml, ...) in this folder; make them with "
-                         f"`planner plan {shlex.join([spec, *options])} -o {folder}`")
+    found = one_file_a_rank(folder, make="planner plan " + shlex.join([spec, *options, "-o", folder]))
     refresh = "planner plan " + shlex.join([spec, *options, "-o", folder])
-    ranks = [dataclasses.replace(check_plan(plan, spec, str(found[r][0]), options), refresh=refresh)
+    ranks = [dataclasses.replace(check_plan(plan, spec, str(found[r]), options), refresh=refresh)
              for r, plan in enumerate(fresh) if r in found]
     missing = tuple(r for r in range(len(fresh)) if r not in found)
     return SetCheck(folder, refresh, ranks, len(found), len(fresh), missing)

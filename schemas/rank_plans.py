@@ -35,23 +35,29 @@ def rank_files(folder: str | Path) -> dict[int, list[Path]]:
 def set_files(folder: str | Path) -> list[Path]:
     """The files of the whole set in ``folder``, by rank; InputError when there is none, a rank has two files
     or a rank is missing."""
-    name = str(folder)
-    found = rank_files(folder)
-    if not found:
-        raise InputError(f"{name}: no rank plans (rank0.plan.yaml, rank1.plan.yaml, ...) in this folder; "
-                         "make them with `planner plan SPEC --tp N -o FOLDER`")
-    twice = [paths for paths in found.values() if len(paths) > 1]
-    if twice:
-        raise InputError(f"{name}: rank {RANK_FILE.match(twice[0][0].name).group(1)} has two plans "  # type: ignore[union-attr]
-                         f"({', '.join(p.name for p in twice[0])}); keep one")
+    found = one_file_a_rank(folder)
     missing = [r for r in range(max(found) + 1) if r not in found]
     if missing:
-        raise InputError(f"{name}: the rank plans are {_ranks(found)}: rank {missing[0]} is missing")
-    return [found[r][0] for r in sorted(found)]
+        raise InputError(f"{folder}: the rank plans are {_ranks(found)}: rank {missing[0]} is missing")
+    return [found[r] for r in sorted(found)]
 
 
-def _ranks(found: dict[int, list[Path]]) -> str:
-    return ", ".join(paths[0].name for _, paths in sorted(found.items()))
+def one_file_a_rank(folder: str | Path, make: str = "planner plan SPEC --tp N -o FOLDER") -> dict[int, Path]:
+    """The rank plan file of each rank in ``folder`` (ranks may be missing); InputError when there is none or
+    a rank has two files. ``make``: the command the message suggests for making them."""
+    found = rank_files(folder)
+    if not found:
+        raise InputError(f"{folder}: no rank plans (rank0.plan.yaml, rank1.plan.yaml, ...) in this folder; "
+                         f"make them with `{make}`")
+    twice = [paths for paths in found.values() if len(paths) > 1]
+    if twice:
+        raise InputError(f"{folder}: rank {RANK_FILE.match(twice[0][0].name).group(1)} has two plans "  # type: ignore[union-attr]
+                         f"({', '.join(p.name for p in twice[0])}); keep one")
+    return {r: paths[0] for r, paths in found.items()}
+
+
+def _ranks(found: dict[int, Path]) -> str:
+    return ", ".join(path.name for _, path in sorted(found.items()))
 
 
 def set_problems(plans: list[Plan], names: list[str]) -> list[str]:

@@ -122,7 +122,7 @@ OUTPUTS = [
             GOOD | {"bad.yaml": TINY_SPEC}, expect=("good.yaml: with --tp 2 this is the folder of the committed rank "
                                                     "plans", "not a folder")),
     CliCase("tp-check-folder-without-plans", ("plan", "{f}", "--tp", "2", "--check", "{d}"),
-            {"bad.yaml": TINY_SPEC}, expect=("no rank plans (rank0.plan.yaml, ...) in this folder",
+            {"bad.yaml": TINY_SPEC}, expect=("no rank plans (rank0.plan.yaml, rank1.plan.yaml, ...) in this folder",
                                              "--tp 2 -o ")),
     CliCase("tp-output-under-a-file", ("plan", "{f}", "--tp", "2", "-g", "1MB", "-o", "{d}/good.yaml/set"),
             GOOD | {"bad.yaml": TINY_SPEC}, expect=("good.yaml/set",)),
