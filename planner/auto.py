@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from schemas.buffer_pool import Signature, signature
 from planner.errors import InfeasibleError
-from planner.kinds import _segments, param_kind
+from planner.kinds import name_key, param_kind
 from planner.layer_cost import gpu_and_uva_ms
 from planner.spread_order import van_der_corput
 from schemas.hardware import HardwareProfile
@@ -99,7 +99,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
         by_kind: dict[str, list[Tensor]] = {}
         for t in params:
             by_kind.setdefault(param_kind(layer.name, t.name, t.kind), []).append(t)
-        head = _segments(layer.name)
+        head = name_key(layer.name)
         for kind, group in by_kind.items():
             nbytes = sum(t.nbytes for t in group)
             if nbytes == 0:

@@ -98,6 +98,12 @@ _relative_segments = lru_cache(maxsize=4096)(_segments)  # a param's name within
 _layer_segments = lru_cache(maxsize=1 << 17)(_segments)  # a layer's params are classified together, often twice
 
 
+def name_key(layer: str) -> tuple[str, ...]:
+    """A layer's name as the kind rules read it: lower case, every number the same (``model.layers.#``),
+    so layers of one stack share it (and what is cached by it)."""
+    return _layer_segments(layer)
+
+
 def classify(name: str) -> ParamKind:
     """The kind of the param with this full dotted name (case-insensitive; numbers never matter)."""
     return _classify(_segments(name))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from planner.kinds import _segments
+from planner.kinds import name_key
 from planner.layer_cost import LayerWork, layer_times, placed_work
 from planner.timeline import Copy, simulate
 from schemas.hardware import HardwareProfile
@@ -37,7 +37,7 @@ class PlacementCost:
         for layer in layers:
             tied = tuple((rel, owner[target]) for rel, target in layer.tied.items())
             moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-            key = (_segments(layer.name), layer.params, tied, moe)
+            key = (name_key(layer.name), layer.params, tied, moe)
             found = classes.get(key)
             if found is None:
                 found = classes[key] = len(self._params)
