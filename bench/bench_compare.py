@@ -159,14 +159,15 @@ def floor(run: Run, case: Case, modes: tuple[str, ...]) -> None:
                "tokens": {w: int(ids.numel()) for w, ids in case.inputs.items()}})
 
 
-def ours(run: Run, case: Case, args, workloads: Workload, modes: tuple[str, ...]) -> None:
+def ours(run: Run, case: Case, args, workloads: Workload, modes: tuple[str, ...], hand: bool) -> None:
+    """``auto``'s plans (``hand`` False) or the predicted-fastest hand plans (``hand`` True)."""
     from compare_ours import apply_plan, auto_plans, best_hand_plans, hand_candidates
 
-    if "ours" not in args.skip:
+    if not hand and "ours" not in args.skip:
         for plan, names, raised in auto_plans(case.spec, case.budget, workloads):
             run_contender(run, case, "ours auto", "ours", apply_plan(plan, run.device), names, modes=modes,
                           extra={"budget_raised_to": raised})
-    if "hand" not in args.skip:
+    if hand and "hand" not in args.skip:
         candidates = hand_candidates(case.spec, case.budget, workloads, moe=case.key == "moe")
         for label, plan, names in best_hand_plans(candidates, list(case.inputs)):
             run_contender(run, case, f"ours {plan.summary.backend} (best hand plan)", "ours",
@@ -213,18 +214,24 @@ def _diffusers_setup(name: str, device: torch.device):
     return setup
 
 
+def sweep(run: Run, case: Case, args, names: list[str]) -> dict[str, dict]:
+    """diffusers configurations ``names`` on decode b=1 (sweep rows); their rows by configuration."""
+    swept = {}
+    for name in names:
+        got = run_contender(run, case, f"diffusers {name}", "diffusers", _diffusers_setup(name, run.device),
+                            ["decode"], extra={"sweep": True, "diffusers_config": name},
+                            profile=name in args.profile_diffusers)
+        swept[name] = got[("decode", "eager")]
+    return swept
+
+
 def diffusers(run: Run, case: Case, args, best: str | None) -> dict | None:
-    """Sweep the configurations on decode (unless ``best`` is already known), then run the fastest on
-    every workload. Returns the best configuration's rows by workload."""
+    """Sweep the first-pass configurations on decode (unless ``best`` is already known), then run the fastest
+    on every workload. Returns the best configuration's rows by workload."""
     first, rest = "decode", [w for w in case.inputs if w != "decode"]
     rows: dict[str, dict] = {}
     if best is None:
-        swept = {}
-        for name in args.diffusers_configs:
-            got = run_contender(run, case, f"diffusers {name}", "diffusers", _diffusers_setup(name, run.device),
-                                [first], extra={"sweep": True, "diffusers_config": name},
-                                profile=name in args.profile_diffusers)
-            swept[name] = got[(first, "eager")]
+        swept = sweep(run, case, args, first_pass(args.diffusers_configs, run.device))
         ok = {n: r for n, r in swept.items() if r["status"] == "ok"}
         if not ok:
             return None
@@ -239,6 +246,18 @@ def diffusers(run: Run, case: Case, args, best: str | None) -> dict | None:
     rows.update({w: r for (w, _), r in got.items()})
     rows["best"] = best
     return rows
+
+
+def first_pass(names: list[str], device: torch.device) -> list[str]:
+    """The configurations swept before the best one is chosen: those diffusers documents for speed (streams,
+    given the decoder stack or at leaf level). The others (no stream, or block level on the whole causal LM,
+    which finds no block) take 12-13 s a step on Llama-3-8B (measured 2026-11-30) and run in the second
+    pass, when every model's main rows are in. Without CUDA (a smoke run) streams cannot run: the others first."""
+    if device.type != "cuda":
+        return [n for n in names if not needs_cuda(n)] or list(names)
+    fast = [n for n in names if CONFIGS[n].get("use_stream") and (CONFIGS[n]["target"] == "model"
+                                                                   or CONFIGS[n]["offload_type"] == "leaf_level")]
+    return fast or list(names)
 
 
 def ours_at(run: Run, case: Case, workloads: Workload, other: dict, label: str) -> None:
@@ -306,7 +325,10 @@ def preload() -> None:
 
 
 def compare_all(run: Run, args, keys: list[str], workloads: Workload, modes: tuple[str, ...]) -> None:
-    """Every model's contenders in order of importance; cpu_offload and torch.compile last."""
+    """Three passes, so that a run cut short by its time budget still has every model's main rows: first
+    each model's floor, ``auto``, Accelerate's dispatch_model and diffusers' best (swept over the fast
+    configurations) with ``auto`` at its memory; then the best hand plans, the naive offloader and the rest
+    of the diffusers sweep; then cpu_offload and torch.compile."""
     device = run.device
     cases: dict[str, Case] = {}
     state = {"diffusers_best": None}
@@ -316,18 +338,24 @@ def compare_all(run: Run, args, keys: list[str], workloads: Workload, modes: tup
         gc.freeze()
         if not isinstance(case, Case):
             continue
-        cases[key] = case
         print(f"--- {key}: {case.total_bytes / 1e9:.2f} GB, budget {case.budget / 1e9:.2f} GB "
               f"({run.elapsed():.0f} s)", flush=True)
-        if guarded(run, key, "floor", floor, run, case, modes) is False:
-            continue
-        guarded(run, key, "ours", ours, run, case, args, workloads, modes)
-        if "naive" not in args.skip:
-            guarded(run, key, "naive", naive, run, case)
+        if guarded(run, key, "floor", floor, run, case, modes) is not False:
+            cases[key] = case
+    for key, case in cases.items():
+        guarded(run, key, "ours", ours, run, case, args, workloads, modes, False)
         if "dispatch" not in args.skip:
             guarded(run, key, "dispatch", dispatch, run, case)
         if "diffusers" not in args.skip:
             guarded(run, key, "diffusers", diffusers_and_ours_at, run, case, args, workloads, state)
+    swept_on = next(iter(cases), None)  # the model the diffusers sweep ran on
+    for key, case in cases.items():
+        guarded(run, key, "hand", ours, run, case, args, workloads, modes, True)
+        if "naive" not in args.skip:
+            guarded(run, key, "naive", naive, run, case)
+        rest = [n for n in args.diffusers_configs if n not in first_pass(args.diffusers_configs, device)]
+        if key == swept_on and "diffusers" not in args.skip and state["diffusers_best"] and rest:
+            guarded(run, key, "diffusers sweep", sweep, run, case, args, rest)
     for key, case in cases.items():
         if "cpu_offload" not in args.skip:
             guarded(run, key, "cpu_offload", cpu_offload, run, case)

@@ -305,7 +305,22 @@ def test_a_failing_section_is_an_error_line_and_the_run_goes_on(tmp_path, monkey
         torch.set_num_threads(threads)
     records = _rows(out)
     assert code == 0 and records[-1]["type"] == "done"
-    assert [r for r in records if r["type"] == "error"] == [
-        {"type": "error", "model": "llama", "section": "ours", "error": "RuntimeError('planner fell over')"}]
+    assert [r for r in records if r["type"] == "error"] == [  # ours() serves the first pass and the hand pass
+        {"type": "error", "model": "llama", "section": section, "error": "RuntimeError('planner fell over')"}
+        for section in ("ours", "hand")]
     after = {r["contender"] for r in records if r["type"] == "row" and r["status"] == "ok"}
     assert {"naive (sync copy per layer)", "accelerate dispatch_model"} <= after  # the sections after it ran
+
+
+def test_the_first_pass_sweeps_the_configurations_documented_for_speed():
+    """On a GPU the diffusers configurations without streams, or at block level on the whole causal LM,
+    wait for the second pass; without CUDA the stream configurations cannot run, so the others go first."""
+    torch = pytest.importorskip("torch")
+    import bench_compare
+    from compare_diffusers import CONFIGS
+
+    names = list(CONFIGS)
+    gpu = bench_compare.first_pass(names, torch.device("cuda"))
+    assert set(names) - set(gpu) == {"block-top-stream", "block", "leaf"}
+    assert set(bench_compare.first_pass(names, torch.device("cpu"))) == {"block", "leaf"}
+    assert bench_compare.first_pass(["block"], torch.device("cuda")) == ["block"]  # nothing fast: all of them
