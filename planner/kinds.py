@@ -67,6 +67,12 @@ def _is_embedding(seg: str) -> bool:
 
 
 @lru_cache(maxsize=4096)
+def is_experts_container(segment: str) -> bool:
+    """A module that holds routed experts: ``experts``, ``*_experts`` (``local_experts``), or any ``*moe*``
+    module (lower-case segments)."""
+    return segment == "experts" or segment.endswith("_experts") or "moe" in segment
+
+
 def _classify(segments: tuple[str, ...]) -> ParamKind:
     last = segments[-1]
     if any(_is_norm(s) for s in segments):

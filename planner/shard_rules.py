@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.kinds import param_kind
+from planner.kinds import is_experts_container, param_kind
 
 ATTENTION = frozenset({"attention"})
 MLP = frozenset({"dense_mlp", "shared_experts", "routed_experts"})  # routed: one Linear per expert
@@ -59,7 +59,7 @@ BUFFER = Rule("registered buffers", ANY, "replicated")
 def _stacked(segments: list[str]) -> bool:
     """Routed experts held in one tensor: no numbered expert (``experts.3.w1``) below the experts container."""
     for i, seg in enumerate(segments):
-        if seg == "experts" or seg.endswith("_experts") or "moe" in seg:
+        if is_experts_container(seg):
             return not any(s.isdigit() for s in segments[i + 1:])
     return True
 
