@@ -49,8 +49,8 @@ def check_rank_set(fresh: list[Plan], spec: str, folder: str, options: Sequence[
     if folder == "-" or not Path(folder).is_dir():
         raise InputError(f"--check {folder}: with --tp {len(fresh)} this is the folder of the committed rank plans "
                          f"(rank0.plan.yaml ...), and it is {'stdin' if folder == '-' else 'not a folder'}")
-    found = one_file_a_rank(folder, make="planner plan " + shlex.join([spec, *options, "-o", folder]))
     refresh = "planner plan " + shlex.join([spec, *options, "-o", folder])
+    found = one_file_a_rank(folder, make=refresh)
     ranks = [dataclasses.replace(check_plan(plan, spec, str(found[r]), options), refresh=refresh)
              for r, plan in enumerate(fresh) if r in found]
     missing = tuple(r for r in range(len(fresh)) if r not in found)
