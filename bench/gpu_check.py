@@ -91,6 +91,19 @@ def budget_plan(spec, frac: float, **kw):
         return planner.plan(spec, gpu_budget=exc.min_gpu_budget, **kw)
 
 
+def span_plan(spec, blocks, step: int, span: tuple[str, ...]):
+    """Blocks ``blocks`` prefetched whole and the layers ``span`` prefetched spanning the slots (by hand)."""
+    from planner.assemble import assemble
+    from planner.assignment import Assignment
+    from schemas.spec_hash import spec_sha256
+
+    layers = spec.model.expanded()
+    names = {f"model.layers.{i}" for i in blocks} | set(span)
+    where = {layer.name: {t.name: "prefetch" for t in layer.params} for layer in layers if layer.name in names}
+    return assemble(layers, Assignment(where, step, "budget", "by hand", (), frozenset(span)),
+                    model_name=spec.model.name, spec_sha256=spec_sha256(spec))
+
+
 def spec_budget(model, frac: float, **kw):
     spec = runtime.describe(model, name="llama-test")
     return spec, budget_plan(spec, frac, **kw)
@@ -177,6 +190,9 @@ def correct(modes=("eager", "graph", "compile")):
         "prefetch_all_s1": planner.plan(spec, strategy="group", group_size=1, num_in_group=1, prefetch_step=1,
                                         backend="prefetch"),
         "auto_30": budget_plan(spec, 0.30),
+        "span_head_s2": span_plan(spec, range(18), 2, ("lm_head",)),
+        "span_head_s1_gaps": span_plan(spec, [1, 2, 5, 6, 9, 13, 17], 1, ("lm_head",)),
+        "span_embed_head_s3": span_plan(spec, range(0, 18, 2), 3, ("model.embed_tokens", "lm_head")),
         "uva_budget": budget_plan(spec, 0.55, backend="uva"),
     }
     for pname, plan in plans.items():

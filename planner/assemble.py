@@ -13,10 +13,11 @@ from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Pref
 from schemas.spec import Layer, Tensor
 
 from planner.assignment import PARAM_BACKENDS, Assignment
-from schemas.buffer_pool import Signature, build_pool, pool_bytes, signature
+from schemas.buffer_pool import pool_bytes
 from planner.errors import PlanningError
 from planner.kinds import classify, param_kind
 from planner.names import join_names
+from planner.pool_of import pool_of, prefetched_layers
 from schemas.schedule import DEFAULT_PREFETCH_STEP, Trigger, num_slots, schedule
 from planner.select import longest_run
 
@@ -33,18 +34,20 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     where = assignment.where
     _check_assignment(layers, where)
     num_layers = len(layers)
-    prefetched = [layer for layer in layers if any(b == "prefetch" for b in where.get(layer.name, {}).values())]
+    prefetched = prefetched_layers(layers, where)
     positions = [layer.index for layer in prefetched]
     run = longest_run(positions, num_layers)
     step = assignment.prefetch_step if assignment.prefetch_step is not None else DEFAULT_PREFETCH_STEP
-    triggers = schedule(positions, num_layers, step) if positions else []
-    entries = {p: Prefetch(slot=t.slot, copy_before=layers[t.copy_before(num_layers)].name,
+    spans = {layer.index for layer in prefetched if layer.name in assignment.span}
+    triggers = schedule(positions, num_layers, step, spans) if positions else []
+    entries = {p: Prefetch(slot=t.slot, span=t.span, copy_before=layers[t.copy_before(num_layers)].name,
                            previous_forward=t.previous_forward) for p, t in zip(positions, triggers)}
     backend = assignment.backend
     notes = list(assignment.notes)
     if positions:
         notes += _schedule_notes([layer.name for layer in prefetched], triggers, step, run,
                                  assignment.prefetch_step is None, "offloaded" if backend == "prefetch" else "prefetched")
+        notes += _span_notes(layers, positions, triggers)
     notes += _tied_note(layers)
     owner_of = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
         layer.tied for layer in layers) else {}
@@ -69,9 +72,8 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
             offloaded_bytes=off_bytes, prefetch=entries.get(layer.index), moe=layer.moe))
     pool = None
     if positions:
-        entries_ = build_pool(_signatures(prefetched, where), num_slots(len(positions), step))
-        pool = BufferPool(slots=num_slots(len(positions), step), keys=[BufferKey.from_entry(e) for e in entries_],
-                          bytes=pool_bytes(entries_))
+        slots, entries_ = pool_of(prefetched, where, step, assignment.span)
+        pool = BufferPool(slots=slots, keys=[BufferKey.from_entry(e) for e in entries_], bytes=pool_bytes(entries_))
     total = sum(layer.nbytes for layer in layers)
     buffer = pool.bytes if pool else 0
     summary = Summary(
@@ -108,17 +110,6 @@ def _check_assignment(layers: Sequence[Layer], where) -> None:
         raise PlanningError("the assignment cannot apply to this spec: " + "; ".join(problems[:5]) + more)
 
 
-def _signatures(prefetched: Sequence[Layer], where) -> list[Signature]:
-    """The pool signature of each prefetched layer: its prefetched params (one object per distinct value)."""
-    interned: dict[Signature, Signature] = {}
-    out = []
-    for layer in prefetched:
-        mine = where[layer.name]
-        sig = signature(t for t in layer.params if mine.get(t.name) == "prefetch")
-        out.append(interned.setdefault(sig, sig))
-    return out
-
-
 def _plan_param(t: Tensor, cache: dict[tuple[Tensor, str | None], PlanParam], kind: str | None) -> PlanParam:
     """One (immutable) PlanParam per distinct tensor description and kind: repeated layers share them."""
     param = cache.get((t, kind))
@@ -131,6 +122,10 @@ def _plan_param(t: Tensor, cache: dict[tuple[Tensor, str | None], PlanParam], ki
 
 def _schedule_notes(names: list[str], triggers: list[Trigger], step: int, run: int, automatic: bool,
                     what: str) -> list[str]:
+    names = [name for name, t in zip(names, triggers) if not t.span]
+    triggers = [t for t in triggers if not t.span]
+    if not names:
+        return []
     n, k = len(names), num_slots(len(names), step)
     slots = "one buffer slot" if k == 1 else f"{k} buffer slots"
     default = " (the default: double buffering)" if automatic else ""
@@ -152,6 +147,13 @@ def _schedule_notes(names: list[str], triggers: list[Trigger], step: int, run: i
         notes.append(f"wrap-around: {join_names(wrapped, 8)} {'starts its' if len(wrapped) == 1 else 'start their'} copy in the "
                      "previous forward; the runtime fills those slots at apply time")
     return notes
+
+
+def _span_notes(layers: Sequence[Layer], positions: list[int], triggers: list[Trigger]) -> list[str]:
+    n = len(layers)
+    return [f"{layers[p].name} spans the slots: its buffers lie over the slots' bytes (the pool is one arena), so its "
+            f"copy starts before {layers[t.copy_before(n)].name} runs, once the layer before it is done, and the "
+            f"copies after it wait until it has run" for p, t in zip(positions, triggers) if t.span]
 
 
 def _tied_note(layers: Sequence[Layer]) -> list[str]:

@@ -26,6 +26,7 @@ class Assignment:
     strategy: str  # what decided (the plan's summary.strategy)
     reason: str  # why this backend (summary.backend_reason)
     notes: tuple[str, ...] = ()  # the decision in sentences (summary.notes, before the schedule's)
+    span: frozenset[str] = frozenset()  # prefetched layers whose buffers lie over the slots' (schemas/schedule.py)
 
     @property
     def backend(self) -> str:

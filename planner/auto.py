@@ -233,6 +233,29 @@ def placement(order: Order, taken: int) -> dict[int, dict[str, str]]:
     return out
 
 
-def where(order: Order, taken: int, layers: Sequence[Layer]) -> dict[str, dict[str, str]]:
-    """Layer name -> param -> backend for the first ``taken`` moves."""
-    return {layers[position].name: params for position, params in placement(order, taken).items()}
+def where(order: Order, taken: int, layers: Sequence[Layer], span: int | None = None) -> dict[str, dict[str, str]]:
+    """Layer name -> param -> backend for the first ``taken`` moves (``span``: see ``span_placement``)."""
+    return {layers[position].name: params for position, params in span_placement(order, taken, span).items()}
+
+
+def span_candidate(order: Order, taken: int) -> int | None:
+    """The layer the first ``taken`` moves may prefetch spanning the slots instead of reading it through
+    UVA: of the layers whose units would rather be copied but that no other layer is like (``Move.unique``),
+    the one with the most bytes moved; None when there is none or nothing else is prefetched."""
+    if not any(m.backend == "prefetch" for m in order.moves[:taken]):
+        return None
+    moved: dict[int, int] = {}
+    for m in order.moves[:taken]:
+        if m.unique:
+            moved[m.position] = moved.get(m.position, 0) + m.nbytes
+    return max(moved, key=lambda p: (moved[p], -p)) if moved else None
+
+
+def span_placement(order: Order, taken: int, span: int | None) -> dict[int, dict[str, str]]:
+    """``placement``, with the ``unique`` moves of layer ``span`` prefetched (spanning the slots) instead of on UVA."""
+    out = placement(order, taken)
+    if span is not None:
+        for m in order.moves[:taken]:
+            if m.position == span and m.unique:
+                out[span].update(dict.fromkeys(m.params, "prefetch"))
+    return out

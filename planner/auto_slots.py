@@ -15,34 +15,49 @@ moves that follow (they cost more per byte than copying: an LM head read through
 so the smallest budgets still fit; each of those later prefixes may raise it again where more slots
 predict a faster step (the LM head on UVA frees room for a second slot). A pair with as many slots as prefetched layers (its pool holds every
 prefetched layer: no memory saved) is never on the path.
+
+Those later prefixes may also prefetch the layer they would read through UVA (an LM head) spanning the
+slots (schemas/schedule.py): its buffers lie over the slots' bytes, so it costs only what it holds
+beyond them. Each such option is a triple (slots, moves taken, spanning layer); at one prefix the path
+keeps the options no option of lower peak beats, listed fastest first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from planner.auto import Order, peaks, prefetched_layers
+from planner.auto import Order, peaks, prefetched_layers, span_candidate
+
+
+Step = tuple[int, int, "int | None"]  # (slots, moves taken, position of the layer spanning the slots or None)
 
 
 @dataclass(frozen=True)
 class SlotPath:
-    steps: tuple[tuple[int, int], ...]  # (slots, moves taken), in path order
+    steps: tuple[Step, ...]  # in path order
     tables: dict[int, list[tuple[int, int]]]  # slots -> (peak bound, pinned bytes) per prefix
     switches: dict[int, int]  # slots -> the first prefix that uses them (1 -> 0)
+    span_peaks: dict[Step, tuple[int, int]] = field(default_factory=dict)  # (peak, pinned) of steps with a span
 
-    def peak(self, slots: int, taken: int) -> tuple[int, int]:
+    def peak(self, slots: int, taken: int, span: int | None = None) -> tuple[int, int]:
+        if span is not None:
+            return self.span_peaks[(slots, taken, span)]
         return self.tables[slots][taken]
 
 
 def fixed_path(order: Order, total_bytes: int, slots: int) -> SlotPath:
     """The path of a given slot count (offload.prefetch_step)."""
     n = len(order.moves)
-    return SlotPath(tuple((slots, i) for i in range(n + 1)), {slots: peaks(order, total_bytes, slots)}, {slots: 0})
+    return SlotPath(tuple((slots, i, None) for i in range(n + 1)), {slots: peaks(order, total_bytes, slots)},
+                    {slots: 0})
 
 
-def slot_path(order: Order, total_bytes: int, step_ms: Callable[[int, int], float]) -> SlotPath:
-    """The path for ``order``; ``step_ms(taken, slots)``: the predicted step of that pair."""
+def slot_path(order: Order, total_bytes: int, step_ms: Callable[..., float],
+              span_peak: Callable[[int, int, int], int] | None = None) -> SlotPath:
+    """The path for ``order``; ``step_ms(taken, slots, span=None)``: the predicted step of that pair;
+    ``span_peak(taken, slots, span)``: the exact peak with layer ``span`` spanning the slots (None: no
+    spanning options)."""
     n = len(order.moves)
     tables = {1: peaks(order, total_bytes, 1)}
     layers = prefetched_layers(order)
@@ -79,23 +94,66 @@ def slot_path(order: Order, total_bytes: int, step_ms: Callable[[int, int], floa
         switches[s] = hi
         for taken in range(hi, last + 1):
             current[taken] = s
-    steps = [(current[i], i) for i in range(last + 1)]
-    steps += [(s, last) for s in range(current[last] - 1, 0, -1)]
+    steps: list[Step] = [(current[i], i, None) for i in range(last + 1)]
+    steps += [(s, last, None) for s in range(current[last] - 1, 0, -1)]
+    span_peaks: dict[Step, tuple[int, int]] = {}
     for taken in range(last + 1, n + 1):
-        steps += [(s, taken) for s in reversed(_tail_slots(taken, current[last], layers[taken], step_ms))]
-    return SlotPath(tuple(steps), tables, switches)
+        options = [(tables[s][taken][0], s, None) for s in range(1, max(1, min(current[last], layers[taken] - 1)) + 1)]
+        span = span_candidate(order, taken) if span_peak is not None else None
+        if span is not None:
+            pinned = tables[1][taken][1]
+            for s in range(1, max(1, min(current[last], layers[taken] - 1)) + 1):
+                peak = span_peak(taken, s, span)
+                span_peaks[(s, taken, span)] = (peak, pinned)
+                options.append((peak, s, span))
+        steps += [(s, taken, sp) for s, sp in reversed(_frontier(taken, options, step_ms))]
+    path = SlotPath(tuple(steps), tables, switches, span_peaks)
+    if span_peaks:
+        path = _drop_dominated(path, next(i for i, st in enumerate(steps) if st[1] > last), step_ms)
+    return path
 
 
-def _tail_slots(taken: int, most: int, prefetched: int, step_ms: Callable[[int, int], float]) -> list[int]:
-    """The slot counts a prefix after the last prefetch move may use, fewest first: 1, then each count up to
-    ``most`` that predicts a faster step than every smaller one kept (a pool that holds every prefetched
-    layer is never one). Listed on the path from the most slots down, so the largest budget that fits takes
-    the fastest; the moves taken never shrink along the path, which keeps plans stable as the budget grows."""
-    kept = [1]
-    best = step_ms(taken, 1) if most > 1 else 0.0
-    for s in range(2, min(most, prefetched - 1) + 1):
-        t = step_ms(taken, s)
+def _drop_dominated(path: SlotPath, tail: int, step_ms: Callable[..., float]) -> SlotPath:
+    """``path`` without the steps that a later step with a spanning layer beats at no higher peak (the LM
+    head spanning two slots may need less memory than keeping it resident on one slot, and be faster).
+    Dropping steps keeps the path's order, so a larger budget still never takes more moves. The tail (steps
+    from index ``tail``, after the last prefetch move: few) is walked whole; before it, back only while the
+    steps are at least as slow as the fastest spanning step: there, earlier steps take fewer moves and are
+    faster."""
+    spans: list[tuple[int, float]] = []  # (peak, step) of the spanning steps after the one looked at
+    dropped = set()
+    for i in range(len(path.steps) - 1, 0, -1):  # the first step (nothing moved) always stays
+        st = path.steps[i]
+        if st[2] is not None:
+            spans.append((path.peak(*st)[0], step_ms(st[1], st[0], st[2])))
+            continue
+        if not spans:
+            continue
+        t = step_ms(st[1], st[0], None)
+        if i < tail and t < min(u for _, u in spans):
+            break
+        peak = path.peak(*st)[0]
+        if any(p <= peak and u < t for p, u in spans):
+            dropped.add(i)
+    if not dropped:
+        return path
+    return replace(path, steps=tuple(st for i, st in enumerate(path.steps) if i not in dropped))
+
+
+def _frontier(taken: int, options: list[tuple[int, int, int | None]], step_ms: Callable[..., float]
+              ) -> list[tuple[int, int | None]]:
+    """The options (peak, slots, span) a prefix after the last prefetch move may use, lowest peak first:
+    the lowest, then each that predicts a faster step than every option of lower peak kept. Listed on the
+    path from the highest peak down, so the largest budget that fits takes the fastest; the moves taken
+    never shrink along the path, which keeps plans stable as the budget grows."""
+    options = sorted(options, key=lambda o: (o[0], o[1], o[2] is not None))
+    if len(options) == 1:
+        return [(options[0][1], options[0][2])]
+    kept = [(options[0][1], options[0][2])]
+    best = step_ms(taken, options[0][1], options[0][2])
+    for _, s, span in options[1:]:
+        t = step_ms(taken, s, span)
         if t < best:
-            kept.append(s)
+            kept.append((s, span))
             best = t
     return kept

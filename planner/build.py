@@ -401,7 +401,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     def build(notes: list[str]) -> Plan:
         reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
-        result = assemble(m.layers, auto_assignment(decision, reason, notes, step), model_name=spec.model.name,
+        result = assemble(m.layers, auto_assignment(decision, reason, notes, step, names), model_name=spec.model.name,
                           spec_sha256=spec_sha256(spec), gpu_budget=m.memory.gpu_budget,
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
         return result.model_copy(update={"predictions": predict(result, profile, workload)})

@@ -8,10 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.assignment import Assignment
-from planner.auto import Order, build_order, infeasible, peaks, placement, where
+from planner.auto import Order, build_order, infeasible, peaks, span_placement, where
 from planner.auto_slots import SlotPath, fixed_path, slot_path
 from planner.errors import InfeasibleError
+from planner.pool_of import pool_of, prefetched_layers
 from planner.predict_placement import PlacementCost
+from schemas.buffer_pool import pool_bytes
 from planner.select import eligible_params
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection
@@ -37,6 +39,7 @@ class AutoDecision:
     step_ms: float | None = None  # the chosen pair's predicted weighted step
     options: tuple[SlotOption, ...] = ()  # at this budget, the other slot counts that fit
     prefer: tuple[str, ...] = ()  # offload.prefer: kinds whose moves come first
+    span: int | None = None  # the position of the layer prefetched spanning the slots (its unique moves)
 
     def moves_by(self, backend: str) -> list:
         return [m for m in self.order.moves[:self.taken] if m.backend == backend]
@@ -60,17 +63,25 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
         return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None, prefer=prefer)
     cost = PlacementCost(layers, hw, workload)
-    cache: dict[tuple[int, int], float] = {}
+    cache: dict[tuple[int, int, int | None], float] = {}
 
-    def step_ms(taken: int, slots: int) -> float:
-        key = (taken, min(slots, order.slots))
+    def step_ms(taken: int, slots: int, span: int | None = None) -> float:
+        key = (taken, min(slots, order.slots), span)
         if key not in cache:
-            cache[key] = cost.step_ms(placement(order, taken), slots)
+            cache[key] = cost.step_ms(span_placement(order, taken, span), slots, () if span is None else (span,))
         return cache[key]
 
-    path = fixed_path(order, total_bytes, step) if step is not None else slot_path(order, total_bytes, step_ms)
+    def span_peak(taken: int, slots: int, span: int) -> int:
+        """The exact peak with ``span`` spanning the slots: resident bytes + the arena."""
+        placed = where(order, taken, layers, span)
+        _, entries = pool_of(prefetched_layers(layers, placed), placed, slots, (layers[span].name,))
+        offloaded = sum(m.nbytes for m in order.moves[:taken])
+        return total_bytes - offloaded + pool_bytes(entries)
+
+    path = (fixed_path(order, total_bytes, step) if step is not None else
+            slot_path(order, total_bytes, step_ms, span_peak))
     try:
-        slots, taken, peak = _first_fit(path, memory.gpu_budget, memory.cpu_budget, bool(order.moves))
+        slots, taken, span, peak = _first_fit(path, memory.gpu_budget, memory.cpu_budget, bool(order.moves))
     except InfeasibleError as err:
         if only is not None:
             raise
@@ -89,20 +100,22 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
     options = ()
     if step is None and memory.gpu_budget is not None and any(m.backend == "prefetch" for m in order.moves[:taken]):
         options = tuple(_options(path, memory.gpu_budget, memory.cpu_budget, step_ms, slots))
-    return AutoDecision(where(order, taken, layers), order, taken, peak, slots, searched=step is None,
-                        step_ms=step_ms(taken, slots) if step is None else None, options=options, prefer=prefer)
+    return AutoDecision(where(order, taken, layers, span), order, taken, peak, slots, searched=step is None,
+                        step_ms=step_ms(taken, slots, span) if step is None else None, options=options, prefer=prefer,
+                        span=span)
 
 
-def _first_fit(path: SlotPath, gpu_budget: int | None, cpu_budget: int | None, movable: bool) -> tuple[int, int, int]:
-    """(slots, taken, peak bound) of the first pair on the path that fits, or InfeasibleError with the lowest
-    peak on the path within the CPU budget."""
+def _first_fit(path: SlotPath, gpu_budget: int | None, cpu_budget: int | None,
+               movable: bool) -> tuple[int, int, int | None, int]:
+    """(slots, taken, spanning layer, peak bound) of the first step on the path that fits, or InfeasibleError
+    with the lowest peak on the path within the CPU budget."""
     lowest = None
-    for slots, taken in path.steps:
-        peak, pinned = path.peak(slots, taken)
+    for slots, taken, span in path.steps:
+        peak, pinned = path.peak(slots, taken, span)
         if cpu_budget is not None and pinned > cpu_budget:
             break
         if gpu_budget is None or peak <= gpu_budget:
-            return slots, taken, peak
+            return slots, taken, span, peak
         lowest = peak if lowest is None else min(lowest, peak)
     raise infeasible(lowest if lowest is not None else path.peak(*path.steps[0])[0], gpu_budget, cpu_budget, movable)
 
@@ -120,5 +133,7 @@ def _options(path: SlotPath, gpu_budget: int, cpu_budget: int | None, step_ms, c
     return [o for o in out if o.slots != chosen]
 
 
-def assignment(decision: AutoDecision, reason: str, notes: Sequence[str], step: int | None) -> Assignment:
-    return Assignment(decision.where, step, "auto", reason, tuple(notes))
+def assignment(decision: AutoDecision, reason: str, notes: Sequence[str], step: int | None,
+               layer_names: Sequence[str] = ()) -> Assignment:
+    span = frozenset() if decision.span is None else frozenset({layer_names[decision.span]})
+    return Assignment(decision.where, step, "auto", reason, tuple(notes), span)

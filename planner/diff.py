@@ -113,7 +113,7 @@ class ModelDiff:
 @dataclass(frozen=True)
 class PrefetchChange:
     layer: str
-    old: dict | None  # {slot, copy_before, previous_forward} or None
+    old: dict | None  # {slot, span, copy_before, previous_forward} or None
     new: dict | None
 
     @property
@@ -338,7 +338,8 @@ def _pool_keys(plan: Plan) -> dict[str, str]:
     """Each kind of buffer in words (param, dtype, shape, stride) -> its slot ids."""
     keys = plan.buffer_pool.keys if plan.buffer_pool else []
     return {f"{k.param} {k.dtype}[{', '.join(map(str, k.shape))}]" + (
-        "" if k.stride is None else f" stride [{', '.join(map(str, k.stride))}]"): _field_text(k.slots) for k in keys}
+        "" if k.stride is None else f" stride [{', '.join(map(str, k.stride))}]"): _field_text(k.slots) + (
+        " + span" if k.span else "") for k in keys}
 
 
 def _pool_changes(old: Plan, new: Plan) -> list[Change]:

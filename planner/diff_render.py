@@ -171,7 +171,8 @@ def _slot(p: dict | None) -> str:
     if p is None:
         return "none"
     prev = ", previous forward" if p["previous_forward"] else ""
-    return f"slot {p['slot']}, copy before {p['copy_before']}{prev}"
+    where = "spanning the slots" if p.get("span") else f"slot {p['slot']}"
+    return f"{where}, copy before {p['copy_before']}{prev}"
 
 
 def schedule_counts(changes: list[PrefetchChange]) -> dict[str, int]:

@@ -8,7 +8,7 @@ times (a 1,000-layer stack of one block is costed once per workload).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from planner.kinds import name_key
 from planner.layer_cost import LayerWork, layer_times, placed_work
@@ -60,8 +60,9 @@ class PlacementCost:
             work = self._work[key] = placed_work(*times, on_uva, copied, self.hw)
         return work
 
-    def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int) -> float:
-        """Weighted predicted step (ms) with ``where``: position -> param -> backend; ``slots`` buffer slots."""
+    def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = ()) -> float:
+        """Weighted predicted step (ms) with ``where``: position -> param -> backend; ``slots`` buffer slots;
+        ``span``: the positions of prefetched layers that span the slots."""
         placed = {}
         for position, params in where.items():
             uva = frozenset(p for p, b in params.items() if b == "uva")
@@ -70,7 +71,7 @@ class PlacementCost:
         positions = sorted(p for p, (_, copied) in placed.items() if copied)
         n = len(self.layers)
         copies = [Copy(p, t.copy_before(n), t.previous_forward)
-                  for p, t in zip(positions, schedule(positions, n, slots))] if positions else []
+                  for p, t in zip(positions, schedule(positions, n, slots, span))] if positions else []
         none = (frozenset(), frozenset())
         total = 0.0
         for tokens, share in self.tokens:

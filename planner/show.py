@@ -23,6 +23,7 @@ def layer_rows(plan: Plan) -> list[dict[str, Any]]:
             "offloaded": list(layer.offloaded),
             "uva": list(layer.uva),
             "slot": None if pf is None else pf.slot,
+            "span": False if pf is None else pf.span,
             "copy_before": None if pf is None else pf.copy_before,
             "previous_forward": False if pf is None else pf.previous_forward,
         })
@@ -136,7 +137,7 @@ def render_table(plan: Plan, console: Any, predictions: Predictions | None = Non
                  format_bytes(row["offloaded_bytes"]) if row["offloaded_bytes"] else "-",
                  _offloaded_cell(row, mixed)]
         if prefetch:
-            cells += ["" if row["slot"] is None else str(row["slot"]), _trigger(row)]
+            cells += ["span" if row["span"] else "" if row["slot"] is None else str(row["slot"]), _trigger(row)]
         table.add_row(*cells, style=None if row["offloaded"] else "dim")
     console.print(table)
     budget = format_bytes(s.gpu_budget_bytes) if s.gpu_budget_bytes is not None else "none"

@@ -11,8 +11,9 @@ Ordering, per the plan's schedule (docs/DESIGN.md):
 - where the compute stream waits: ``wait_copy`` waits on the layer's copy-done event;
 - ``join_after_forward`` makes the compute stream wait for the copy stream, so a
   forward ends with no copy in flight (required to end a CUDA graph capture).
-Eager calls also track which layer each slot holds; a layer that finds someone else's
-weights in its slot (after an interrupted forward, say) gets a synchronous copy.
+Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
+layer that finds someone else's weights in its slot (after an interrupted forward, say) gets a
+synchronous copy.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from runtime.tensors import storage_nbytes
 
 log = logging.getLogger("runtime")
 
+SPAN_ONLY = -1  # the bytes of a spanning layer's buffers beyond the slots' (shared by spanning layers only)
+
 
 @dataclass(eq=False)
 class _Layer:
     name: str
     position: int
-    slot: int
+    regions: tuple[int, ...]  # the slot ids whose bytes it writes (a spanning layer: all, and SPAN_ONLY)
     pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (host, slot buffer)
     nbytes: int
     copies: tuple = ()  # (dst pointer, src pointer, bytes) for cudaMemcpyAsync, computed at apply
@@ -96,7 +99,8 @@ class PrefetchOffloader(Offloader):
             trig = position[pl.prefetch.copy_before]
             # the forward in which this layer uses what the trigger copies
             use = pos + (n_layers if pl.prefetch.previous_forward else 0)
-            self.layers.append(_Layer(pl.name, pos, pl.prefetch.slot, pairs, nbytes, use))
+            regions = (pl.prefetch.slot,) if not pl.prefetch.span else (*range(plan.buffer_pool.slots), SPAN_ONLY)
+            self.layers.append(_Layer(pl.name, pos, regions, pairs, nbytes, use))
             self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
         for trig, js in self.triggers.items():
             js.sort(key=lambda j: self.layers[j].use_order)
@@ -206,14 +210,15 @@ class PrefetchOffloader(Offloader):
                     t1.record(stream)
                     self.current.copies.append((layer.name, t0, t1, layer.nbytes))
                 self.current.bytes += layer.nbytes
-                self.slot_owner[layer.slot] = j
+                for r in layer.regions:
+                    self.slot_owner[r] = j
                 self.issued.add(j)
 
     def wait_copy(self, j: int) -> None:
         layer = self.layers[j]
         if self._order is not None:
             self._order.append(j)
-        if self.slot_owner.get(layer.slot) != j:  # not what the schedule left there: copy now
+        if any(self.slot_owner.get(r) != j for r in layer.regions):  # not what the schedule left there: copy now
             self._copy_now(j)
             self.current.late_copies += 1
             return
@@ -274,7 +279,8 @@ class PrefetchOffloader(Offloader):
             capturing = torch.cuda.is_current_stream_capturing()
             (layer.done_captured if capturing else layer.done).record(compute)
         self.current.bytes += layer.nbytes
-        self.slot_owner[layer.slot] = j
+        for r in layer.regions:
+            self.slot_owner[r] = j
 
     def sync_prev_onload(self) -> None:
         if self.cuda:

@@ -5,6 +5,11 @@
 ``(key, bytes)`` of the params it offloads. ``build_pool`` is the single place that decides
 which buffers exist: the budget search and the plan builder size the pool with it, and the
 plan check rebuilds it from a plan's offloaded layers.
+
+A spanning layer (schemas/schedule.py) has one buffer per key of its own, laid over the slots'
+bytes: a pool with spanning layers is one arena (``arena_layout``: the slots one after the
+other, the spanning buffers from its start), and its bytes are the arena's. A pool without them
+is one allocation per buffer, and its bytes are their sum.
 """
 
 from __future__ import annotations
@@ -34,11 +39,15 @@ class PoolKey(NamedTuple):
 Signature = tuple[tuple[PoolKey, int], ...]
 
 
+ALIGN = 256  # byte alignment of each buffer in an arena (what cudaMalloc guarantees for an allocation)
+
+
 @dataclass(frozen=True)
 class PoolEntry:
     key: PoolKey
     nbytes: int  # of one buffer
     slots: tuple[int, ...]
+    span: bool = False  # one more buffer, for spanning layers, laid over the slots' bytes
 
 
 def signature(tensors: Iterable) -> Signature:
@@ -46,25 +55,77 @@ def signature(tensors: Iterable) -> Signature:
     return tuple((PoolKey(t.name, t.shape, t.dtype, t.stride), t.nbytes) for t in tensors)
 
 
-def build_pool(signatures: Sequence[Signature], num_slots: int) -> list[PoolEntry]:
-    """Buffers for offloaded layers in order, layer j using slot j % num_slots; sorted by key.
+def build_pool(signatures: Sequence[Signature], num_slots: int, span: Sequence[bool] = ()) -> list[PoolEntry]:
+    """Buffers for offloaded layers in order; sorted by key. ``span[j]``: layer j spans the slots
+    (it has a span buffer per key); the others take slot ``i % num_slots`` in turn, ``i`` counting
+    only them.
 
     Layers sharing one signature object (the repeats of a template) are grouped by identity,
     so sizing a pool for a long stack costs one pass over the layers plus one per distinct signature.
     """
     by_sig: dict[int, tuple[Signature, set[int]]] = {}
+    spanning: dict[int, Signature] = {}
+    i = 0
     for j, sig in enumerate(signatures):
+        if span and span[j]:
+            spanning[id(sig)] = sig
+            continue
         entry = by_sig.get(id(sig))
         if entry is None:
             entry = by_sig[id(sig)] = (sig, set())
-        entry[1].add(j % num_slots)
+        entry[1].add(i % num_slots)
+        i += 1
     slots_of: dict[PoolKey, tuple[int, set[int]]] = {}
     for sig, slots in by_sig.values():
         for key, nbytes in sig:
             slots_of.setdefault(key, (nbytes, set()))[1].update(slots)
-    entries = [PoolEntry(key, nbytes, tuple(sorted(slots))) for key, (nbytes, slots) in slots_of.items()]
+    span_keys: set[PoolKey] = set()
+    for sig in spanning.values():
+        for key, nbytes in sig:
+            slots_of.setdefault(key, (nbytes, set()))
+            span_keys.add(key)
+    entries = [PoolEntry(key, nbytes, tuple(sorted(slots)), key in span_keys)
+               for key, (nbytes, slots) in slots_of.items()]
     return sorted(entries, key=lambda e: e.key.sort_key())
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where each buffer of an arena pool lies: (key, slot id or None for the span buffer) -> byte offset."""
+
+    offsets: dict[tuple[PoolKey, int | None], int]
+    nbytes: int
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def arena_layout(entries: Sequence[PoolEntry]) -> Layout:
+    """The arena of a pool (``entries`` sorted by key, as ``build_pool`` returns them): slot 0's buffers,
+    then slot 1's, ..., each aligned to ``ALIGN``; the span buffers from offset 0, over the slots."""
+    offsets: dict[tuple[PoolKey, int | None], int] = {}
+    cursor = 0
+    for slot in sorted({s for e in entries for s in e.slots}):
+        for e in entries:
+            if slot in e.slots:
+                offsets[(e.key, slot)] = cursor
+                cursor = _aligned(cursor + e.nbytes)
+    end = cursor
+    cursor = 0
+    for e in entries:
+        if e.span:
+            offsets[(e.key, None)] = cursor
+            cursor = _aligned(cursor + e.nbytes)
+    return Layout(offsets, max(end, cursor))
+
+
+def has_span(entries: Sequence[PoolEntry]) -> bool:
+    return any(e.span for e in entries)
+
+
 def pool_bytes(entries: Sequence[PoolEntry]) -> int:
+    """GPU bytes of the pool: the arena's with spanning layers, else the sum of its buffers."""
+    if has_span(entries):
+        return arena_layout(entries).nbytes
     return sum(e.nbytes * len(e.slots) for e in entries)

@@ -59,7 +59,11 @@ class PlanParam(StrictModel):
 class Prefetch(StrictModel):
     """Where a prefetched layer's weights land and when their copy is issued."""
 
-    slot: NonNegativeInt = Field(description="buffer slot id the layer's offloaded params use")
+    slot: NonNegativeInt | None = Field(
+        default=None, description="buffer slot id the layer's offloaded params use (absent when span)")
+    span: bool = Field(
+        default=False, description="the layer's buffers lie over every slot's bytes (a layer no other is like, "
+        "an LM head): its copy waits for the layer before it, and the layers after it wait for it")
     copy_before: str = Field(
         description="the copy is issued on the copy stream just before this layer runs"
     )
@@ -68,6 +72,13 @@ class Prefetch(StrictModel):
         description="copy_before runs in the previous forward pass (wrap-around): "
         "the runtime primes these slots at apply time",
     )
+
+    @model_validator(mode="after")
+    def _slot_or_span(self) -> Prefetch:
+        if self.span == (self.slot is not None):
+            raise ValueError("give either slot (a buffer slot id) or span: true (buffers over every slot), "
+                             "exactly one of them")
+        return self
 
 
 class PlanLayer(StrictModel):
@@ -100,6 +111,7 @@ class BufferKey(StrictModel):
     stride: list[NonNegativeInt] | None = None
     bytes: NonNegativeInt = Field(description="bytes of one buffer")
     slots: list[NonNegativeInt] = Field(description="slot ids this key has a buffer for")
+    span: bool = Field(default=False, description="it also has a buffer for spanning layers, over the slots' bytes")
 
     @property
     def key(self) -> PoolKey:
@@ -109,13 +121,13 @@ class BufferKey(StrictModel):
     def from_entry(cls, e: PoolEntry) -> BufferKey:
         k = e.key
         return cls(param=k.param, shape=list(k.shape), dtype=k.dtype,
-                   stride=None if k.stride is None else list(k.stride), bytes=e.nbytes, slots=list(e.slots))
+                   stride=None if k.stride is None else list(k.stride), bytes=e.nbytes, slots=list(e.slots), span=e.span)
 
 
 class BufferPool(StrictModel):
     slots: NonNegativeInt = Field(description="number of slot ids")
     keys: list[BufferKey]
-    bytes: NonNegativeInt = Field(description="GPU bytes of all buffers")
+    bytes: NonNegativeInt = Field(description="GPU bytes of all buffers (of the arena, when a layer spans the slots)")
 
 
 class Summary(StrictModel):

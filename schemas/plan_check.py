@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from schemas import plan_wording as say
-from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, pool_bytes
+from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, has_span, pool_bytes
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
 from schemas.plan_backends import PREFETCHING
@@ -282,9 +282,15 @@ def _rebuilt_buffer(plan: Plan, totals: _Totals) -> int:
         return plan.buffer_pool.bytes if plan.buffer_pool is not None else 0
     interned: dict[Signature, Signature] = {}  # equal layers share one signature: few objects, one pass
     sigs = [interned.setdefault(sig, sig) for sig in map(_signature, (plan.layers[i] for i in totals.prefetched_layers))]
-    totals.pool = build_pool(sigs, num_slots(len(sigs), step))
+    span = _spanning(plan, totals.prefetched_layers)
+    totals.pool = build_pool(sigs, num_slots(len(sigs) - sum(span), step), span)
     totals.buffer = pool_bytes(totals.pool)
     return totals.buffer
+
+
+def _spanning(plan: Plan, positions: list[int]) -> list[bool]:
+    """Per prefetched layer: does the plan say it spans the slots (the planner's choice, read, not derived)."""
+    return [(pf := plan.layers[i].prefetch) is not None and pf.span for i in positions]
 
 
 def _signature(layer: PlanLayer) -> Signature:
@@ -307,21 +313,23 @@ def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
         out.append(Finding(("summary", "prefetch_step"), say.step_too_small(s.prefetch_step)))
         return
     n, step = len(positions), s.prefetch_step
-    k = num_slots(n, step)
-    source = say.schedule_source(step, n, k)
+    span = _spanning(plan, positions)
+    k = num_slots(n - sum(span), step)
+    source = say.schedule_source(step, n, k, sum(span))
     if plan.buffer_pool is None:
         out.append(Finding(("buffer_pool",), say.pool_missing(s.backend)))
     else:
         _check_pool(plan, totals, k, source, out)
     layers = plan.layers
     num_layers = len(layers)
-    for p, t in zip(positions, schedule(positions, num_layers, step)):
+    spans = {p for p, spanning in zip(positions, span) if spanning}
+    for p, t in zip(positions, schedule(positions, num_layers, step, spans)):
         pf = layers[p].prefetch
         if pf is None:
             continue  # reported with the layer
         loc: Loc = ("layers", p, "prefetch")
         before = layers[t.copy_before(num_layers)].name
-        if pf.slot != t.slot:
+        if pf.slot != t.slot and not t.span:
             out.append(Finding(loc + ("slot",), say.mismatch(pf.slot, t.slot, source)))
         if pf.copy_before != before:
             out.append(Finding(loc + ("copy_before",), say.mismatch(pf.copy_before, before, source)))
@@ -356,10 +364,14 @@ def _check_pool(plan: Plan, totals: _Totals, k: int, source: str, out: list[Find
         if list(bk.slots) != list(e.slots):
             out.append(Finding(where + ("slots",), say.mismatch(
                 bk.slots, e.slots, f"the slots of the offloaded layers holding {key.param} ({source})")))
+        if bk.span != e.span:
+            out.append(Finding(where + ("span",), say.mismatch(
+                bk.span, e.span, f"the spanning layers holding {key.param} ({source})")))
     missing = [e.key for e in entries if e.key not in seen]
     if missing:
         out.append(Finding(loc + ("keys",), say.pool_keys_missing(missing)))
     elif len(pool.keys) == len(entries) and [bk.key for bk in pool.keys] != [e.key for e in entries]:
         out.append(Finding(loc + ("keys",), say.pool_keys_order()))
     if pool.bytes != totals.buffer:
-        out.append(Finding(loc + ("bytes",), say.mismatch(pool.bytes, totals.buffer, "the buffers the offloaded layers need")))
+        out.append(Finding(loc + ("bytes",), say.mismatch(pool.bytes, totals.buffer, say.pool_bytes_source(
+            has_span(entries)))))

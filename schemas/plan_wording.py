@@ -126,8 +126,16 @@ def mixed_one_kind(has_uva: bool, offloads: bool) -> str:
     return "'mixed' prefetches some offloaded params and reads the others through UVA, but every offloaded param is on UVA (use 'uva')"
 
 
-def schedule_source(step: int, n: int, slots: int) -> str:
-    return f"the schedule of prefetch_step {step} over {n} offloaded layers in {slots} slot{'s' if slots != 1 else ''}"
+def schedule_source(step: int, n: int, slots: int, spanning: int = 0) -> str:
+    over = f", {spanning} of them spanning the slots" if spanning else ""
+    return (f"the schedule of prefetch_step {step} over {n} offloaded layers in {slots} slot{'s' if slots != 1 else ''}"
+            f"{over}")
+
+
+def pool_bytes_source(arena: bool) -> str:
+    if arena:
+        return "the arena of the buffers the offloaded layers need (slots one after the other, spanning buffers over them)"
+    return "the buffers the offloaded layers need"
 
 
 def old_rule_slots() -> str:

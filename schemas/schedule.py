@@ -5,11 +5,17 @@ runtime: the planner writes it into the plan and the plan check recomputes it. A
 ``--offload-prefetch-step S``: ``S`` buffer slots, and the copy of an offloaded layer is issued
 as soon as the previous user of its slot has finished. Positions are unrolled over forwards:
 forward ``f`` runs layer ``p`` at ``f * L + p``.
+
+A *spanning* layer (``span``) has no slot of its own: its buffers lie over the bytes of every slot
+(the pool is then one arena, schemas/buffer_pool.py), so it conflicts with every other prefetched
+layer. Its copy waits for the layer before it to finish, and the layers after it wait for it, the
+same rule with "its slot" read as "any bytes it shares". This lets a layer no other layer is like
+(an LM head) be prefetched without a buffer of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 DEFAULT_PREFETCH_STEP = 2  # two slots: double buffering
@@ -17,7 +23,7 @@ DEFAULT_PREFETCH_STEP = 2  # two slots: double buffering
 
 @dataclass(frozen=True)
 class Trigger:
-    slot: int
+    slot: int | None  # None: a spanning layer (its buffers lie over every slot's bytes)
     trigger: int  # unrolled position just after the slot's previous user, in (position - L, position]; negative = previous forward
 
     def copy_before(self, num_layers: int) -> int:
@@ -27,31 +33,55 @@ class Trigger:
     def previous_forward(self) -> bool:
         return self.trigger < 0
 
+    @property
+    def span(self) -> bool:
+        return self.slot is None
+
 
 def num_slots(num_offloaded: int, step: int) -> int:
-    """Slot ids for ``num_offloaded`` layers at prefetch step ``step``: the step is the number of slots."""
+    """Slot ids for ``num_offloaded`` layers (spanning layers not counted) at prefetch step ``step``:
+    the step is the number of slots."""
     return min(num_offloaded, step)
 
 
-def schedule(positions: Sequence[int], num_layers: int, step: int) -> list[Trigger]:
-    """Triggers for offloaded layers at sorted ``positions`` among ``num_layers`` layers, step ``step``.
+def schedule(positions: Sequence[int], num_layers: int, step: int, span: Collection[int] = ()) -> list[Trigger]:
+    """Triggers for offloaded layers at sorted ``positions`` among ``num_layers`` layers, step ``step``;
+    ``span``: the positions (among ``positions``) of spanning layers.
 
-    Offloaded layer ``j`` uses slot ``j % k`` (``k = min(N, step)`` slots); its copy is issued just
-    before the layer that follows the slot's previous user runs: ``k`` offloaded layers back, or, for
-    the first ``k``, the slot's last user in the previous forward (walking back cyclically). That is
-    never more than one forward ahead: the previous user is at most ``N`` offloaded layers back.
+    The other layers take slots in turn: the ``i``-th uses slot ``i % k`` (``k = min(their number,
+    step)``). A layer's copy is issued just before the layer that follows the previous user of its
+    bytes runs: for a slotted layer the later of its slot's previous user (``k`` slotted layers back,
+    or for the first ``k`` the slot's last user of the previous forward, walking back cyclically) and
+    the last spanning layer before it; for a spanning layer the offloaded layer just before it. That is
+    never more than one forward ahead: the previous user is at most one forward back.
     """
     n = len(positions)
     if n == 0:
         return []
     if step < 1:
         raise ValueError("prefetch step must be >= 1")
-    k = num_slots(n, step)
+    spanning = [p in span for p in positions] if span else [False] * n
+    slotted = [j for j in range(n) if not spanning[j]]
+    k = num_slots(len(slotted), step)
+    m = len(slotted)
+    slot_of: dict[int, int] = {}
+    previous: list[int] = [0] * n  # index (into positions) of the previous user; negative = previous forward
+    for i, j in enumerate(slotted):
+        slot_of[j] = i % k
+        # k slotted layers back, or for the first k the slot's last slotted user of the previous forward
+        back = i - k if i >= k else (i % k) + k * ((m - 1 - i % k) // k) - m
+        previous[j] = slotted[back] if back >= 0 else slotted[back + m] - n
+    last_span = max((j for j in range(n) if spanning[j]), default=None)
+    latest_span = None if last_span is None else last_span - n  # the last spanning layer seen, unrolled
+    for j in range(n):
+        if spanning[j]:
+            previous[j] = j - 1  # every layer shares its bytes: the one just before (-1: previous forward)
+            latest_span = j
+        elif latest_span is not None:
+            previous[j] = max(previous[j], latest_span)
     out = []
     for j in range(n):
-        slot = j % k
-        # the previous user of the slot: k back, or for the first k the slot's last user of the previous forward
-        previous = j - k if j >= k else slot + k * ((n - 1 - slot) // k) - n
-        unrolled = positions[previous % n] - (num_layers if previous < 0 else 0)
-        out.append(Trigger(slot, unrolled + 1))
+        prev = previous[j]
+        unrolled = positions[prev % n] - (num_layers if prev < 0 else 0)
+        out.append(Trigger(slot_of.get(j), unrolled + 1))
     return out

@@ -94,10 +94,11 @@ def test_lm_head_stays_resident_until_the_budget_needs_its_bytes(llama):
         roomy = planner.plan(llama, gpu_budget=total // 2, workload=workload)
         assert _head(roomy) == "resident"
         # every block prefetched and the embedding on UVA: only the head's bytes are left to free
-        tight = planner.plan(llama, gpu_budget=int(1.5 * GB), workload=workload)
-        assert _head(tight) == "resident" and tight.summary.offloaded_layers == 33
+    tight = planner.plan(llama, gpu_budget=int(1.5 * GB), workload=DECODE)
+    assert _head(tight) == "resident" and tight.summary.offloaded_layers == 33
+    for workload in (DECODE, PREFILL):
         forced = planner.plan(llama, gpu_budget=int(0.75 * GB), workload=workload)
-        assert _head(forced) == "uva"  # never prefetched: a buffer of its own would free nothing
+        assert _head(forced) == "uva"  # below the slots plus the head: never a buffer of its own
         assert any("lm_head on UVA, not prefetched" in n for n in forced.summary.notes)
 
 
@@ -147,6 +148,10 @@ def test_a_second_slot_comes_back_once_the_lm_head_is_on_uva(llama):
     one = planner.plan(llama, gpu_budget=int(0.95 * GB), workload=PREFILL, prefetch_step=1)
     assert _head(one) == "uva"
     assert plan.predictions.weighted_step_ms < one.predictions.weighted_step_ms
-    # a budget that holds the head and one slot keeps the head resident (fewer moves come first)
+    # a budget that holds the head and one slot: the head spanning two slots is faster, in less memory
     roomier = planner.plan(llama, gpu_budget=int(1.5 * GB), workload=PREFILL)
-    assert _head(roomier) == "resident" and roomier.summary.prefetch_step == 1
+    assert _head(roomier) == "prefetch" and roomier.summary.prefetch_step == 2
+    resident = planner.plan(llama, gpu_budget=int(1.5 * GB), workload=PREFILL, prefetch_step=1)
+    assert _head(resident) == "resident"
+    assert roomier.predictions.weighted_step_ms < resident.predictions.weighted_step_ms
+    assert roomier.summary.peak_gpu_bytes < resident.summary.peak_gpu_bytes
