@@ -16,8 +16,9 @@ torch.compile of ``auto`` on Llama decode at the end if time is left); a naive o
 ``infer_auto_device_map`` + ``dispatch_model`` at the budget and ``cpu_offload``; diffusers'
 ``apply_group_offloading`` swept over block/leaf level x use_stream x record_stream x low_cpu_mem_usage
 on Llama decode b=1, its fastest configuration then run everywhere; and this project's ``auto`` at the
-GPU memory that configuration used. The link bound of a row is max(floor, (model bytes - budget) /
-pinned host-to-GPU bandwidth measured in this run).
+GPU memory that configuration used (matched in up to two attempts: compare_match.py). The link bound of a
+row is max(floor, (model bytes - budget) / pinned host-to-GPU bandwidth measured in this run); a row of
+ours also has its own plan's bound, max(floor, offloaded bytes / bandwidth), and the plan's predicted step.
 
 Each measurement is one JSON line in --out, written as it is made (a run cut short keeps what it has);
 a contender that fails becomes an error row and the run goes on. --time-budget bounds the run: slow
@@ -161,17 +162,18 @@ def floor(run: Run, case: Case, modes: tuple[str, ...]) -> None:
 
 def ours(run: Run, case: Case, args, workloads: Workload, modes: tuple[str, ...], hand: bool) -> None:
     """``auto``'s plans (``hand`` False) or the predicted-fastest hand plans (``hand`` True)."""
-    from compare_ours import apply_plan, auto_plans, best_hand_plans, hand_candidates
+    from compare_ours import apply_plan, auto_plans, best_hand_plans, hand_candidates, plan_fields
 
     if not hand and "ours" not in args.skip:
-        for plan, names, raised in auto_plans(case.spec, case.budget, workloads):
-            run_contender(run, case, "ours auto", "ours", apply_plan(plan, run.device), names, modes=modes,
-                          extra={"budget_raised_to": raised})
+        for group in auto_plans(case.spec, case.budget, workloads):
+            run_contender(run, case, "ours auto", "ours", apply_plan(group.plan, run.device), group.names,
+                          modes=modes, extra={"budget_raised_to": group.raised}, per_workload=group.fields)
     if hand and "hand" not in args.skip:
         candidates = hand_candidates(case.spec, case.budget, workloads, moe=case.key == "moe")
         for label, plan, names in best_hand_plans(candidates, list(case.inputs)):
             run_contender(run, case, f"ours {plan.summary.backend} (best hand plan)", "ours",
-                          apply_plan(plan, run.device), names, modes=modes, extra={"plan_label": label})
+                          apply_plan(plan, run.device), names, modes=modes, extra={"plan_label": label},
+                          per_workload=plan_fields(plan, names))
 
 
 def naive(run: Run, case: Case) -> None:
@@ -260,33 +262,13 @@ def first_pass(names: list[str], device: torch.device) -> list[str]:
     return fast or list(names)
 
 
-def ours_at(run: Run, case: Case, workloads: Workload, other: dict, label: str) -> None:
-    """``auto`` at the GPU memory another contender's rows measured (its peak minus the floor's activations)."""
-    from compare_ours import apply_plan, plan_at
-
-    groups: dict[int, list[str]] = {}
-    for w in case.inputs:
-        row = other.get(w)
-        if not row or row.get("status") != "ok" or row.get("peak_gpu_bytes") is None or w not in case.floor_peak:
-            skip_row(run, case, f"ours auto @ {label} memory", "ours", w,
-                     "no GPU peak measured for it (or for the floor)")
-            continue
-        activations = case.floor_peak[w] - case.total_bytes
-        groups.setdefault(max(1, row["peak_gpu_bytes"] - activations), []).append(w)
-    for budget, names in groups.items():
-        item = Workload({w: dict(workloads.root)[w] for w in names})
-        plan, raised = plan_at(case.spec, budget, strategy="auto", workload=item)
-        run_contender(run, case, f"ours auto @ {label} memory", "ours", apply_plan(plan, run.device), names,
-                      extra={"matched_budget": budget, "budget_raised_to": raised})
-
-
 def compile_row(run: Run, case: Case, workloads: Workload) -> None:
-    from compare_ours import apply_plan, plan_at
+    from compare_ours import apply_plan, plan_at, plan_fields
 
     item = Workload({"decode": dict(workloads.root)["decode"]})
     plan, raised = plan_at(case.spec, case.budget, strategy="auto", workload=item)
     run_contender(run, case, "ours auto", "ours", apply_plan(plan, run.device), ["decode"], modes=("compile",),
-                  extra={"budget_raised_to": raised})
+                  extra={"budget_raised_to": raised}, per_workload=plan_fields(plan, ["decode"]))
 
 
 def diffusers_and_ours_at(run: Run, case: Case, args, workloads: Workload, state: dict) -> None:
@@ -297,6 +279,8 @@ def diffusers_and_ours_at(run: Run, case: Case, args, workloads: Workload, state
     rows = diffusers(run, case, args, state["diffusers_best"])
     state["diffusers_best"] = "" if rows is None else rows.pop("best")
     if rows is not None and "at-diffusers" not in args.skip:
+        from compare_ours_at import ours_at
+
         ours_at(run, case, workloads, rows, "diffusers best")
 
 

@@ -10,6 +10,7 @@ A plan the budget cannot hold is planned at the smallest feasible budget instead
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import planner
 import runtime
@@ -40,16 +41,33 @@ def predicted_ms(plan, workload: str) -> float:
     return {p.workload: p.step_ms for p in plan.predictions.workloads}[workload]
 
 
-def auto_plans(spec, budget: int, workloads: Workload) -> list[tuple[object, list[str], int | None]]:
-    """strategy auto per workload, workloads sharing a plan grouped: [(plan, workload names, raised budget)]."""
-    groups: dict[str, tuple[object, list[str], int | None]] = {}
+def plan_fields(plan, workloads: list[str]) -> dict[str, dict]:
+    """What ``plan`` says of each workload's rows: its predicted step (None when it has no prediction for the
+    workload) and the bytes it offloads (for the "/ own bytes" bound)."""
+    predicted = {p.workload: p.step_ms for p in plan.predictions.workloads} if plan.predictions else {}
+    return {w: {"predicted_ms": predicted.get(w), "offloaded_bytes": plan.summary.offloaded_bytes} for w in workloads}
+
+
+class PlanGroup(NamedTuple):
+    """Workloads that ``auto`` gave the same plan (same layout), and each one's fields from its own plan."""
+
+    plan: object
+    names: list[str]
+    raised: int | None
+    fields: dict[str, dict]
+
+
+def auto_plans(spec, budget: int, workloads: Workload) -> list[PlanGroup]:
+    """strategy auto per workload, workloads sharing a plan grouped. Each workload's prediction comes from
+    the plan made for it (the group's plan was predicted for its first workload only)."""
+    groups: dict[str, PlanGroup] = {}
     for name, item in workloads.items():
         plan, raised = plan_at(spec, budget, strategy="auto", workload=Workload({name: item}))
         key = layout_key(plan)
-        if key in groups:
-            groups[key][1].append(name)
-        else:
-            groups[key] = (plan, [name], raised)
+        if key not in groups:
+            groups[key] = PlanGroup(plan, [], raised, {})
+        groups[key].names.append(name)
+        groups[key].fields.update(plan_fields(plan, [name]))
     return list(groups.values())
 
 

@@ -6,8 +6,11 @@ Several JSONL files (one comparison split over several runs, e.g. ``--only moe``
 budget ran out) are merged in order: a measured row replaces the same row (model, contender, workload,
 mode) of an earlier file, a skipped one never replaces a measured one.
 
-Tables: per model, every contender on every workload (step time, ratio to the link bound and to the
-floor, peak GPU memory, host memory added, outputs equal to the floor's); then the diffusers sweep.
+Tables: per model, every contender on every workload (step time; for a plan of ours its predicted step
+and the step over it; the step over the link bound, over its own plan's bound (max(floor, the bytes the plan
+offloads / link): the runtime against its own plan) and over the floor; peak GPU memory, host memory added,
+outputs equal to the floor's); then the attempts of ``auto`` matched to another contender's memory, and the
+diffusers sweep.
 Chart: per model, grouped bars per workload (log scale), the link bound drawn across each group.
 """
 
@@ -63,8 +66,9 @@ def label(row: dict) -> str:
 
 
 def main_rows(records: list[dict]) -> list[dict]:
-    """The rows of the main table: every measurement except the diffusers sweep's own lines."""
-    return [r for r in records if r.get("type") == "row" and not r.get("sweep")]
+    """The rows of the main table: every measurement except the diffusers sweep's own lines and the attempts
+    of a memory match (its reported row is in the table)."""
+    return [r for r in records if r.get("type") == "row" and not r.get("sweep") and not r.get("attempt_of")]
 
 
 def _gb(n) -> str:
@@ -86,6 +90,27 @@ def _equal(row: dict) -> str:
     return "yes" if row["equal"] else f"no ({diff:.3g})" if diff is not None else "no"
 
 
+def _over(ms, by) -> str:
+    """``ms / by`` as a ratio cell (blank when either is missing)."""
+    return _x(ms / by) if ms is not None and by else ""
+
+
+def _note(row: dict) -> str:
+    """Why a row is not measured, how a memory match went, a raised budget, or few timed steps."""
+    if row["status"] != "ok":
+        return _status(row)
+    if "target_peak_gpu_bytes" in row:
+        target = _gb(row["target_peak_gpu_bytes"])
+        if not row.get("within_target"):
+            return f"over the target peak {target} GB in every attempt"
+        return f"attempt {row['chosen_attempt']} of {len(row['attempts'])}, target peak {target} GB"
+    if row.get("budget_raised_to"):
+        return f"budget raised to {_gb(row['budget_raised_to'])} GB"
+    if len(row.get("times_ms", [])) < 3:
+        return f"{row['warmups']} warm-up, {len(row['times_ms'])} timed"
+    return ""
+
+
 def _status(row: dict) -> str:
     if row["status"] == "ok":
         return ""
@@ -101,25 +126,25 @@ def table(records: list[dict]) -> str:
         case = cases.get(model, {})
         out.append(f"### {model}: {_gb(case.get('total_bytes'))} GB of weights, budget {_gb(case.get('budget'))} GB, "
                    f"pinned host-to-GPU {case.get('h2d_gbps') and round(case['h2d_gbps'], 1)} GB/s\n")
-        out.append("| workload | contender | step ms | / link bound | / floor | peak GPU GB | host added GB "
-                   "| equal to floor | note |")
-        out.append("|---|---|---:|---:|---:|---:|---:|---|---|")
+        out.append("| workload | contender | step ms | pred ms | / pred | / link bound | / own bytes | / floor "
+                   "| peak GPU GB | host added GB | equal to floor | note |")
+        out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
         mine = [r for r in rows if r["model"] == model]
         for w in dict.fromkeys(r["workload"] for r in mine):
             bound = case.get("link_bound_ms", {}).get(w)
             if bound:
-                out.append(f"| {workload_label(w, case)} | **link bound** | {_ms(bound)} | 1.00x | | | | | "
+                out.append(f"| {workload_label(w, case)} | **link bound** | {_ms(bound)} | | | 1.00x | | | | | | "
                            f"max(floor, {_gb(case.get('must_move_bytes'))} GB / link) |")
             ranked = sorted((r for r in mine if r["workload"] == w),
                             key=lambda r: (r["status"] != "ok", r.get("step_ms") or 0.0))
             for r in ranked:
-                note = _status(r) or (f"budget raised to {_gb(r['budget_raised_to'])} GB" if r.get("budget_raised_to")
-                                      else f"{r['warmups']} warm-up, {len(r['times_ms'])} timed"
-                                      if len(r.get("times_ms", [])) < 3 else "")
                 out.append(f"| {workload_label(w, case)} | {label(r)} | {_ms(r.get('step_ms'))} | "
-                           f"{_x(r.get('ratio_link'))} | {_x(r.get('ratio_floor'))} | {_gb(r.get('peak_gpu_bytes'))} | "
-                           f"{_gb(r.get('host_added_bytes'))} | {_equal(r)} | {note} |")
+                           f"{_ms(r.get('predicted_ms'))} | {_over(r.get('step_ms'), r.get('predicted_ms'))} | "
+                           f"{_x(r.get('ratio_link'))} | {_x(r.get('ratio_own'))} | {_x(r.get('ratio_floor'))} | "
+                           f"{_gb(r.get('peak_gpu_bytes'))} | {_gb(r.get('host_added_bytes'))} | {_equal(r)} | "
+                           f"{_note(r)} |")
         out.append("")
+    out += attempts_table(rows)
     sweep = [r for r in records if r.get("type") == "row" and r.get("sweep")]
     if sweep:
         out.append("### diffusers group offloading, configurations (decode b=1)\n")
@@ -136,6 +161,30 @@ def table(records: list[dict]) -> str:
         out += [f"- {r['model']}, {r['section']}: {r['error']}" for r in failed]
         out.append("")
     return "\n".join(out)
+
+
+def attempts_table(rows: list[dict]) -> list[str]:
+    """Lines of the table of memory-match attempts (none when no row was matched to another's memory)."""
+    matched = [r for r in rows if r.get("attempts")]
+    if not matched:
+        return []
+    out = ["### `auto` at another contender's GPU memory: the attempts\n",
+           "| model | workload | contender | attempt | budget GB | peak GPU GB | target GB | step ms | pred ms | note |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in matched:
+        for a in r["attempts"]:
+            if a["attempt"] == r.get("chosen_attempt"):
+                note = "reported" if r.get("within_target") else "reported, over the target"
+            else:
+                note = a.get("reason") or ("over the target" if (a.get("peak_gpu_bytes") or 0)
+                                           > r["target_peak_gpu_bytes"] else "slower")
+            budget = _gb(a["budget"]) + (f" (raised to {_gb(a['budget_raised_to'])})" if a.get("budget_raised_to")
+                                         else "")
+            out.append(f"| {r['model']} | {r['workload']} | {r['contender']} | {a['attempt']} | {budget} | "
+                       f"{_gb(a.get('peak_gpu_bytes'))} | {_gb(r['target_peak_gpu_bytes'])} | {_ms(a.get('step_ms'))} | "
+                       f"{_ms(a.get('predicted_ms'))} | {str(note)[:120].replace('|', '/')} |")
+    out.append("")
+    return out
 
 
 def chart(records: list[dict]):

@@ -130,30 +130,38 @@ def _print(row: dict) -> None:
           f" (max diff {row.get('max_abs_diff')})  n={len(row['times_ms'])}", flush=True)
 
 
-def skip_row(run: Run, case: Case, name: str, family: str, workload: str, reason: str) -> dict:
-    """A row for a measurement not made (written and printed like the others)."""
-    row = {"type": "row", "model": case.key, "contender": name, "family": family, "budget": case.budget,
-           "workload": workload, "tokens": int(case.inputs[workload].numel()), "mode": "eager",
-           "elapsed_s": round(run.elapsed(), 1), "status": "skipped", "reason": reason}
+def write_row(run: Run, row: dict) -> dict:
+    """One row into the JSONL and onto stdout."""
     run.write(row)
     _print(row)
     return row
 
 
+def skip_row(run: Run, case: Case, name: str, family: str, workload: str, reason: str,
+             extra: dict | None = None) -> dict:
+    """A row for a measurement not made (written and printed like the others)."""
+    return write_row(run, {"type": "row", "model": case.key, "contender": name, "family": family,
+                           "budget": case.budget, **(extra or {}), "workload": workload,
+                           "tokens": int(case.inputs[workload].numel()), "mode": "eager",
+                           "elapsed_s": round(run.elapsed(), 1), "status": "skipped", "reason": reason})
+
+
 def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[[nn.Module], Applied],
                   workloads: list[str], *, modes: tuple[str, ...] = ("eager",), use_master: bool = False,
-                  extra: dict | None = None, profile: bool = False) -> dict[tuple[str, str], dict]:
-    """Measure one contender on ``workloads`` x ``modes``; returns the rows written, by (workload, mode)."""
+                  extra: dict | None = None, per_workload: dict[str, dict] | None = None,
+                  profile: bool = False) -> dict[tuple[str, str], dict]:
+    """Measure one contender on ``workloads`` x ``modes``; returns the rows written, by (workload, mode).
+    ``extra`` goes into every row, ``per_workload[w]`` into the rows of workload ``w`` (e.g. a plan's
+    prediction for it)."""
     base = {"type": "row", "model": case.key, "contender": name, "family": family, "budget": case.budget,
             **(extra or {})}
+    own = per_workload or {}
     rows: dict[tuple[str, str], dict] = {}
 
     def emit(workload: str, mode: str, **fields) -> dict:
-        row = {**base, "workload": workload, "tokens": int(case.inputs[workload].numel()), "mode": mode,
-               "elapsed_s": round(run.elapsed(), 1), **fields}
-        run.write(row)
-        _print(row)
-        rows[(workload, mode)] = row
+        row = {**base, **own.get(workload, {}), "workload": workload, "tokens": int(case.inputs[workload].numel()),
+               "mode": mode, "elapsed_s": round(run.elapsed(), 1), **fields}
+        rows[(workload, mode)] = write_row(run, row)
         return row
 
     if run.left_s() < 15:
@@ -209,7 +217,8 @@ def run_contender(run: Run, case: Case, name: str, family: str, setup: Callable[
                  first_call_s=steps.first_call_s, setup_s=setup_s, equal=equal, max_abs_diff=diff,
                  peak_gpu_bytes=None if peak is None else peak - baseline, resident_gpu_bytes=resident,
                  host_added_bytes=host.get("MemAvailable"), host=host, info=info,
-                 **_ratios(run, case, w, steps.step_ms, info.get("moved_bytes")))
+                 **ratios(run, case, w, steps.step_ms, info.get("moved_bytes"),
+                          own.get(w, {}).get("offloaded_bytes")))
             if profile and run.profile_dir is not None:
                 _profile(run, case, name, applied.model, w)
                 profile = False
@@ -231,13 +240,20 @@ def _measure(run: Run, model: nn.Module, ids: torch.Tensor, mode: str) -> Steps:
     return time_steps(step, run.device, slow_s=run.slow_s, cap_s=run.cap_s, warm_again_s=again)
 
 
-def _ratios(run: Run, case: Case, workload: str, ms: float, moved: int | None) -> dict:
+def ratios(run: Run, case: Case, workload: str, ms: float, moved: int | None, offloaded: int | None = None) -> dict:
+    """A measured step against its bounds: the link bound of the case (what the budget forces over the link),
+    the floor, and for a plan of ours the bound of its own plan, max(floor, offloaded bytes / link): how
+    close the runtime comes to what its plan moves."""
     bound, floor = case.link_bound_ms.get(workload), case.floor_ms.get(workload)
     out = {"link_bound_ms": bound, "floor_ms": floor,
            "ratio_link": round(ms / bound, 3) if bound else None,
            "ratio_floor": round(ms / floor, 3) if floor else None, "moved_bytes": moved}
     if moved is not None and run.h2d_gbps:
         out["own_link_ms"] = round(moved / (run.h2d_gbps * 1e6), 3)
+    if offloaded is not None and run.h2d_gbps:
+        own = max(floor or 0.0, offloaded / (run.h2d_gbps * 1e6))
+        out["own_bound_ms"] = round(own, 3) if own else None
+        out["ratio_own"] = round(ms / own, 3) if own else None
     return out
 
 

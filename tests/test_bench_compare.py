@@ -198,7 +198,7 @@ def test_report_table_ranks_rows_under_their_link_bound_and_keeps_the_sweep_apar
     text = compare_report.table(_synthetic())
     lines = text.splitlines()
     main = [ln for ln in lines if ln.startswith("| decode b=1 |")]
-    assert "**link bound** | 150.0 | 1.00x" in main[0]
+    assert "**link bound** | 150.0 | | | 1.00x" in main[0]
     assert [ln.split(" | ")[1] for ln in main[1:]] == ["ours auto [graph]", "ours auto", "accelerate dispatch_model"]
     assert "| 9.42x |" in main[3] and "| 8.00 | 9.00 | yes |" in main[3]
     prefill = [ln for ln in lines if ln.startswith("| prefill 2,048 |")]
@@ -209,6 +209,96 @@ def test_report_table_ranks_rows_under_their_link_bound_and_keeps_the_sweep_apar
     assert "error: ValueError('x')" in sweep[2]
     assert "leaf-stream |" not in "\n".join(main)  # sweep rows are not in the main table
     assert lines[-1] == "- moe, build: OutOfMemoryError()"
+
+
+def _cells(text: str, first_column: str) -> list[dict[str, str]]:
+    """The rows of the markdown table whose header starts with ``first_column``, as {column: cell}."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"| {first_column} |"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))))
+    return rows
+
+
+def _matched() -> list[dict]:
+    """A run with predictions, own-plan bounds and ``auto`` matched to diffusers' memory in two attempts
+    (the attempts' own rows flagged ``attempt_of``)."""
+    records = _synthetic()
+    at = "ours auto @ diffusers best memory"
+    attempts = [{"attempt": 1, "budget": 0.5 * GB, "budget_raised_to": None, "status": "ok",
+                 "peak_gpu_bytes": 0.44 * GB, "step_ms": 285.0, "predicted_ms": 280.0, "offloaded_bytes": 15.5 * GB,
+                 "reason": None},
+                {"attempt": 2, "budget": 1.1 * GB, "budget_raised_to": None, "status": "ok",
+                 "peak_gpu_bytes": 1.04 * GB, "step_ms": 250.0, "predicted_ms": 240.0, "offloaded_bytes": 15.0 * GB,
+                 "reason": None}]
+    for r in records:
+        if r.get("contender") == "ours auto" and r["workload"] == "decode" and r["mode"] == "eager":
+            r.update(predicted_ms=146.2, offloaded_bytes=8 * GB, ratio_own=152.0 / 145.0)
+    records += [
+        {**records[2], "contender": f"{at} (attempt 1)", "attempt_of": at, "attempt": 1, "step_ms": 285.0},
+        {**records[2], "contender": f"{at} (attempt 2)", "attempt_of": at, "attempt": 2, "step_ms": 250.0},
+        {**records[2], "contender": at, "step_ms": 250.0, "predicted_ms": 240.0, "ratio_own": 1.02,
+         "peak_gpu_bytes": 1.04 * GB, "target_peak_gpu_bytes": 1.05 * GB, "attempts": attempts,
+         "within_target": True, "chosen_attempt": 2, "matched_budget": 1.1 * GB},
+    ]
+    return records
+
+
+def test_report_shows_predictions_and_own_plan_bounds_for_rows_of_ours_only():
+    import compare_report
+
+    rows = {(r["workload"], r["contender"]): r for r in _cells(compare_report.table(_matched()), "workload")}
+    auto = rows[("decode b=1", "ours auto")]
+    assert (auto["pred ms"], auto["/ pred"], auto["/ own bytes"], auto["/ link bound"]) == ("146.2", "1.04x", "1.05x",
+                                                                                         "1.01x")
+    accelerate = rows[("decode b=1", "accelerate dispatch_model")]
+    assert accelerate["pred ms"] == accelerate["/ pred"] == accelerate["/ own bytes"] == ""
+    assert accelerate["/ link bound"] == "9.42x"
+    prefill = rows[("prefill 2,048", "ours auto")]  # a row of ours from a run before predictions: blank
+    assert prefill["pred ms"] == prefill["/ own bytes"] == ""
+    matched = rows[("decode b=1", "ours auto @ diffusers best memory")]
+    assert matched["step ms"] == "250.0" and matched["pred ms"] == "240.0" and matched["peak GPU GB"] == "1.04"
+    assert matched["note"] == "attempt 2 of 2, target peak 1.05 GB"
+    assert not [k for k in rows if "(attempt" in k[1]]  # the attempts are not rows of the main table
+
+
+def test_report_lists_the_attempts_of_a_memory_match_and_says_which_was_reported():
+    import compare_report
+
+    text = compare_report.table(_matched())
+    assert "### `auto` at another contender's GPU memory: the attempts" in text
+    got = _cells(text, "model")  # the first table headed by "model": the attempts (the sweep comes after)
+    assert [(r["attempt"], r["budget GB"], r["peak GPU GB"], r["target GB"], r["step ms"], r["pred ms"], r["note"])
+            for r in got] == [("1", "0.50", "0.44", "1.05", "285.0", "280.0", "slower"),
+                              ("2", "1.10", "1.04", "1.05", "250.0", "240.0", "reported")]
+
+
+def test_report_notes_a_match_over_the_target_and_an_attempt_not_run():
+    import compare_report
+
+    records = _matched()
+    final = records[-1]
+    final["attempts"][0]["peak_gpu_bytes"] = 1.2 * GB
+    final["attempts"][1].update(status="not run", peak_gpu_bytes=None, step_ms=None, predicted_ms=None,
+                                budget_raised_to=1.3 * GB, reason="infeasible at 1100000000 B")
+    final.update(within_target=False, chosen_attempt=1)
+    text = compare_report.table(records)
+    matched = next(r for r in _cells(text, "workload") if r["contender"] == "ours auto @ diffusers best memory")
+    assert matched["note"] == "over the target peak 1.05 GB in every attempt"
+    assert [(r["budget GB"], r["note"]) for r in _cells(text, "model")] == [
+        ("0.50", "reported, over the target"), ("1.10 (raised to 1.30)", "infeasible at 1100000000 B")]
+
+
+def test_report_chart_leaves_the_attempts_out():
+    pytest.importorskip("matplotlib")
+    import compare_report
+
+    (ax,) = compare_report.chart(_matched()).axes
+    assert sorted(p.get_height() for p in ax.patches) == [151.0, 152.0, 161.0, 250.0, 1413.0, 1500.0]
 
 
 def test_merged_runs_keep_the_measured_row_and_the_first_case():

@@ -1,0 +1,70 @@
+"""Matching a plan of ours to another contender's measured GPU memory: when to try again, at what budget,
+and which attempt to report (pure decisions: no torch; compare_ours_at.py runs the attempts).
+
+The target of a workload is the other contender's measured peak. The first attempt plans at that peak
+minus the activations the floor measured (its peak minus the weights). The runtime's measured peak lands
+off the target (on the H200, 0.44 GB against diffusers' 1.05 GB on decode: memory left unused), so when the
+first attempt's peak is more than ``SLACK_MIN`` below the target, or above it, a second attempt plans at the
+first budget moved by that difference, less ``MARGIN``. The row reported under the contender's name is the
+fastest attempt whose measured peak is within the target (the first when none is, with a note); every
+attempt is its own flagged row (``attempt_of``) and is listed in the reported row's ``attempts``.
+
+A second plan the budget cannot hold (the planner raises the budget, or fails) is not run: the first
+attempt stands. Nor is one equal to the first attempt's plan (nothing to learn from running it again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 2**20
+SLACK_MIN = 32 * MiB  # a first attempt this close below the target is kept as it is
+MARGIN = 8 * MiB  # what the second attempt leaves below the target, for run-to-run noise
+
+
+@dataclass
+class Attempt:
+    """One plan tried for one workload: its budget and what came of it."""
+
+    number: int
+    budget: int
+    raised: int | None = None  # the budget the planner raised it to (the plan was made there)
+    layout: str | None = None  # compare_ours.layout_key of the plan; None when not planned
+    row: dict | None = None  # the row written for it; None when it was not run
+    reason: str | None = None  # why it was not run
+
+    @property
+    def peak(self) -> int | None:
+        """The GPU peak it measured (None unless it ran and was measured)."""
+        return self.row.get("peak_gpu_bytes") if self.row and self.row.get("status") == "ok" else None
+
+    def record(self) -> dict:
+        """What the reported row lists of this attempt."""
+        row = self.row or {}
+        return {"attempt": self.number, "budget": self.budget, "budget_raised_to": self.raised,
+                "status": row.get("status", "not run"), "peak_gpu_bytes": row.get("peak_gpu_bytes"),
+                "step_ms": row.get("step_ms"), "predicted_ms": row.get("predicted_ms"),
+                "offloaded_bytes": row.get("offloaded_bytes"),
+                "reason": self.reason or row.get("reason") or row.get("error")}
+
+
+def next_budget(budget: int, target: int, measured: int | None, *, slack_min: int = SLACK_MIN,
+                margin: int = MARGIN) -> int | None:
+    """The budget of a second attempt after a first at ``budget`` measured ``measured`` against ``target``
+    (peaks, bytes): ``budget`` moved by the difference less ``margin``. None when there is nothing to correct:
+    no measured peak, a peak within ``slack_min`` below the target, or no budget left to move to."""
+    if measured is None:
+        return None
+    slack = target - measured
+    if 0 <= slack <= slack_min:
+        return None
+    moved = budget + slack - margin
+    return moved if moved >= 1 and moved != budget else None
+
+
+def choose(target: int, attempts: list[dict]) -> int | None:
+    """The index of the attempt to report: the fastest measured one whose peak is within ``target`` (the
+    earlier of equals); None when none is (the caller reports the first, saying so)."""
+    within = [i for i, a in enumerate(attempts) if a.get("status") == "ok" and a.get("peak_gpu_bytes") is not None
+              and a["peak_gpu_bytes"] <= target and a.get("step_ms") is not None]
+    return min(within, key=lambda i: (attempts[i]["step_ms"], i)) if within else None
