@@ -4,8 +4,9 @@ and which attempt to report (pure decisions: no torch; compare_ours_at.py runs t
 The target of a workload is the other contender's measured peak. The first attempt plans at that peak
 minus the activations the floor measured (its peak minus the weights). The runtime's measured peak lands
 off the target (on the H200, 0.44 GB against diffusers' 1.05 GB on decode: memory left unused), so when the
-first attempt's peak is more than ``SLACK_MIN`` below the target, or above it, a second attempt plans at the
-first budget moved by that difference, less ``MARGIN``. The row reported under the contender's name is the
+first attempt's peak is more than ``SLACK_MIN`` below the target, or above it, a second attempt plans at
+what the target leaves after the activations the first attempt measured (its peak less its plan's own
+peak), less ``MARGIN``. The row reported under the contender's name is the
 fastest attempt whose measured peak is within the target (the first when none is, with a note); every
 attempt is its own flagged row (``attempt_of``) and is listed in the reported row's ``attempts``.
 
@@ -34,6 +35,11 @@ class Attempt:
     reason: str | None = None  # why it was not run
 
     @property
+    def planned(self) -> int | None:
+        """The plan's own peak (resident weights and buffers), as its row recorded it."""
+        return (self.row or {}).get("info", {}).get("plan_peak_gpu_bytes")
+
+    @property
     def peak(self) -> int | None:
         """The GPU peak it measured (None unless it ran and was measured)."""
         return self.row.get("peak_gpu_bytes") if self.row and self.row.get("status") == "ok" else None
@@ -48,17 +54,20 @@ class Attempt:
                 "reason": self.reason or row.get("reason") or row.get("error")}
 
 
-def next_budget(budget: int, target: int, measured: int | None, *, slack_min: int = SLACK_MIN,
-                margin: int = MARGIN) -> int | None:
+def next_budget(budget: int, target: int, measured: int | None, planned: int | None = None, *,
+                slack_min: int = SLACK_MIN, margin: int = MARGIN) -> int | None:
     """The budget of a second attempt after a first at ``budget`` measured ``measured`` against ``target``
-    (peaks, bytes): ``budget`` moved by the difference less ``margin``. None when there is nothing to correct:
-    no measured peak, a peak within ``slack_min`` below the target, or no budget left to move to."""
+    (peaks, bytes). With ``planned`` (the first plan's own peak: resident weights and buffers), what the
+    target leaves after the activations the first attempt measured (``measured - planned``), less
+    ``margin``: a plan that used less than its budget must not be given the whole difference. Without it,
+    ``budget`` moved by the difference, less ``margin``. None when there is nothing to correct: no measured
+    peak, a peak within ``slack_min`` below the target, or no budget left to move to."""
     if measured is None:
         return None
     slack = target - measured
     if 0 <= slack <= slack_min:
         return None
-    moved = budget + slack - margin
+    moved = target - (measured - planned) - margin if planned is not None else budget + slack - margin
     return moved if moved >= 1 and moved != budget else None
 
 

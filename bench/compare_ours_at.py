@@ -82,7 +82,8 @@ def ours_at(run: Run, case: Case, workloads: Workload, other: dict, label: str) 
     first = {w: max(1, t - (case.floor_peak[w] - case.total_bytes)) for w, t in targets.items()}
     tried: dict[str, list[Attempt]] = {}
     attempt(run, case, workloads, name, 1, first, tried)
-    second = {w: b for w in targets if (b := next_budget(first[w], targets[w], tried[w][0].peak)) is not None}
+    second = {w: b for w in targets if (b := next_budget(first[w], targets[w], tried[w][0].peak,
+                                                                          tried[w][0].planned)) is not None}
     attempt(run, case, workloads, name, 2, second, tried)
     for w, target in targets.items():
         report(run, case, name, w, target, tried[w])
