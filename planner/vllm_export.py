@@ -7,6 +7,7 @@ slots, so that ``plan --from-vllm`` of the flags gives the same placement. Not e
 - params offloaded outside the decoder layers (an embedding, the LM head): vLLM offloads only the
   layers make_layers builds;
 - a mixed backend (UVA and prefetch in one plan): vLLM runs one offloader;
+- a layer spanning the slots (schemas/schedule.py): vLLM gives every prefetched layer a slot of its own;
 - an offloaded buffer (vLLM offloads parameters only), or part of a param vLLM fuses (``q_proj``
   without ``k_proj``: vLLM moves ``qkv_proj`` whole);
 - prefetch: offloaded layers that are not the last K of every G for any G, K, or params no set of
@@ -113,6 +114,10 @@ def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer]) -> list
     if uva and prefetched:
         problems.append(Problem("a mixed backend", f"{len(uva)} param{'s' * (len(uva) != 1)} on UVA (e.g. {uva[0]}) "
                                                    f"and {len(prefetched)} prefetched (e.g. {prefetched[0]}); vLLM runs one offload backend"))
+    spanning = [layer.name for layer in plan.layers if layer.prefetch is not None and layer.prefetch.span]
+    if spanning:
+        problems.append(Problem("a layer spanning the slots", f"{join_names(spanning)}'s buffers lie over the slots' "
+                                                             "bytes; vLLM gives every prefetched layer a slot"))
     buffers = [f"{layer.name}.{p}" for layer in plan.layers for p in layer.offloaded if layer.params[p].buffer]
     if buffers:
         problems.append(Problem("an offloaded buffer", f"{buffers[0]}{' and more' if len(buffers) > 1 else ''} "

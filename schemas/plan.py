@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, ValidationInfo, model_validator
+from pydantic import Field, StrictBool, ValidationInfo, model_validator
 
 from schemas.buffer_pool import PoolEntry, PoolKey
+from schemas.ints import Count
 from schemas.plan_backends import PREFETCHING, PlanBackend  # noqa: F401 (PREFETCHING: re-exported for readers)
 from schemas.plan_check import findings_text, plan_findings
 from schemas.prediction import Predictions
@@ -39,11 +40,11 @@ DEFER_CHECK = "defer_plan_check"  # validation context key: the caller runs the 
 
 
 class PlanParam(StrictModel):
-    shape: list[NonNegativeInt]
+    shape: list[Count]
     dtype: str
-    bytes: NonNegativeInt
-    stride: list[NonNegativeInt] | None = None
-    buffer: bool = False
+    bytes: Count
+    stride: list[Count] | None = None
+    buffer: StrictBool = False
     kind: ParamKind | None = Field(
         default=None, description="what the param is; written when the offload selection used kinds"
     )
@@ -59,15 +60,15 @@ class PlanParam(StrictModel):
 class Prefetch(StrictModel):
     """Where a prefetched layer's weights land and when their copy is issued."""
 
-    slot: NonNegativeInt | None = Field(
+    slot: Count | None = Field(
         default=None, description="buffer slot id the layer's offloaded params use (absent when span)")
-    span: bool = Field(
+    span: StrictBool = Field(
         default=False, description="the layer's buffers lie over every slot's bytes (a layer no other is like, "
         "an LM head): its copy waits for the layer before it, and the layers after it wait for it")
     copy_before: str = Field(
         description="the copy is issued on the copy stream just before this layer runs"
     )
-    previous_forward: bool = Field(
+    previous_forward: StrictBool = Field(
         default=False,
         description="copy_before runs in the previous forward pass (wrap-around): "
         "the runtime primes these slots at apply time",
@@ -88,8 +89,8 @@ class PlanLayer(StrictModel):
     offloaded: list[str] = Field(default_factory=list, description="params kept in host memory")
     uva: list[str] = Field(default_factory=list, description="the offloaded params GPU kernels read in place "
                            "through UVA; every other offloaded param is prefetched")
-    resident_bytes: NonNegativeInt
-    offloaded_bytes: NonNegativeInt
+    resident_bytes: Count
+    offloaded_bytes: Count
     prefetch: Prefetch | None = None
     moe: MoeSpec | None = Field(default=None, description="routed experts and top-k (from the spec)")
 
@@ -106,12 +107,12 @@ class BufferKey(StrictModel):
     """One kind of buffer in the pool: params with this relative name, shape and dtype share it."""
 
     param: str
-    shape: list[NonNegativeInt]
+    shape: list[Count]
     dtype: str
-    stride: list[NonNegativeInt] | None = None
-    bytes: NonNegativeInt = Field(description="bytes of one buffer")
-    slots: list[NonNegativeInt] = Field(description="slot ids this key has a buffer for")
-    span: bool = Field(default=False, description="it also has a buffer for spanning layers, over the slots' bytes")
+    stride: list[Count] | None = None
+    bytes: Count = Field(description="bytes of one buffer")
+    slots: list[Count] = Field(description="slot ids this key has a buffer for")
+    span: StrictBool = Field(default=False, description="it also has a buffer for spanning layers, over the slots' bytes")
 
     @property
     def key(self) -> PoolKey:
@@ -125,9 +126,9 @@ class BufferKey(StrictModel):
 
 
 class BufferPool(StrictModel):
-    slots: NonNegativeInt = Field(description="number of slot ids")
+    slots: Count = Field(description="number of slot ids")
     keys: list[BufferKey]
-    bytes: NonNegativeInt = Field(description="GPU bytes of all buffers (of the arena, when a layer spans the slots)")
+    bytes: Count = Field(description="GPU bytes of all buffers (of the arena, when a layer spans the slots)")
 
 
 class Summary(StrictModel):
@@ -135,20 +136,20 @@ class Summary(StrictModel):
     backend: PlanBackend
     backend_reason: str
     strategy: Literal["auto", "budget", "group"]
-    prefetch_step: NonNegativeInt | None = None
-    gpu_budget_bytes: NonNegativeInt | None = None
-    cpu_budget_bytes: NonNegativeInt | None = None
-    total_bytes: NonNegativeInt
-    resident_bytes: NonNegativeInt
-    offloaded_bytes: NonNegativeInt
-    buffer_bytes: NonNegativeInt
-    peak_gpu_bytes: NonNegativeInt = Field(description="resident params + buffer pool")
-    pinned_host_bytes: NonNegativeInt
-    layers: NonNegativeInt
-    offloaded_layers: NonNegativeInt
+    prefetch_step: Count | None = None
+    gpu_budget_bytes: Count | None = None
+    cpu_budget_bytes: Count | None = None
+    total_bytes: Count
+    resident_bytes: Count
+    offloaded_bytes: Count
+    buffer_bytes: Count
+    peak_gpu_bytes: Count = Field(description="resident params + buffer pool")
+    pinned_host_bytes: Count
+    layers: Count
+    offloaded_layers: Count
     spec_sha256: str
-    rank: NonNegativeInt | None = Field(default=None, description="tensor-parallel rank this plan is for")
-    world_size: NonNegativeInt | None = Field(default=None, description="tensor-parallel ranks (with rank)")
+    rank: Count | None = Field(default=None, description="tensor-parallel rank this plan is for")
+    world_size: Count | None = Field(default=None, description="tensor-parallel ranks (with rank)")
     notes: list[str] = Field(default_factory=list)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveFloat
+
+from schemas.ints import Count, PositiveCount
 
 from schemas.strict import StrictModel
 
@@ -18,7 +20,7 @@ Bound = Literal["copy", "compute", "cpu"]
 
 class Prediction(StrictModel):
     workload: str
-    tokens: PositiveInt
+    tokens: PositiveCount
     weight: PositiveFloat = 1.0
     step_ms: NonNegativeFloat = Field(description="predicted time of one forward")
     compute_ms: NonNegativeFloat = Field(description="GPU busy time on the compute stream (UVA reads included)")
@@ -33,4 +35,4 @@ class Predictions(StrictModel):
     hardware_source: str = ""
     workloads: list[Prediction]
     weighted_step_ms: NonNegativeFloat = Field(description="step time averaged with the workload weights")
-    offloaded_layers: NonNegativeInt = 0
+    offloaded_layers: Count = 0

@@ -84,7 +84,6 @@ def edit(kind: str, path: str, value: Any) -> dict[str, Any]:
 
 EDITS = [  # (plan, path, value, a fragment of the finding)
     ("prefetch", "summary/prefetch_step", 0, "summary.prefetch_step: must be >= 1 (got 0)"),
-    ("prefetch", "summary/prefetch_step", 10**30, "buffer_pool.slots: 2 in the file, 4 from the schedule"),
     ("prefetch", "layers/1/params/mlp.w1/bytes", 1,
      "layers[1].params['mlp.w1'].bytes: 1 in the file, 256 from shape [16, 8], dtype float16"),
     ("uva", "layers/4/resident_bytes", 5, "layers[4].resident_bytes: 5 in the file, 0 from"),

@@ -288,3 +288,10 @@ def test_gpu_span_plans_eager_and_graph_bit_identical(blocks, step, span):
 
     base = make_llama(LlamaConfig(vocab=512, dim=256, layers=9, heads=4, kv_heads=2, hidden=704))
     assert_exact_on_gpu(base, lambda s: span_plan(s, blocks, step, span))
+
+
+def test_vllm_export_names_the_span(prefill_plan):
+    from planner.vllm_export import export
+
+    out = export(prefill_plan)
+    assert out.flags is None and any(p.part == "a layer spanning the slots" for p in out.problems)

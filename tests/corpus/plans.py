@@ -116,6 +116,17 @@ def _off_blocks(data: dict[str, Any]) -> None:  # a uva plan whose blocks.3 offl
 
 
 CASES: list[CliCase | ApiCase] = [
+    # -- plan fields are strict: a quoted number, a float, a yes/no word or a 0/1 is not a value ------------
+    _file_case("plan-bytes-quoted", "validate", "prefetch", setter("layers/2/params/mlp.w1/bytes", "256"),
+               ("layers[2].params['mlp.w1'].bytes: expected a whole number (got '256')",)),
+    _file_case("plan-total-as-float", "show", "uva", setter("summary/total_bytes", 8960.0),
+               ("summary.total_bytes: expected a whole number (got 8960.0)",)),
+    _file_case("plan-previous-forward-yes", "validate", "prefetch", setter("layers/2/prefetch/previous_forward", "yes"),
+               ("layers[2].prefetch.previous_forward: input should be a valid boolean (got 'yes')",)),
+    _file_case("plan-buffer-flag-as-1", "diff", "prefetch", setter("layers/2/params/mlp.w1/buffer", 1),
+               ("layers[2].params['mlp.w1'].buffer: input should be a valid boolean (got 1)",)),
+    _file_case("plan-slot-as-true", "validate", "prefetch", setter("layers/2/prefetch/slot", True),
+               ("layers[2].prefetch.slot",)),
     # -- param sizes and dtypes ---------------------------------------------------------------
     _file_case("plan-param-bytes-1", "validate", "prefetch", setter("layers/2/params/mlp.w1/bytes", 1),
                ("layers[2].params['mlp.w1'].bytes: 1 in the file, 256 from shape [16, 8], dtype float16",)),
@@ -181,8 +192,7 @@ CASES: list[CliCase | ApiCase] = [
     _file_case("plan-step-zero", "validate", "prefetch", setter("summary/prefetch_step", 0),
                ("summary.prefetch_step: must be >= 1 (got 0)",)),
     _file_case("plan-step-huge", "validate", "prefetch", setter("summary/prefetch_step", 10**30),
-               ("buffer_pool.slots: 2 in the file, 4 from the schedule of prefetch_step "
-                "1000000000000000000000000000000 over 4 offloaded layers in 4 slots",)),
+               ("summary.prefetch_step: must be at most 2^63-1 (got a 100-bit number)",)),
     _file_case("plan-step-missing", "validate", "prefetch", setter("summary/prefetch_step", None),
                ("summary.prefetch_step: the prefetch backend with offloaded layers needs a prefetch_step",)),
     _file_case("plan-copy-before-itself", "validate", "prefetch", setter("layers/5/prefetch/copy_before", "blocks.4"),
