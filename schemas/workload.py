@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, PositiveFloat, RootModel, field_validator
+from pydantic import Field, RootModel, field_validator
 
 from schemas.ints import PositiveCount
 
+from schemas.reals import PositiveReal
 from schemas.strict import StrictModel
 
 # token counts a bare name stands for
@@ -24,7 +25,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
 class WorkloadItem(StrictModel):
     tokens: PositiveCount = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
-    weight: PositiveFloat = Field(default=1.0, description="share of forwards of this kind (relative)")
+    weight: PositiveReal = Field(default=1.0, description="share of forwards of this kind (relative)")
 
 
 class Workload(RootModel[dict[str, WorkloadItem]]):
