@@ -46,11 +46,28 @@ class SlotPath:
         return self.tables[slots][taken]
 
 
-def fixed_path(order: Order, total_bytes: int, slots: int) -> SlotPath:
-    """The path of a given slot count (offload.prefetch_step)."""
+def fixed_path(order: Order, total_bytes: int, slots: int, step_ms: Callable[..., float] | None = None,
+               span_peak: Callable[[int, int, int], int] | None = None) -> SlotPath:
+    """The path of a given slot count (offload.prefetch_step); with ``step_ms`` and ``span_peak``, the prefixes
+    after the last prefetch move may also span the slots (as in ``slot_path``)."""
     n = len(order.moves)
-    return SlotPath(tuple((slots, i, None) for i in range(n + 1)), {slots: peaks(order, total_bytes, slots)},
-                    {slots: 0})
+    table = peaks(order, total_bytes, slots)
+    if step_ms is None or span_peak is None:
+        return SlotPath(tuple((slots, i, None) for i in range(n + 1)), {slots: table}, {slots: 0})
+    last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
+    steps: list[Step] = [(slots, i, None) for i in range(last + 1)]
+    span_peaks: dict[Step, tuple[int, int]] = {}
+    for taken in range(last + 1, n + 1):
+        options = [(table[taken][0], slots, None)]
+        span = span_candidate(order, taken)
+        if span is not None:
+            span_peaks[(slots, taken, span)] = (span_peak(taken, slots, span), table[taken][1])
+            options.append((span_peaks[(slots, taken, span)][0], slots, span))
+        steps += [(s, taken, sp) for s, sp in reversed(_frontier(taken, options, step_ms))]
+    path = SlotPath(tuple(steps), {slots: table}, {slots: 0}, span_peaks)
+    if span_peaks:
+        path = _drop_dominated(path, last + 1, step_ms)
+    return path
 
 
 def slot_path(order: Order, total_bytes: int, step_ms: Callable[..., float],

@@ -78,7 +78,7 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
         offloaded = sum(m.nbytes for m in order.moves[:taken])
         return total_bytes - offloaded + pool_bytes(entries)
 
-    path = (fixed_path(order, total_bytes, step) if step is not None else
+    path = (fixed_path(order, total_bytes, step, step_ms, span_peak) if step is not None else
             slot_path(order, total_bytes, step_ms, span_peak))
     try:
         slots, taken, span, peak = _first_fit(path, memory.gpu_budget, memory.cpu_budget, bool(order.moves))

@@ -295,3 +295,17 @@ def test_vllm_export_names_the_span(prefill_plan):
 
     out = export(prefill_plan)
     assert out.flags is None and any(p.part == "a layer spanning the slots" for p in out.problems)
+
+
+def test_a_given_prefetch_step_may_span_too():
+    """offload.prefetch_step fixes the slots; the LM head may still span them where that is faster."""
+    import planner
+    from schemas.workload import Workload, WorkloadItem
+
+    prefill = Workload({"prefill": WorkloadItem(tokens=2048)})
+    plan = planner.plan(_llama_spec(), gpu_budget=int(1.2e9), workload=prefill, prefetch_step=2)
+    head = next(layer for layer in plan.layers if layer.name == "lm_head")
+    assert plan.summary.prefetch_step == 2 and head.prefetch is not None and head.prefetch.span
+    decode = planner.plan(_llama_spec(), gpu_budget=int(1.2e9), workload=Workload({"decode": WorkloadItem(tokens=1)}),
+                          prefetch_step=2)
+    assert next(layer for layer in decode.layers if layer.name == "lm_head").prefetch is None  # UVA stays cheaper
