@@ -89,6 +89,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--time-budget", type=float, default=450.0, help="seconds of measuring before the rest is skipped")
     ap.add_argument("--slow-step", type=float, default=8.0, help="steps slower than this (s) are timed once")
     ap.add_argument("--step-cap", type=float, default=10.0, help="seconds of timed steps per row at most")
+    ap.add_argument("--graph-max-tokens", type=int, default=64,
+                    help="CUDA graph replay for workloads of at most this many tokens (default: decode only)")
     try:
         args = ap.parse_args(argv)
     except argparse.ArgumentTypeError as err:  # raised by a type= above for a --flag=value form
@@ -363,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(out_path, "w") as out:
             run = Run(device, out, args.time_budget, slow_s=args.slow_step, cap_s=args.step_cap,
-                      profile_dir=out_path.parent)
+                      profile_dir=out_path.parent, graph_max_tokens=args.graph_max_tokens)
             run.write(environment(device, args))
             preload()
             run.h2d_gbps = h2d_gbps(device)
