@@ -85,8 +85,10 @@ def _memory_panel(ax: Any, plan: Plan) -> tuple[Any, Any]:
     off = ax.bar(xs, offloaded, bottom=resident, color=_COLORS["offloaded"], label="offloaded to host")
     if pool:
         slots = plan.buffer_pool.slots
+        spanning = [layer.name for layer in plan.layers if layer.prefetch is not None and layer.prefetch.span]
+        over = f", {', '.join(spanning)} over them" if spanning else ""
         ax.axhline(pool / scale, color=_COLORS["pool"], linestyle="--",
-                   label=f"buffer pool on GPU ({slots} slot{'s' * (slots != 1)})")
+                   label=f"buffer pool on GPU ({slots} slot{'s' * (slots != 1)}{over})")
     ax.set_ylabel(f"bytes ({unit})")
     ax.set_xlim(-0.6, n - 0.4)
     if n <= 40:
