@@ -25,13 +25,15 @@ def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: in
     if not decision.taken:
         fits = "no gpu_budget given" if budget is None else f"the whole model fits the {format_bytes(budget)} gpu_budget"
         return f"auto: {fits}: nothing is offloaded"
-    uva, pf = decision.moves_by("uva"), decision.moves_by("prefetch")
+    uva, pf = decision.in_place(), decision.moves_by("prefetch")
+    spanned = [m for m in decision.moves_by("uva") if decision.spanned(m)]
     parts = []
     if uva:
         parts.append(f"UVA for {format_bytes(sum(m.nbytes for m in uva))}")
     if pf:
         layers = decision.prefetched
-        parts.append(f"prefetch of {layers} layers in {_slots(min(layers, decision.slots))}")
+        parts.append(f"prefetch of {layers} layers in {_slots(min(layers, decision.slots))}"
+                     + (" and one layer spanning them" if spanned else ""))
     return (f"auto: the lowest predicted step for {_workload_text(workload)} on {hardware} that fits: "
             + " and ".join(parts))
 
@@ -46,7 +48,7 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
                    f"the whole model ({format_bytes(decision.peak_bound)}) fits the {format_bytes(budget)} "
                    "gpu_budget: nothing offloaded")
     by_kind: dict[str, list] = {}
-    for m in decision.moves_by("uva"):
+    for m in decision.in_place():
         by_kind.setdefault(m.kinds[0], []).append(m)
     for kind, moves in by_kind.items():
         why = _WHY_UVA.get(kind, "reading it in place costs less than copying it for this workload")
@@ -63,6 +65,7 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
                    f"spread evenly: {names}; copying them costs less than reading them through UVA for this workload")
         out += _slot_notes(decision)
     out += _unique_notes(decision, layer_names)
+    out += _span_notes(decision, layer_names)
     if decision.prefer and decision.taken:
         out.append(f"auto: offload.prefer orders the moves: {', then '.join(decision.prefer)}, then the other kinds; "
                    "within each, the cheapest per byte first")
@@ -101,10 +104,22 @@ def _slot_notes(decision: AutoDecision) -> list[str]:
 
 def _unique_notes(decision: AutoDecision, layer_names: Sequence[str]) -> list[str]:
     """Moved layers no other layer is like (an LM head, a final norm): why UVA rather than prefetch."""
-    unique = [m for m in decision.moves_by("uva") if m.unique]
+    unique = [m for m in decision.in_place() if m.unique]
     if not unique:
         return []
     names = join_names((layer_names[m.position] for m in unique), 8)
     return [f"auto: {names} on UVA, not prefetched: no other layer shares {'its' if len(unique) == 1 else 'their'} "
             "buffers, so a prefetch buffer would be as large as the params it frees; resident until the budget "
             "needs their bytes, as their predicted cost per byte ranks them"]
+
+
+def _span_notes(decision: AutoDecision, layer_names: Sequence[str]) -> list[str]:
+    """The layer prefetched spanning the slots: why not UVA, and what it costs."""
+    spanned = [m for m in decision.moves_by("uva") if decision.spanned(m)]
+    if not spanned:
+        return []
+    name = layer_names[spanned[0].position]
+    return [f"auto: {name} prefetched spanning the slots ({format_bytes(sum(m.nbytes for m in spanned))}): no other "
+            "layer shares its buffers, so they lie over the slots' bytes instead of a buffer of their own; that "
+            "predicts a faster step than reading it through UVA at this budget (its copy cannot overlap the "
+            "layers that use the slots)"]

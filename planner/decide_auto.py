@@ -13,8 +13,8 @@ from planner.auto_slots import SlotPath, fixed_path, slot_path
 from planner.errors import InfeasibleError
 from planner.pool_of import pool_of, prefetched_layers
 from planner.predict_placement import PlacementCost
-from schemas.buffer_pool import pool_bytes
 from planner.select import eligible_params
+from schemas.buffer_pool import pool_bytes
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection
 from schemas.workload import Workload
@@ -42,7 +42,16 @@ class AutoDecision:
     span: int | None = None  # the position of the layer prefetched spanning the slots (its unique moves)
 
     def moves_by(self, backend: str) -> list:
+        """The moves taken on ``backend`` as the order has them (a spanned layer's moves are its "uva" ones)."""
         return [m for m in self.order.moves[:self.taken] if m.backend == backend]
+
+    def spanned(self, move) -> bool:
+        """Is ``move`` one the plan prefetches spanning the slots instead of reading it through UVA?"""
+        return self.span is not None and move.position == self.span and move.unique
+
+    def in_place(self) -> list:
+        """The moves read in place through UVA in the plan (the order's UVA moves less the spanned ones)."""
+        return [m for m in self.moves_by("uva") if not self.spanned(m)]
 
     @property
     def prefetched(self) -> int:
