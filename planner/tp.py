@@ -8,6 +8,7 @@ every rank's part has the same shapes and the ranks' plans differ only in ``summ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from schemas.plan import Plan
@@ -42,15 +43,17 @@ def _marked(plan: Plan, split: Split, spec: SpecFile) -> Plan:
     return plan.model_copy(update={"layers": layers, "summary": summary})
 
 
-def plan_ranks(spec: SpecFile, world_size: int, **kwargs: Any) -> list[Plan]:
+def plan_ranks(spec: SpecFile, world_size: int, make: Callable[[SpecFile], Plan] | None = None,
+               **kwargs: Any) -> list[Plan]:
     """The plans of ranks ``0..world_size-1`` (index = rank); ``kwargs`` as ``planner.plan`` (gpu_budget and
-    cpu_budget per GPU). Raises ShardError (an InputError) for a param that cannot be split, and
-    InfeasibleError, saying the tensor-parallel split, when a rank's part does not fit."""
+    cpu_budget per GPU); ``make``: what plans the rank spec instead of ``planner.plan`` (a plan assembled by
+    hand, say). Raises ShardError (an InputError) for a param that cannot be split, and InfeasibleError,
+    saying the tensor-parallel split, when a rank's part does not fit."""
     from planner.build import plan
 
     split = split_spec(spec, world_size)
     try:
-        one = plan(split.spec, **kwargs)
+        one = make(split.spec) if make is not None else plan(split.spec, **kwargs)
     except InfeasibleError as err:
         rank_bytes = sum(layer.nbytes for layer in split.spec.model.expanded())
         raise InfeasibleError(tp_notes.infeasible_prefix(world_size, rank_bytes) + err.message,

@@ -139,6 +139,32 @@ def worker(rank: int, store: str, out: Path) -> None:
             forward_equal()
         return run
 
+    def span_plan(rank_spec):
+        """Every block prefetched on two slots and the (vocab-split) LM head spanning them, by hand."""
+        from planner.assemble import assemble
+        from planner.assignment import Assignment
+
+        layers = rank_spec.model.expanded()
+        where = {layer.name: {t.name: "prefetch" for t in layer.params} for layer in layers
+                 if layer.name.startswith("model.layers.") or layer.name == "lm_head"}
+        return assemble(layers, Assignment(where, 2, "budget", "by hand", (), frozenset({"lm_head"})),
+                        model_name="tiny-tp", spec_sha256="0" * 64)
+
+    def spans():
+        plans = rank_plans(spec, WORLD, make=span_plan)
+        head = next(layer for layer in plans[rank].layers if layer.name == "lm_head")
+        assert head.prefetch.span and head.params["weight"].shard == "vocab"
+        before = state()
+        with runtime.apply(plans, model, device="cpu", stats=True) as handle:
+            arena = handle.offloader.pool.arena
+            assert local_tensor(model.get_parameter("lm_head.weight")).data_ptr() == arena.data_ptr()
+            for _ in range(3):
+                forward_equal()
+            assert all(f["late_copies"] == 0 for f in handle.stats()["forwards"])
+        same_state(before)
+        forward_equal()
+
+    check("prefetch_span", spans)
     check("prefetch", runs("prefetch", prefetch_step=2))
     check("prefetch_one_slot", runs("prefetch", prefetch_step=1))
     check("uva", runs("uva"))
@@ -233,7 +259,7 @@ def ranks(tmp_path_factory) -> list[dict[str, str]]:
     return results
 
 
-CHECKS = ["describe", "prefetch", "prefetch_one_slot", "uva", "directory", "other_rank", "rank_argument",
+CHECKS = ["describe", "prefetch_span", "prefetch", "prefetch_one_slot", "uva", "directory", "other_rank", "rank_argument",
           "world_size", "plain_plan", "list_of_one", "list_swapped", "shard", "missing_rank_file"]
 
 
