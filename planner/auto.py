@@ -13,7 +13,9 @@ profile (never from the budget), and the shortest prefix of that order that fits
    they touch). Otherwise its layer is a prefetch candidate.
 3. A layer is prefetched whole (all its prefetch-candidate units in one copy), and only if more
    layers than there are slots share its buffer signature: a layer unlike the others would need
-   buffers of its own and save nothing. Other units fall back to UVA at their UVA cost.
+   buffers of its own and save nothing. Other units fall back to UVA at their UVA cost (marked
+   ``unique``); after the last prefetch move the slot path may instead prefetch the largest such layer
+   spanning the slots (``span_candidate``, planner/auto_slots.py).
 4. The order: moves by cost per byte, cheapest first (UVA moves at their own cost; prefetch moves
    at the link's cost per byte, taken in van der Corput order over the candidate layers so that
    every prefix is spread evenly over the stack).
