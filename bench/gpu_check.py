@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
+from hand_plans import span_plan  # noqa: E402
 from models import LlamaConfig, make_llama  # noqa: E402
 
 RESULTS: list[dict] = []
@@ -89,19 +90,6 @@ def budget_plan(spec, frac: float, **kw):
         return planner.plan(spec, gpu_budget=int(total * frac), **kw)
     except InfeasibleError as exc:
         return planner.plan(spec, gpu_budget=exc.min_gpu_budget, **kw)
-
-
-def span_plan(spec, blocks, step: int, span: tuple[str, ...]):
-    """Blocks ``blocks`` prefetched whole and the layers ``span`` prefetched spanning the slots (by hand)."""
-    from planner.assemble import assemble
-    from planner.assignment import Assignment
-    from schemas.spec_hash import spec_sha256
-
-    layers = spec.model.expanded()
-    names = {f"model.layers.{i}" for i in blocks} | set(span)
-    where = {layer.name: {t.name: "prefetch" for t in layer.params} for layer in layers if layer.name in names}
-    return assemble(layers, Assignment(where, step, "budget", "by hand", (), frozenset(span)),
-                    model_name=spec.model.name, spec_sha256=spec_sha256(spec))
 
 
 def spec_budget(model, frac: float, **kw):

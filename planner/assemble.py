@@ -17,7 +17,7 @@ from schemas.buffer_pool import pool_bytes
 from planner.errors import PlanningError
 from planner.kinds import classify, param_kind
 from planner.assemble_notes import schedule_notes, span_notes, tied_note
-from planner.pool_of import pool_of, prefetched_layers
+from planner.pool_of import layers_with_prefetch, pool_of
 from schemas.schedule import DEFAULT_PREFETCH_STEP, schedule
 from planner.select import longest_run
 
@@ -34,7 +34,7 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     where = assignment.where
     _check_assignment(layers, where)
     num_layers = len(layers)
-    prefetched = prefetched_layers(layers, where)
+    prefetched = layers_with_prefetch(layers, where)
     positions = [layer.index for layer in prefetched]
     run = longest_run(positions, num_layers)
     step = assignment.prefetch_step if assignment.prefetch_step is not None else DEFAULT_PREFETCH_STEP

@@ -47,34 +47,24 @@ class SlotPath:
 
 
 def fixed_path(order: Order, total_bytes: int, slots: int, step_ms: Callable[..., float] | None = None,
-               span_peak: Callable[[int, int, int], int] | None = None) -> SlotPath:
-    """The path of a given slot count (offload.prefetch_step); with ``step_ms`` and ``span_peak``, the prefixes
+               span_pool: Callable[[int, int, int], int] | None = None) -> SlotPath:
+    """The path of a given slot count (offload.prefetch_step); with ``step_ms`` and ``span_pool``, the prefixes
     after the last prefetch move may also span the slots (as in ``slot_path``)."""
     n = len(order.moves)
-    table = peaks(order, total_bytes, slots)
-    if step_ms is None or span_peak is None:
-        return SlotPath(tuple((slots, i, None) for i in range(n + 1)), {slots: table}, {slots: 0})
-    last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
+    tables = {slots: peaks(order, total_bytes, slots)}
+    if step_ms is None or span_pool is None:
+        return SlotPath(tuple((slots, i, None) for i in range(n + 1)), tables, {slots: 0})
+    last = _last_prefetch(order)
     steps: list[Step] = [(slots, i, None) for i in range(last + 1)]
-    span_peaks: dict[Step, tuple[int, int]] = {}
-    for taken in range(last + 1, n + 1):
-        options = [(table[taken][0], slots, None)]
-        span = span_candidate(order, taken)
-        if span is not None:
-            span_peaks[(slots, taken, span)] = (span_peak(taken, slots, span), table[taken][1])
-            options.append((span_peaks[(slots, taken, span)][0], slots, span))
-        steps += [(s, taken, sp) for s, sp in reversed(_frontier(taken, options, step_ms))]
-    path = SlotPath(tuple(steps), {slots: table}, {slots: 0}, span_peaks)
-    if span_peaks:
-        path = _drop_dominated(path, last + 1, step_ms)
-    return path
+    return _with_tail(order, steps, last, lambda taken: range(slots, slots + 1), tables, {slots: 0}, total_bytes,
+                      step_ms, span_pool)
 
 
 def slot_path(order: Order, total_bytes: int, step_ms: Callable[..., float],
-              span_peak: Callable[[int, int, int], int] | None = None) -> SlotPath:
+              span_pool: Callable[[int, int, int], int] | None = None) -> SlotPath:
     """The path for ``order``; ``step_ms(taken, slots, span=None)``: the predicted step of that pair;
-    ``span_peak(taken, slots, span)``: the exact peak with layer ``span`` spanning the slots (None: no
-    spanning options)."""
+    ``span_pool(taken, slots, span)``: the exact bytes of the pool (an arena) with layer ``span`` spanning
+    the slots (None: no spanning options)."""
     n = len(order.moves)
     tables = {1: peaks(order, total_bytes, 1)}
     layers = prefetched_layers(order)
@@ -88,7 +78,7 @@ def slot_path(order: Order, total_bytes: int, step_ms: Callable[..., float],
                 return s, taken
         return current[n], n
 
-    last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
+    last = _last_prefetch(order)
     for s in range(2, order.slots + 1):
         tables[s] = peaks(order, total_bytes, s)
         lo = max(switches[s - 1], next((i for i in range(last + 1) if layers[i] > s), last + 1))
@@ -113,21 +103,38 @@ def slot_path(order: Order, total_bytes: int, step_ms: Callable[..., float],
             current[taken] = s
     steps: list[Step] = [(current[i], i, None) for i in range(last + 1)]
     steps += [(s, last, None) for s in range(current[last] - 1, 0, -1)]
+    def counts(taken: int) -> range:
+        """A prefix after the last prefetch move: 1 slot up to the path's, never as many as its prefetched layers."""
+        return range(1, max(1, min(current[last], layers[taken] - 1)) + 1)
+
+    return _with_tail(order, steps, last, counts, tables, switches, total_bytes, step_ms, span_pool)
+
+
+def _last_prefetch(order: Order) -> int:
+    """The shortest prefix holding every prefetch move of ``order``."""
+    return max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
+
+
+def _with_tail(order: Order, steps: list[Step], last: int, counts: Callable[[int], range],
+               tables: dict[int, list[tuple[int, int]]], switches: dict[int, int], total_bytes: int,
+               step_ms: Callable[..., float], span_pool: Callable[[int, int, int], int] | None) -> SlotPath:
+    """The path ``steps`` (up to prefix ``last``) followed by the prefixes after it: at each, the options of
+    ``counts(taken)`` slots, with and without the layer ``span_candidate`` names spanning them, on their
+    peak/time frontier; then the steps a spanning step beats dropped."""
+    tail = len(steps)
     span_peaks: dict[Step, tuple[int, int]] = {}
-    for taken in range(last + 1, n + 1):
-        options = [(tables[s][taken][0], s, None) for s in range(1, max(1, min(current[last], layers[taken] - 1)) + 1)]
-        span = span_candidate(order, taken) if span_peak is not None else None
+    for taken in range(last + 1, len(order.moves) + 1):
+        options = [(tables[s][taken][0], s, None) for s in counts(taken)]
+        span = span_candidate(order, taken) if span_pool is not None else None
         if span is not None:
-            pinned = tables[1][taken][1]
-            for s in range(1, max(1, min(current[last], layers[taken] - 1)) + 1):
-                peak = span_peak(taken, s, span)
-                span_peaks[(s, taken, span)] = (peak, pinned)
-                options.append((peak, s, span))
+            pinned = tables[counts(taken)[0]][taken][1]  # the moves' bytes: the same for every slot count
+            for s in counts(taken):
+                step = (s, taken, span)
+                span_peaks[step] = (total_bytes - pinned + span_pool(taken, s, span), pinned)
+                options.append((span_peaks[step][0], s, span))
         steps += [(s, taken, sp) for s, sp in reversed(_frontier(taken, options, step_ms))]
     path = SlotPath(tuple(steps), tables, switches, span_peaks)
-    if span_peaks:
-        path = _drop_dominated(path, next(i for i, st in enumerate(steps) if st[1] > last), step_ms)
-    return path
+    return _drop_dominated(path, tail, step_ms) if span_peaks else path
 
 
 def _drop_dominated(path: SlotPath, tail: int, step_ms: Callable[..., float]) -> SlotPath:

@@ -11,7 +11,7 @@ from planner.assignment import Assignment
 from planner.auto import Order, build_order, infeasible, peaks, span_placement, where
 from planner.auto_slots import SlotPath, fixed_path, slot_path
 from planner.errors import InfeasibleError
-from planner.pool_of import pool_of, prefetched_layers
+from planner.pool_of import layers_with_prefetch, pool_of
 from planner.predict_placement import PlacementCost
 from planner.select import eligible_params
 from schemas.buffer_pool import pool_bytes
@@ -80,15 +80,14 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
             cache[key] = cost.step_ms(span_placement(order, taken, span), slots, () if span is None else (span,))
         return cache[key]
 
-    def span_peak(taken: int, slots: int, span: int) -> int:
-        """The exact peak with ``span`` spanning the slots: resident bytes + the arena."""
+    def span_pool(taken: int, slots: int, span: int) -> int:
+        """The exact bytes of the arena with ``span`` spanning the slots."""
         placed = where(order, taken, layers, span)
-        _, entries = pool_of(prefetched_layers(layers, placed), placed, slots, (layers[span].name,))
-        offloaded = sum(m.nbytes for m in order.moves[:taken])
-        return total_bytes - offloaded + pool_bytes(entries)
+        _, entries = pool_of(layers_with_prefetch(layers, placed), placed, slots, (layers[span].name,))
+        return pool_bytes(entries)
 
-    path = (fixed_path(order, total_bytes, step, step_ms, span_peak) if step is not None else
-            slot_path(order, total_bytes, step_ms, span_peak))
+    path = (fixed_path(order, total_bytes, step, step_ms, span_pool) if step is not None else
+            slot_path(order, total_bytes, step_ms, span_pool))
     try:
         slots, taken, span, peak = _first_fit(path, memory.gpu_budget, memory.cpu_budget, bool(order.moves))
     except InfeasibleError as err:

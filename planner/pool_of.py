@@ -11,7 +11,7 @@ from schemas.schedule import num_slots
 from schemas.spec import Layer
 
 
-def prefetched_layers(layers: Sequence[Layer], where: Mapping[str, Mapping[str, str]]) -> list[Layer]:
+def layers_with_prefetch(layers: Sequence[Layer], where: Mapping[str, Mapping[str, str]]) -> list[Layer]:
     """The layers with a prefetched param, in execution order."""
     return [layer for layer in layers if any(b == "prefetch" for b in where.get(layer.name, {}).values())]
 

@@ -18,7 +18,7 @@ import torch
 from runtime.tensors import DTYPES
 from schemas import BufferPool as PoolSpec
 from schemas import PlanParam
-from schemas.buffer_pool import PoolEntry, PoolKey, arena_layout
+from schemas.buffer_pool import PoolKey, arena_layout
 
 SPAN = None  # the slot argument of a spanning layer's buffers
 
@@ -46,18 +46,17 @@ class BufferPool:
             self.buffers[key] = slots
 
     def _carve(self, spec: PoolSpec, device: torch.device) -> None:
-        layout = arena_layout([PoolEntry(k.key, k.bytes, tuple(k.slots), k.span) for k in spec.keys])
+        layout = arena_layout([k.entry() for k in spec.keys])
         self.arena = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
         self.nbytes = layout.nbytes
         for k in spec.keys:
             key = k.key
             dtype = DTYPES[key.dtype]
-            stride = key.stride if key.stride is not None else torch.empty(key.shape, device="meta").stride()
             slots = {}
             for slot in [*k.slots, *([SPAN] if k.span else [])]:
                 offset = layout.offsets[(key, slot)]
                 raw = self.arena[offset:offset + k.bytes].view(dtype)  # offsets are aligned: any dtype views
-                slots[slot] = raw.as_strided(key.shape, stride)
+                slots[slot] = raw.view(key.shape) if key.stride is None else raw.as_strided(key.shape, key.stride)
             self.buffers[key] = slots
 
     def buffer(self, rel: str, p: PlanParam, slot: int | None) -> torch.Tensor:

@@ -112,17 +112,23 @@ class BufferKey(StrictModel):
     stride: list[Count] | None = None
     bytes: Count = Field(description="bytes of one buffer")
     slots: list[Count] = Field(description="slot ids this key has a buffer for")
-    span: StrictBool = Field(default=False, description="it also has a buffer for spanning layers, over the slots' bytes")
+    span: StrictBool = Field(default=False,
+                             description="it also has a buffer for spanning layers, over the slots' bytes")
 
     @property
     def key(self) -> PoolKey:
         return PoolKey.of(self.param, self.shape, self.dtype, self.stride)
 
+    def entry(self) -> PoolEntry:
+        """This key as ``schemas.buffer_pool`` reckons it (the inverse of ``from_entry``)."""
+        return PoolEntry(self.key, self.bytes, tuple(self.slots), self.span)
+
     @classmethod
     def from_entry(cls, e: PoolEntry) -> BufferKey:
         k = e.key
         return cls(param=k.param, shape=list(k.shape), dtype=k.dtype,
-                   stride=None if k.stride is None else list(k.stride), bytes=e.nbytes, slots=list(e.slots), span=e.span)
+                   stride=None if k.stride is None else list(k.stride), bytes=e.nbytes, slots=list(e.slots),
+                   span=e.span)
 
 
 class BufferPool(StrictModel):

@@ -113,7 +113,7 @@ def test_auto_spans_the_lm_head_at_prefill_when_it_beats_uva(prefill_plan):
     assert plan.summary.peak_gpu_bytes <= 1.2e9
     # the pool is the arena: no larger than the head's buffer plus alignment, and it holds two slots
     assert plan.buffer_pool.slots == 2 and plan.buffer_pool.bytes == pool_bytes(
-        [_entry(k) for k in plan.buffer_pool.keys])
+        [k.entry() for k in plan.buffer_pool.keys])
     assert plan.buffer_pool.bytes < head.offloaded_bytes + ALIGN
     assert any("lm_head spans the slots" in n for n in plan.summary.notes)
     assert any(n.startswith("auto: lm_head prefetched spanning the slots") for n in plan.summary.notes)
@@ -123,12 +123,6 @@ def test_auto_spans_the_lm_head_at_prefill_when_it_beats_uva(prefill_plan):
     uva = planner.plan(_llama_spec(), gpu_budget=int(0.95e9), workload=Workload({"prefill": WorkloadItem(tokens=2048)}))
     assert next(layer for layer in uva.layers if layer.name == "lm_head").uva
     assert plan.predictions.weighted_step_ms < 0.8 * uva.predictions.weighted_step_ms
-
-
-def _entry(k):
-    from schemas.buffer_pool import PoolEntry
-
-    return PoolEntry(k.key, k.bytes, tuple(k.slots), k.span)
 
 
 def test_a_span_plan_round_trips_and_its_tampering_is_found(prefill_plan, tmp_path):
@@ -178,19 +172,8 @@ def test_plans_without_a_span_are_written_as_before(tmp_path):
 
 torch = pytest.importorskip("torch")
 
+from hand_plans import span_plan  # noqa: E402
 from test_runtime_cpu import IDS, assert_restored, model, snapshot, spec  # noqa: E402,F401 (fixtures)
-
-
-def span_plan(spec, blocks, step, span):
-    from planner.assemble import assemble
-    from planner.assignment import Assignment
-    from schemas.spec_hash import spec_sha256
-
-    layers = spec.model.expanded()
-    names = {f"model.layers.{i}" for i in blocks} | set(span)
-    where = {layer.name: {t.name: "prefetch" for t in layer.params} for layer in layers if layer.name in names}
-    return assemble(layers, Assignment(where, step, "budget", "by hand", (), frozenset(span)),
-                    model_name="tiny-llama", spec_sha256=spec_sha256(spec))
 
 
 CASES = [

@@ -47,6 +47,7 @@ def worker(rank: int, store: str, out: Path) -> None:
     from runtime.errors import PlanMismatchError
     from schemas import Plan, dump_model
     from schemas.errors import InputError
+    from hand_plans import span_plan
     from tp_model import parallelize, rank_plans
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
@@ -139,19 +140,9 @@ def worker(rank: int, store: str, out: Path) -> None:
             forward_equal()
         return run
 
-    def span_plan(rank_spec):
-        """Every block prefetched on two slots and the (vocab-split) LM head spanning them, by hand."""
-        from planner.assemble import assemble
-        from planner.assignment import Assignment
-
-        layers = rank_spec.model.expanded()
-        where = {layer.name: {t.name: "prefetch" for t in layer.params} for layer in layers
-                 if layer.name.startswith("model.layers.") or layer.name == "lm_head"}
-        return assemble(layers, Assignment(where, 2, "budget", "by hand", (), frozenset({"lm_head"})),
-                        model_name="tiny-tp", spec_sha256="0" * 64)
-
     def spans():
-        plans = rank_plans(spec, WORLD, make=span_plan)
+        # every block prefetched on two slots and the (vocab-split) LM head spanning them, by hand
+        plans = rank_plans(spec, WORLD, make=lambda part: span_plan(part, range(cfg.layers), 2, ("lm_head",)))
         head = next(layer for layer in plans[rank].layers if layer.name == "lm_head")
         assert head.prefetch.span and head.params["weight"].shard == "vocab"
         before = state()
