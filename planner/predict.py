@@ -7,7 +7,7 @@ from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
 from schemas.workload import Workload
 
-from planner.layer_cost import layer_work
+from planner.layer_cost import layer_work, profile_for
 from planner.timeline import Copy, Timeline, simulate
 
 
@@ -27,8 +27,8 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, hw, item.tokens)
-        rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight,
+        t = timeline(plan, profile_for(hw, item.mode), item.tokens)
+        rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from runtime import compile_guard
+from runtime import capture, compile_guard
 from runtime.compile_guard import reset_compiled_code
 from runtime.check import check_model
 from runtime.errors import ApplyError, PlanMismatchError
@@ -43,9 +43,11 @@ class Handle:
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("weights", placement.restore),
                                      ("guards", self._remove_guards), ("compile caches", reset_compiled_code),
-                                     ("compile guards", compile_guard.release)]
+                                     ("compile guards", compile_guard.release),
+                                     ("capture hook", capture.release)]
         _ACTIVE[id(self)] = self
         compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
+        capture.hold()  # captures join the copies issued in them before they end
 
     def __repr__(self) -> str:
         state = "active" if self.active else "removed"

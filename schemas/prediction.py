@@ -15,6 +15,7 @@ from schemas.ints import Count, PositiveCount
 
 from schemas.reals import NonNegativeReal, PositiveReal
 from schemas.strict import StrictModel
+from schemas.workload import Mode
 
 Bound = Literal["copy", "compute", "cpu"]
 
@@ -23,6 +24,7 @@ class Prediction(StrictModel):
     workload: str
     tokens: PositiveCount
     weight: PositiveReal = 1.0
+    mode: Mode = Field(default="eager", description="eager, or graph (CUDA graph replay: no CPU issue time)")
     step_ms: NonNegativeReal = Field(description="predicted time of one forward")
     compute_ms: NonNegativeReal = Field(description="GPU busy time on the compute stream (UVA reads included)")
     copy_ms: NonNegativeReal = Field(description="copy stream busy time (prefetch)")
