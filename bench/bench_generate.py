@@ -47,6 +47,7 @@ import runtime  # noqa: E402
 from planner.layer_cost import touched_experts  # noqa: E402
 from planner.predict import predict  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
+from runtime.token_clock import TokenClock  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
 GB = 10**9
@@ -55,36 +56,13 @@ SMOKE_SHARE = (0.5, 0.8)  # of the tiny models' bytes
 SKIP_STEPS = 8
 
 
-class StepClock:
-    """A logits processor that records when each step's logits are ready (a CUDA event, or the host clock)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.marks: list = []
-
-    def __call__(self, input_ids, scores):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.marks.append(event)
-        else:
-            self.marks.append(time.perf_counter())
-        return scores
-
-    def step_ms(self) -> list[float]:
-        if self.cuda:
-            torch.cuda.synchronize()
-            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
-        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
-
-
 def run_generate(model, ids, new: int, device, cache=None, backend: str | None = None) -> dict:
     """Greedy generate; tokens, median decode ms per token (after SKIP_STEPS), peak GPU bytes. ``backend``:
     the static cache's compile backend (default transformers' inductor with CUDA-graph trees; ``cudagraphs``:
     the eager kernels replayed as CUDA graphs, so outputs can be compared bit for bit)."""
     from transformers import CompileConfig, LogitsProcessorList
 
-    clock = StepClock(device)
+    clock = TokenClock(device, skip=SKIP_STEPS)
     if cache is not None:
         cache.reset()
     if device.type == "cuda":
@@ -97,10 +75,9 @@ def run_generate(model, ids, new: int, device, cache=None, backend: str | None =
         out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0,
                              eos_token_id=None, logits_processor=LogitsProcessorList([clock]), **kwargs)
     wall = time.perf_counter() - t0
-    steps = clock.step_ms()
-    timed = steps[SKIP_STEPS:] or steps
-    return {"tokens": out[0, ids.shape[1]:].tolist(), "ms_per_token": statistics.median(timed) if timed else None,
-            "steps_timed": len(timed), "wall_s": round(wall, 2),
+    steps = clock.intervals_ms()
+    return {"tokens": out[0, ids.shape[1]:].tolist(), "ms_per_token": clock.ms_per_token(),
+            "steps_timed": len(steps[SKIP_STEPS:] or steps), "wall_s": round(wall, 2),
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
 
 

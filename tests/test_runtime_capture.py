@@ -104,3 +104,16 @@ def test_join_capture_marks_only_the_captured_copies_landed(model, spec):
         assert off.issued == {0} and off.captured == set()
         off.join_after_forward()
         assert off.issued == set()
+
+
+def test_token_clock_median_skips_the_first_steps():
+    from runtime.token_clock import TokenClock
+
+    clock = TokenClock("cpu", skip=2)
+    clock.marks = [0.0, 1.0, 2.0, 2.010, 2.020, 2.030]  # two slow steps (compile), then 10 ms each
+    assert clock.intervals_ms()[:2] == [1000.0, 1000.0]
+    assert abs(clock.ms_per_token() - 10.0) < 1e-6
+    short = TokenClock("cpu", skip=8)
+    short.marks = [0.0, 0.5]
+    assert short.ms_per_token() == 500.0  # fewer steps than skip: all of them
+    assert TokenClock("cpu").ms_per_token() is None
