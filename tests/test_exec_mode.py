@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,14 @@ def test_spec_workload_mode_is_read_and_checked(tmp_path):
     bad.write_text(text.replace("mode: graph", "mode: graphs"))
     result = CliRunner().invoke(app, ["plan", str(bad), "-g", "8GB"])
     assert result.exit_code == 2 and "bad.yaml" in result.output and "mode" in result.output
+
+
+def test_show_prints_the_mode_only_when_a_workload_is_not_eager(tmp_path):
+    graph, eager = tmp_path / "g.yaml", tmp_path / "e.yaml"
+    runner = CliRunner()
+    assert runner.invoke(app, ["plan", str(LLAMA), "-g", "8GB", "-w", "decode", "-w", "prefill", "--mode", "graph",
+                               "-o", str(graph)]).exit_code == 0
+    assert runner.invoke(app, ["plan", str(LLAMA), "-g", "8GB", "-o", str(eager)]).exit_code == 0
+    shown = runner.invoke(app, ["show", str(graph)], terminal_width=200)
+    assert shown.exit_code == 0 and re.search(r"\bmode\b", shown.output) and shown.output.count("graph") >= 2
+    assert not re.search(r"\bmode\b", runner.invoke(app, ["show", str(eager)], terminal_width=200).output)
