@@ -126,7 +126,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     placement = Placement()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
-    offloader = None
+    offloader = handle = None
     try:
         for layer in plan.layers:  # ties first, so an alias moves with its owner
             for rel, owner in layer.tied.items():
@@ -152,6 +152,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         handle._guards = install(handle, model, placement.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
+        if handle is not None:  # it holds the dynamo and capture settings: give them back
+            _ACTIVE.pop(id(handle), None)
+            steps += [("compile guards", compile_guard.release), ("capture hook", capture.release)]
         _, problems = run_steps(steps + [("weights", placement.restore)])
         if problems:  # the original error is what the caller needs; say what could not be undone
             log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))

@@ -117,3 +117,22 @@ def test_token_clock_median_skips_the_first_steps():
     short.marks = [0.0, 0.5]
     assert short.ms_per_token() == 500.0  # fewer steps than skip: all of them
     assert TokenClock("cpu").ms_per_token() is None
+
+
+def test_a_failure_after_the_handle_exists_gives_back_the_capture_hook(model, spec, monkeypatch):
+    import sys
+
+    apply_module = sys.modules["runtime.apply"]  # (the package's ``apply`` is the function)
+    original = torch.cuda.CUDAGraph.capture_end
+    held = capture._held
+
+    def fail(*_a, **_k):
+        raise RuntimeError("injected failure while installing the guards")
+
+    monkeypatch.setattr(apply_module, "install", fail)
+    snap = snapshot(model)
+    with pytest.raises(RuntimeError, match="injected"):
+        runtime.apply(group_plan(spec, 2, 1, 1), model, device="cpu")
+    assert_restored(model, snap)
+    assert capture._held == held and torch.cuda.CUDAGraph.capture_end is original
+    assert not apply_module._ACTIVE
