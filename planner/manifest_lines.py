@@ -45,7 +45,7 @@ def command_lines(text: str) -> tuple[list[tuple[int, list[str]]], list[tuple[in
             start = number
         code, comment = _split_comment(joined + line)
         try:
-            if comment is None and code.endswith("\\"):
+            if comment is None and line.endswith("\\") and not line.endswith("\\\\"):  # "\\" is an escaped "\"
                 if _open_quote(code[:-1]):
                     raise ValueError("a backslash ends the line inside quotes: sh keeps it and the line break "
                                      "in the word; close the quotes before the backslash")

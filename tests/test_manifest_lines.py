@@ -50,6 +50,7 @@ def test_what_is_accepted_sh_reads_alike(lines: list[list[str]]) -> None:
     ("planner plan s.yaml \\ \n  -o p.yaml\n", 1, "'\\' and then spaces end the line"),
     ("planner plan 's.yaml\\\n' -o p.yaml\n", 1, "a backslash ends the line inside quotes"),
     ("planner plan s.yaml -o p\\.yaml\n", 1, "'\\': a line is one plan command"),
+    ("planner plan s.yaml -o p.yaml \\\\\n", 1, "'\\': a line is one plan command"),  # an escaped backslash
     ("planner plan s.yaml\n\nplanner plan s.yaml -o p.yaml\x0c\n", 3, "a control character (U+000C)"),
 ])
 def test_what_sh_reads_otherwise_is_refused_with_its_line(text: str, line: int, fragment: str) -> None:
