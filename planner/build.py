@@ -56,10 +56,7 @@ class _Model:
         return self.offload.kinds is not None or self.offload.prefer is not None
 
     def size(self, n: int) -> str:
-        """A size for a note, in the unit family of the gpu_budget (GB when it is a whole number of MB)."""
-        gpu = self.memory.gpu_budget
-        if gpu is not None and gpu % 10**6 == 0 and gpu % 2**20 != 0:
-            return f"{n / 10**9:.2f} GB" if n >= 10**9 else f"{n / 10**6:.2f} MB"
+        """A size for a note: schemas.sizes.format_bytes, the one formatter every strategy's words use."""
         return format_bytes(n)
 
     @property

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from planner import exit_codes
+from planner.cli_strict import StrictCommand
 from planner.exit_codes import exit_codes_note
 
 def _epilog(*examples: str, tail: str = "") -> str:
@@ -41,6 +42,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain click help: half the start-up time of rich-rendered help
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+app.command = functools.partial(app.command, cls=StrictCommand)  # type: ignore[method-assign]  # every command
 
 
 def _choices(name: str, values: str) -> type[Enum]:
@@ -56,6 +58,7 @@ Backend = _choices("Backend", "auto prefetch uva none")
 Strategy = _choices("Strategy", "auto budget group")
 SchemaKind = _choices("SchemaKind", "spec plan")
 ExecMode = _choices("ExecMode", "eager graph")  # schemas.workload.MODES
+SPEC_MODELS = ("SpecFile", "MemorySection", "OffloadSection")  # what `plan` validates of the spec and its options
 
 
 def _version(value: bool) -> None:
@@ -337,6 +340,10 @@ def plan_command(
     except ShardError as err:
         raise err.located(source_name(spec), text) from None
     except ValidationError as err:
+        if err.title not in SPEC_MODELS:  # a plan the planner made is not valid: a bug, not the user's input
+            from planner.cli_errors import report_bug
+
+            raise typer.Exit(report_bug(err, _debug())) from None
         where = f"{source_name(spec)} with the command-line options"
         raise InputError(problems_from_validation(err, source=where, root=SpecFile)) from None
     except InfeasibleError as err:

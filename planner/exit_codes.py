@@ -17,10 +17,11 @@ BROKEN_PIPE = 141  # stdout was closed early (`planner show plan.yaml | head`), 
 DEBUG_ENV = "PLANNER_DEBUG"  # set to 1: an internal error shows its traceback, as --debug does
 
 INTERNAL_NOTE = f"{INTERNAL_ERROR} internal error (a bug: --debug or {DEBUG_ENV}=1 shows the traceback)"
+INTERRUPTED_NOTE = f"{INTERRUPTED} interrupted (Ctrl-C; no output file is left half-written)"
 BROKEN_PIPE_NOTE = f"{BROKEN_PIPE} stdout closed early (| head), quietly"
 
 
 def exit_codes_note(*codes: str, closed_pipe: bool = False) -> str:
     """``Exit codes: 0 ok, ..., 70 internal error (...).`` for a command's --help."""
-    notes = (*codes, INTERNAL_NOTE) + ((BROKEN_PIPE_NOTE,) if closed_pipe else ())
+    notes = (*codes, INTERNAL_NOTE, INTERRUPTED_NOTE) + ((BROKEN_PIPE_NOTE,) if closed_pipe else ())
     return f"Exit codes: {', '.join(notes)}."

@@ -6,28 +6,25 @@ command, and the file is a shell script as well: ``sh planner-plans.sh`` (from t
 makes every plan again. `planner check-plans` reads it to know which plan belongs to which spec and
 options. Paths in it are relative to the manifest's folder.
 
-So that sh and this reader see the same words, a line may use only plain words and quotes: no
-variables, globs, ``~``, pipes, redirections, ``;`` or ``&``, and ``#`` only where it starts a
-comment. Every line is parsed by the plan command's own option parser, so a misspelled or
+So that sh and this reader see the same words, each line follows one strict grammar
+(planner/manifest_lines.py): plain words and quotes, LF line ends, a backslash only as the last character
+of a continued line; anything sh would read otherwise is refused with its line. Every line is parsed by the plan command's own option parser, so a misspelled or
 out-of-range option is found here, with its line, before anything is checked.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.manifest_lines import command_lines
 from schemas.errors import InputError, Problem
 
 MANIFEST = "planner-plans.sh"  # the default, in the current folder (a repository's root)
-SHELL_CHARS = re.compile(r"[$`\\;&|<>()*?\[\]{}~!]")  # a meaning to sh that this reader does not share
-MID_WORD_HASH = re.compile(r"\S#")  # sh keeps it in the word, a comment reader would not
-TRAILING_COMMENT = re.compile(r"\s#")
 ONE_A_LINE = "one `planner plan SPEC [options] -o PLAN` command a line"
 LEAVE_OUT = ("check", "diff_format")  # options of `planner plan` that make no plan
 
@@ -59,14 +56,14 @@ def read_manifest(path: str, plan_command: Any) -> list[Entry]:
     text = _read(path)
     folder = os.path.dirname(path)
     entries: list[Entry] = []
-    problems: list[Problem] = []
-    for number, line in _logical_lines(text):
+    commands, bad_lines = command_lines(text)
+    problems: list[Problem] = [Problem(why, path, number) for number, why in bad_lines]
+    for number, words in commands:
         try:
-            words = _words(line)
-            if words:
-                entries.append(_entry(number, words, folder, plan_command))
+            entries.append(_entry(number, words, folder, plan_command))
         except ValueError as err:
             problems.append(Problem(str(err), path, number))
+    problems.sort(key=lambda p: p.line or 0)
     seen: dict[str, int] = {}
     for entry in entries:
         key = path_key(entry.plan)
@@ -90,48 +87,11 @@ def _read(path: str) -> str:
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not a file")
     try:
-        return Path(path).read_bytes().decode("utf-8-sig")
+        return Path(path).read_bytes().decode("utf-8")  # a BOM is kept: manifest_lines refuses it, as sh would
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not a text file (byte {err.start} is not UTF-8); expected {ONE_A_LINE}") from None
     except OSError as err:
         raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
-
-
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, text) of each line, those ending in a backslash joined with the next."""
-    out: list[tuple[int, str]] = []
-    start, parts = 0, []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not parts:
-            start = number
-        stripped = raw.rstrip()
-        continued = stripped.endswith("\\") and not stripped.lstrip().startswith("#")
-        parts.append(stripped[:-1] if continued else raw)
-        if not continued:
-            out.append((start, " ".join(parts)))
-            parts = []
-    if parts:
-        out.append((start, " ".join(parts)))
-    return out
-
-
-def _words(line: str) -> list[str]:
-    """The words of one line as sh would split them (a comment line: none), or ValueError."""
-    code = line.lstrip()
-    if not code or code.startswith("#"):
-        return []
-    lexer = shlex.shlex(code, posix=True)
-    lexer.whitespace_split = True
-    try:
-        words = list(lexer)
-    except ValueError as err:  # no closing quotation
-        raise ValueError(f"{err}: {code}") from None
-    body = TRAILING_COMMENT.split(code, maxsplit=1)[0]
-    bad = SHELL_CHARS.search(body) or MID_WORD_HASH.search(body)
-    if bad:
-        raise ValueError(f"'{bad.group()[-1]}': a line is one plan command of plain words (quotes allowed), read "
-                         "alike by sh and check-plans: no variables, globs, ~, pipes, redirections, ;, & or # inside a word")
-    return words
 
 
 def _entry(number: int, words: Sequence[str], folder: str, plan_command: Any) -> Entry:

@@ -32,8 +32,9 @@ def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))
-    total = sum(r.weight for r in rows)
-    weighted = sum(r.step_ms * r.weight for r in rows) / total
+    scale = max(1.0, *(r.weight for r in rows))  # shares are relative: weights up to 1.8e308 each never overflow
+    total = sum(r.weight / scale for r in rows)
+    weighted = sum(r.step_ms * (r.weight / scale) for r in rows) / total
     return Predictions(hardware=hw.name, hardware_source=hw.source, workloads=rows,
                        weighted_step_ms=round(weighted, 4),
                        offloaded_layers=sum(1 for layer in plan.layers if layer.offloaded))

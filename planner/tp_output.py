@@ -1,17 +1,17 @@
 """Writing a rank set into a folder: ``rank{r}.plan.yaml`` for every rank, and only those.
 
-The folder is created when missing. Every plan is written to a temporary file first; only when all are
-written are they renamed into place, so a failure leaves the folder's old set as it was. Then every other
-rank plan file in the folder (a rank beyond the new world size, or the other format's file of a rank) is
-removed: the folder's rank files are exactly the new set. Other files in the folder are left alone.
+The folder is created when missing. Every other rank plan file in the folder (a rank beyond the new world
+size, or the other format's file of a rank) is removed: the folder's rank files are exactly the new set.
+Other files in the folder are left alone. All of it is one ``write_set`` (planner/output_set.py): every file
+written and removed, or the folder exactly as it was.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from planner.output_set import write_set
 from schemas.errors import InputError
 from schemas.io import dump_model
 from schemas.plan import Plan
@@ -42,34 +42,25 @@ def write_rank_plans(plans: list[Plan], folder: str | Path, fmt: str = "yaml") -
         raise ValueError(f"unknown plan format {fmt!r}: expected yaml or json")
     check_folder(str(folder), len(plans))
     target = Path(folder)
-    target.mkdir(parents=True, exist_ok=True)
     texts = [dump_model(plan, fmt) for plan in plans]
-    staged: list[str] = []
-    try:
-        for r, text in enumerate(texts):
-            fd, tmp = tempfile.mkstemp(prefix=f".rank{r}.", suffix=".tmp", dir=target)
-            staged.append(tmp)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~_umask())
-    except BaseException:
-        for tmp in staged:
-            Path(tmp).unlink(missing_ok=True)
-        raise
     written = [target / rank_plan_name(r, fmt) for r in range(len(plans))]
-    for tmp, path in zip(staged, written):
-        os.replace(tmp, path)
-    keep = set(written)
-    for paths in rank_files(target).values():
-        for path in paths:
-            if path not in keep:
-                path.unlink()
+    made = _missing_folders(target)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        others = [path for paths in rank_files(target).values() for path in paths if path not in written]
+        write_set(dict(zip(written, texts)), others)
+    except BaseException:
+        for path in made:  # the folders this call made, innermost first: the disk is as it was
+            if path.is_dir():
+                path.rmdir()
+        raise
     return written
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, innermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing

@@ -77,7 +77,9 @@ def find_layers(model: nn.Module, non_persistent: bool = False) -> list[tuple[st
     if _own_tensors(model, non_persistent):
         names = ", ".join(n for n, _, _ in _own_tensors(model, non_persistent))
         log.warning("describe: tensors held by the root module itself (%s) cannot form a layer and are "
-                    "left out of the spec (apply still moves them to the device)", names)
+                    "left out of the spec: runtime.apply refuses a model whose params or persistent buffers its "
+                    "plan leaves out, unless unplanned='move' puts them on the device outside the plan's "
+                    "accounting (non-persistent buffers always move)", names)
     return layers
 
 

@@ -286,14 +286,18 @@ class PrefetchOffloader(Offloader):
         """After the first whole forward: did the offloaded layers run in the plan's order?"""
         if seen == list(range(len(self.layers))):
             return
-        where = next((i for i, (a, b) in enumerate(zip(seen, range(len(self.layers)))) if a != b), len(seen))
-        got = self.layers[seen[where]].name if where < len(seen) else "(end of forward)"
-        want = self.layers[where].name if where < len(self.layers) else "(end of forward)"
+        n = len(self.layers)
+        where = next((i for i, (a, b) in enumerate(zip(seen, range(n))) if a != b), min(len(seen), n))
+        if where == len(seen):
+            what = f"the forward ended before {self.layers[where].name} ran"
+        elif where == n:
+            what = f"{self.layers[seen[where]].name} ran again after the plan's last offloaded layer"
+        else:
+            what = f"{self.layers[seen[where]].name} ran where the plan expects {self.layers[where].name}"
         log.warning(
-            "the offloaded layers did not run in the plan's order (step %d: %s ran where the plan "
-            "expects %s); prefetched weights were not where they were needed and were copied "
-            "synchronously (correct but slow). Make the spec's layer order the model's execution order.",
-            where, got, want)
+            "the offloaded layers did not run in the plan's order (step %d: %s); prefetched weights were not "
+            "where they were needed and were copied synchronously (correct but slow). Make the spec's layer "
+            "order the model's execution order.", where, what)
 
     def _copy_now(self, j: int) -> None:
         """Synchronous-order copy on the compute stream (priming, recovery, CPU)."""

@@ -27,7 +27,7 @@ from schemas.sizes import Size
 from schemas.spec_cache import Memo, content_key
 from schemas.spec_limits import check_bytes, check_counts
 from schemas.spec_names import check_dotted_name, check_dotted_names, check_printable
-from schemas.spec_ties import check_ties
+from schemas.spec_ties import check_ties, drop_tied_params
 from schemas.strict import StrictModel
 from schemas.workload import Workload
 
@@ -158,9 +158,6 @@ class LayerSpec(StrictModel):
             raise ValueError(f"layer '{self.name}' has {REPEAT_TOKEN} in its name but no repeat")
         if self.start and self.repeat is None:
             raise ValueError(f"layer '{self.name}' has start but no repeat")
-        both = sorted(set(self.params) & set(self.tied))
-        if both:
-            raise ValueError(f"{', '.join(both)} listed under both params and tied")
         return self
 
 
@@ -394,5 +391,6 @@ def _expand(model: ModelSection) -> tuple[Layer, ...]:
                     if spec.tied else {})
             template = spec.name if spec.repeat else None
             layers.append(Layer(name, len(layers), params, tied, template, spec.moe))
+    layers = drop_tied_params(layers)  # a name listed as a param and tied too: the tie wins
     check_ties(layers)
     return tuple(layers)

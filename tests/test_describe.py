@@ -153,6 +153,14 @@ def test_root_tensors_are_left_out_with_a_warning(caplog: pytest.LogCaptureFixtu
         spec = runtime.describe(net)
     assert "temperature" in caplog.text
     assert "temperature" not in dump_spec(spec)
+    # the warning says what apply does: it refuses the model unless unplanned='move' (never "still moves")
+    assert "runtime.apply refuses" in caplog.text and "unplanned='move'" in caplog.text
+    assert "still moves" not in caplog.text
+    plan = planner.plan(spec, backend="none")
+    with pytest.raises(Exception, match="temperature"):
+        runtime.apply(plan, net, device="cpu")
+    with runtime.apply(plan, net, device="cpu", unplanned="move"):
+        pass
 
 
 def test_nothing_to_describe() -> None:

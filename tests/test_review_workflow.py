@@ -283,3 +283,23 @@ def test_a_line_that_no_longer_fits_its_budget_fails_with_its_line(tmp_path: Pat
     assert done.exit_code == 1, done.output
     assert "the smallest feasible" in done.stderr and "planner-plans.sh line 1" in done.stderr
     assert "1 plan checked: 1 failed" in done.stdout
+
+
+@needs_git
+def test_plan_diff_script_compares_a_rank_set_rank_by_rank(repo: Path, env: dict[str, str]) -> None:
+    """A `--tp N` line writes a folder of rank plans: the script compares it with BASE's folder rank by rank."""
+    from cli_samples import TINY_SPEC
+
+    (repo / "tp.yaml").write_text(TINY_SPEC)
+    line = "planner plan tp.yaml --tp 2 --backend uva -g {} -o plans/tp2/\n"
+    (repo / "planner-plans.sh").write_text(MANIFEST + line.format("2MB"))
+    assert _run(["sh", "planner-plans.sh"], repo, env).returncode == 0
+    _commit(repo, env, "a rank set")
+    (repo / "planner-plans.sh").write_text(MANIFEST + line.format("400KB"))
+    _commit(repo, env, "a smaller budget per rank")
+    done = _run(["sh", str(PLAN_DIFF), "HEAD~1"], repo, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "### `plans/tp2`" in done.stdout and "Not compared" not in done.stdout
+    assert "rank 0" in done.stdout and "rank 1" in done.stdout
+    assert f"Unchanged: `{PLAN}`" in done.stdout
+    assert _run(["git", "status", "--porcelain"], repo, env).stdout == ""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import planner
@@ -26,20 +28,24 @@ EMBED = {"name": "model.embed", "params": {"weight": [100, 8]}}
 BLOCK = {"name": "model.layers.{i}", "repeat": 2, "params": {"mlp.w": [8, 8]}}
 
 
-@pytest.mark.parametrize("shape", [[100, 8], [3, 3]], ids=["same-shape", "other-shape"])
-def test_a_tied_name_that_another_layer_lists_as_a_param_is_refused(shape: list[int]) -> None:
-    """The case that slipped through: ``model`` ties ``lm_head.weight`` while ``model.lm_head`` lists ``weight``."""
+def test_a_tied_name_another_layer_lists_with_the_target_shape_is_the_tie() -> None:
+    """``model`` ties ``lm_head.weight`` while ``model.lm_head`` lists ``weight`` with the target's shape: the tie
+    wins (the storage is counted once, at its owner), whichever layer comes first."""
+    head = {"name": "model.lm_head", "params": {"weight": [100, 8], "bias": [100]}}
+    tie = {"name": "model", "tied": {"lm_head.weight": "model.embed.weight"}}
+    for layers in ((EMBED, tie, head), (EMBED, head, tie)):
+        spec = SpecFile.model_validate(model(*layers))
+        found = {layer.name: layer for layer in spec.model.expanded()}
+        assert [t.name for t in found["model.lm_head"].params] == ["bias"]
+        assert found["model"].tied == {"lm_head.weight": "model.embed.weight"}
+        assert planner.plan(spec, gpu_budget=10**6).summary.total_bytes == (800 + 100) * 2
+
+
+def test_a_tied_name_listed_with_another_shape_is_refused_naming_both() -> None:
     msg = refused(model(EMBED, {"name": "model", "tied": {"lm_head.weight": "model.embed.weight"}},
-                        {"name": "model.lm_head", "params": {"weight": shape}}))
-    assert ("layer 'model.lm_head': param 'weight' is the tensor 'model.lm_head.weight', and layer 'model' "
-            "ties it as tied param 'lm_head.weight'") in msg
-
-
-def test_the_clash_is_found_whichever_comes_first() -> None:
-    msg = refused(model(EMBED, {"name": "model.lm_head", "params": {"weight": [100, 8]}},
-                        {"name": "model", "tied": {"lm_head.weight": "model.embed.weight"}}))
-    assert "layer 'model': tied param 'lm_head.weight' is the tensor 'model.lm_head.weight'" in msg
-    assert "layer 'model.lm_head' lists it as param 'weight'" in msg
+                        {"name": "model.lm_head", "params": {"weight": [3, 3]}}))
+    assert ("layer 'model.lm_head': param 'weight' has shape [3, 3], but layer 'model' ties it to "
+            "'model.embed.weight', whose shape is [100, 8]") in msg
 
 
 def test_one_tensor_listed_by_two_nested_layers_is_refused() -> None:
@@ -91,10 +97,22 @@ def test_a_template_token_in_a_plain_layer_tie_is_no_param() -> None:
     assert "points to 'model.layers.{i}.mlp.w', which is not a param of any layer" in msg
 
 
-def test_the_same_name_under_params_and_tied_is_refused() -> None:
-    msg = refused(model(EMBED, {"name": "head", "params": {"weight": [100, 8]},
-                                "tied": {"weight": "model.embed.weight"}}))
-    assert "weight listed under both params and tied" in msg
+def test_the_same_name_under_params_and_tied_is_the_tie() -> None:
+    """A param the layer both lists and ties (as describe or a hand edit may write it): the tie wins."""
+    spec = SpecFile.model_validate(model(EMBED, {"name": "head", "params": {"weight": [100, 8], "bias": [100]},
+                                                 "tied": {"weight": "model.embed.weight"}}))
+    head = spec.model.expanded()[1]
+    assert [t.name for t in head.params] == ["bias"] and head.tied == {"weight": "model.embed.weight"}
+
+
+@pytest.mark.parametrize(("entry", "said"), [
+    ({"weight": [8, 100]}, "has shape [8, 100], but it is tied to 'model.embed.weight', whose shape is [100, 8]"),
+    ({"weight": {"shape": [100, 8], "dtype": "float32"}},
+     "has dtype float32, but it is tied to 'model.embed.weight', whose dtype is float16"),
+])
+def test_the_same_name_under_params_and_tied_must_have_the_target_shape(entry: dict, said: str) -> None:
+    msg = refused(model(EMBED, {"name": "head", "params": entry, "tied": {"weight": "model.embed.weight"}}))
+    assert f"layer 'head': param 'weight' {said}" in msg
 
 
 def test_good_ties_are_kept_and_planned() -> None:
@@ -109,3 +127,23 @@ def test_good_ties_are_kept_and_planned() -> None:
     assert layers["head"].tied == {"weight": "model.embed.weight", "b2": "head.bias"}
     plan = planner.plan(spec, gpu_budget=10**6)
     assert plan.summary.total_bytes == (800 + 2 * 64 + 100) * 2  # tied names add no bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 200), min_size=1, max_size=3), dtype=st.sampled_from(["float16", "float32"]),
+       nested=st.booleans())
+def test_a_listed_tie_is_accepted_exactly_when_it_matches_its_target(shape: list[int], dtype: str,
+                                                                      nested: bool) -> None:
+    """Whatever shape and dtype the listed param has: the tie wins when they are the target's, else a message
+    naming both; listed in the tying layer itself or in a nested one."""
+    param = {"weight": {"shape": shape, "dtype": dtype}}
+    if nested:
+        layers = (EMBED, {"name": "model", "tied": {"head.weight": "model.embed.weight"}},
+                  {"name": "model.head", "params": param})
+    else:
+        layers = (EMBED, {"name": "head", "params": param, "tied": {"weight": "model.embed.weight"}})
+    if shape == [100, 8] and dtype == "float16":
+        spec = SpecFile.model_validate(model(*layers))
+        assert sum(len(layer.params) for layer in spec.model.expanded()) == 1  # only the owner's
+    else:
+        assert "whose " in refused(model(*layers))

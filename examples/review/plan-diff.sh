@@ -3,7 +3,8 @@
 #
 # For every plan that planner-plans.sh makes (one `planner plan SPEC [options] -o PLAN` a line;
 # README, "Plans in review"), the plan is made again from HEAD's specs in a scratch worktree and
-# compared with the plan committed at BASE: `planner diff OLD NEW --format markdown`. Run it from
+# compared with the plan committed at BASE: `planner diff OLD NEW --format markdown` (a rank set, a
+# `--tp N` line's folder, rank by rank). Run it from
 # the repository root; the working tree is left as it is. Markdown on stdout; exit 0 when it
 # could be made (whether or not a plan changed); otherwise the planner's exit code (a plan that
 # cannot be made: its message on stderr; one that cannot be compared: its message in the markdown).
@@ -41,12 +42,16 @@ unchanged=""
 failed=0
 while IFS= read -r plan; do
     plan=${plan#./}
-    if ! git show "$base:$plan" > "$scratch/old.plan" 2>/dev/null; then
+    plan=${plan%/}
+    # the plan as committed at BASE: a file, or a folder of rank plans (--tp N), compared rank by rank
+    rm -rf "$scratch/base" && mkdir "$scratch/base"
+    if ! git archive --format=tar "$base" -- "$plan" 2>/dev/null | tar -xf - -C "$scratch/base" 2>/dev/null \
+            || ! [ -e "$scratch/base/$plan" ]; then
         printf '\n### `%s`\n\nA new plan (not in `%s`).\n' "$plan" "$base"
         continue
     fi
     status=0
-    planner diff "$scratch/old.plan" "$worktree/$plan" --format markdown > "$scratch/diff.md" 2>&1 || status=$?
+    planner diff "$scratch/base/$plan" "$worktree/$plan" --format markdown > "$scratch/diff.md" 2>&1 || status=$?
     case $status in
         0) unchanged="$unchanged \`$plan\`" ;;
         1) echo  # planner diff's title becomes the plan's, its sections one level down

@@ -65,7 +65,7 @@ CASES = [
             expect=("spec.yaml/p.yaml: cannot write", "spec.yaml is not a folder")),
     CliCase("out-trailing-slash-names-a-folder", (*PLAN, "-o", "{d}/newdir/"), SPEC,
             expect=("newdir/: cannot write", "names a folder")),
-    CliCase("out-empty-path", (*PLAN, "-o", ""), SPEC, expect=("the output path is empty",)),
+    CliCase("out-empty-path", (*PLAN, "-o", ""), SPEC, expect=("--output' / '-o': an empty value",)),
     CliCase("out-symlink-loop", (*PLAN, "-o", "{d}/a.yaml"), SPEC, setup=_loop,
             expect=("a.yaml: cannot write: Too many levels of symbolic links",)),
     CliCase("out-dangling-symlink-into-missing-folder", (*PLAN, "-o", "{d}/latest.yaml"), SPEC,

@@ -142,8 +142,9 @@ NAMES = [
 
 TIES = [
     validate("tie-name-is-another-layers-param",
-             add_layer("    - name: blocks\n      tied: {1.norm.weight: blocks.0.norm.weight}\n"),
-             "bad.yaml:17:", "the tensor 'blocks.1.norm.weight'", "layer 'blocks.1' lists it as param 'norm.weight'"),
+             add_layer("    - name: blocks\n      tied: {1.norm.weight: blocks.0.mlp.w1}\n"),
+             "bad.yaml:", "layer 'blocks.1': param 'norm.weight' has shape [8], but layer 'blocks' ties it to "
+             "'blocks.0.mlp.w1', whose shape is [32, 8]"),
     validate("param-listed-by-two-nested-layers",
              add_layer("    - name: blocks\n      params: {2.mlp.w1: [32, 8]}\n"),
              "bad.yaml:17:", "layer 'blocks': param '2.mlp.w1' is the tensor 'blocks.2.mlp.w1'"),
@@ -155,8 +156,8 @@ TIES = [
     validate("tie-cycle", add_layer("    - name: p\n      tied: {w: q.w}\n    - name: q\n      tied: {w: p.w}\n"),
              "bad.yaml:17:", "a chain of ties must end at a param"),
     CliCase("tie-clash-plan", ("plan", "{f}", "-g", "1GB"),
-            {"bad.yaml": add_layer("    - name: blocks\n      tied: {3.mlp.w1: blocks.0.mlp.w1}\n")},
-            expect=("bad.yaml:17:", "list each tensor once")),
+            {"bad.yaml": add_layer("    - name: blocks\n      tied: {3.mlp.w1: blocks.0.mlp.w2}\n")},
+            expect=("bad.yaml:", "param 'mlp.w1' has shape [32, 8]", "whose shape is [8, 32]")),
 ]
 
 

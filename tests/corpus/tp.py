@@ -3,6 +3,7 @@ the rank plans, and rank folders that are not one whole set."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cli_samples import TINY_SPEC
@@ -132,6 +133,27 @@ OUTPUTS = [
             extra=("--from-vllm", "--offload-group-size 2 --offload-num-in-group 1")),
 ]
 
+def _in_the_way(make):
+    """A 2-rank set in {d}/set whose rank1.plan.yaml is replaced by ``make(path)`` (a folder, a pipe, ...)."""
+    def then(folder: Path) -> None:
+        (folder / "rank1.plan.yaml").unlink()
+        make(folder / "rank1.plan.yaml")
+    return _set(2, then)
+
+
+def _rewrite(id: str, make, *expect: str) -> CliCase:
+    return CliCase(id, ("plan", "{f}", "--tp", "2", "-g", "2MB", "-o", "{d}/set/"), {"bad.yaml": TINY_SPEC},
+                   setup=_in_the_way(make), expect=(*expect, "nothing of the set was written"))
+
+
+REWRITES = [  # the old set stays as it was (tests/test_output_set.py checks the disk after each)
+    _rewrite("tp-rewrite-rank-is-a-folder", Path.mkdir, "set/rank1.plan.yaml: cannot write: Is a directory"),
+    _rewrite("tp-rewrite-rank-is-a-pipe", os.mkfifo, "set/rank1.plan.yaml: cannot write", "a pipe or a device"),
+    _rewrite("tp-rewrite-rank-links-nowhere", lambda p: p.symlink_to(p.parent / "gone" / "r1.yaml"),
+             "set/rank1.plan.yaml: cannot write", "does not exist"),
+]
+
+
 FOLDERS = [
     CliCase("tp-show-empty-folder", ("show", "{d}/set"), setup=lambda d: (d / "set").mkdir(),
             expect=("no rank plans",)),
@@ -183,4 +205,4 @@ API = [
     ApiCase("tp-api-write-into-a-file", _write_into_file, InputError, ("not a folder",), after=_kept_file),
 ]
 
-CASES = SPLITS + VALUES + OUTPUTS + FOLDERS + API
+CASES = SPLITS + VALUES + OUTPUTS + REWRITES + FOLDERS + API

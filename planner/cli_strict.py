@@ -1,0 +1,51 @@
+"""The `planner` commands' option parser, stricter than click's: no value is empty, none is dropped.
+
+``--hardware ''`` would otherwise mean "no --hardware" (the default profile), ``-o ''`` "stdout", ``--params ''``
+"no filter": an empty value is always a slip (an unset shell variable, a stray quote). Refused here, at parse
+time, for every option and argument of every command, so a manifest line (planner/plan_invoke.py parses it
+with the same command) is refused the same way. And an option that takes one value may be given once:
+click keeps the last of ``show -w a -w b`` and drops the first without a word; an option that accumulates
+(``plan --workload``) is declared as a list and keeps every value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+import typer.core
+
+
+class StrictCommand(typer.core.TyperCommand):
+    """A typer command whose values given on the command line are never empty (or only spaces)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args:  # the order the parser meets the options in: one entry per use (--help and bad input: below)
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            _refuse_repeats(ctx, order)
+        rest = super().parse_args(ctx, args)
+        for param in self.params:
+            source = ctx.get_parameter_source(param.name)
+            if getattr(source, "name", "") != "COMMANDLINE":
+                continue
+            value = ctx.params.get(param.name)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in values):
+                raise typer.BadParameter(f"an empty value; {_expected(param)}", ctx=ctx, param=param)
+        return rest
+
+
+def _refuse_repeats(ctx: Any, order: list[Any]) -> None:
+    """An option that takes one value given twice: click would keep the last one silently."""
+    for i, param in enumerate(order):
+        takes_one = param.param_type_name == "option" and not (param.multiple or param.is_flag or param.count)
+        if takes_one and param in order[:i]:
+            raise typer.BadParameter("given twice; it takes one value", ctx=ctx, param=param)
+
+
+def _expected(param: Any) -> str:
+    """What to give instead, as the help names the value."""
+    metavar = getattr(param, "metavar", None)
+    if param.param_type_name == "argument":
+        return f"give {metavar or param.name.upper()}"
+    return f"give {metavar or 'a value'}, or leave the option out"
