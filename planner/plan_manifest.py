@@ -19,10 +19,10 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from schemas.errors import InputError, Problem
+from schemas.input_file import read_input
 
 MANIFEST = "planner-plans.sh"  # the default, in the current folder (a repository's root)
 SHELL_CHARS = re.compile(r"[$`\\;&|<>()*?\[\]{}~!]")  # a meaning to sh that this reader does not share
@@ -87,14 +87,10 @@ def _read(path: str) -> str:
     if not os.path.lexists(path):
         raise InputError(f"{path}: no such file; the plans manifest has the command that makes each committed "
                          f"plan, {ONE_A_LINE} (README: Plans in review)")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, not a file")
     try:
-        return Path(path).read_bytes().decode("utf-8-sig")
+        return read_input(path).decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not a text file (byte {err.start} is not UTF-8); expected {ONE_A_LINE}") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
