@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, get_args
 
 from pydantic import (
@@ -339,7 +340,7 @@ class Layer:
     template: str | None = None  # the {i} name this layer was expanded from
     moe: MoeSpec | None = None
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.params)
 
