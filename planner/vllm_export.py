@@ -234,7 +234,7 @@ def _smallest_k(after: list[int], n: int, g: int) -> int:
     low = g
     for start in range(0, n, g):
         first = after[start]
-        if first < start + g:
+        if first < min(start + g, n):
             low = min(low, first - start)
             if low == 0:
                 break
