@@ -82,3 +82,34 @@ def test_a_deep_stack_runs_segments_for_a_few_times(monkeypatch) -> None:
     found = _find_group(view, off, 2)
     assert not isinstance(found, VllmFlags) and found.part == "a budget spread"
     assert len(calls) <= 3  # one per distinct forbidden set
+
+
+def test_show_prints_a_deep_plan_as_plain_lines(monkeypatch) -> None:
+    """Above RICH_ROWS layers the per-layer table is plain text: rich lays out no row of it (its per-row
+    cost made a 20,000-layer plan take 40 s); the lines still hold every layer's cells."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    import planner
+    from planner import show
+    from schemas.io import load_model
+    from schemas.spec import SpecFile
+
+    monkeypatch.setattr(show, "RICH_ROWS", 300)
+    n = 301
+    text = ("model:\n  name: deep\n  dtype: float16\n  layers:\n"
+            f"    - name: blocks.{{i}}\n      repeat: {n}\n      params: {{mlp.w1: [32, 8], norm.weight: [8]}}\n")
+    plan = planner.plan(load_model(SpecFile, "deep.yaml", text), gpu_budget=n * 400, backend="prefetch")
+    rows = []
+    monkeypatch.setattr(Table, "add_row", lambda self, *cells, **kw: rows.append(cells))
+    out = io.StringIO()
+    show.render_table(plan, Console(file=out, width=160))
+    lines = out.getvalue().splitlines()
+    assert len(rows) <= len(plan.predictions.workloads)  # only the predictions table is rich's
+    assert "(a plain table: more than 300 layers)" in lines
+    by_name = {line.split()[1]: line for line in lines if len(line.split()) > 1 and line.split()[1].startswith("blocks.")}
+    assert list(by_name) == [layer.name for layer in plan.layers]
+    offloaded = [layer for layer in plan.layers if layer.offloaded]
+    assert offloaded and all(", ".join(layer.offloaded) in by_name[layer.name] for layer in offloaded)
