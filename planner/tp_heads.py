@@ -37,9 +37,18 @@ def module_of(rel: str) -> str:
     return parts[-2] if len(parts) > 1 else ""
 
 
-def head_split(module: str, shard: str, world_size: int, attention: AttentionSpec) -> HeadSplit:
-    """The split of a default-ruled attention param of ``module`` (``shard``: the rule's) at ``world_size``."""
+def head_split(module: str, shard: str, world_size: int, attention: AttentionSpec,
+               shape: tuple[int, ...] | list[int]) -> HeadSplit:
+    """The split of a default-ruled attention param of ``module`` (``shard``: the rule's; ``shape``: the
+    whole param's) at ``world_size``."""
     heads, kv = attention.heads, attention.kv
+    dim = 1 if shard == "dim1" else 0
+    size = shape[dim] if len(shape) > dim else None
+    count, what = (kv, "KV heads") if module in KV else (heads + 2 * kv, "q, k and v heads") if module in FUSED \
+        else (heads, "heads")
+    if size is not None and size % count:
+        return HeadSplit(shard, f"its {size} {'rows' if dim == 0 else 'input features'} are no whole number of its "
+                                f"{count} {what}")
     if module in Q or (module in OUT and shard == "dim1") or module in FUSED:
         if heads % world_size:
             return HeadSplit(shard, f"its {heads} attention heads do not split over {world_size} ranks "

@@ -152,7 +152,7 @@ def split_spec(spec: SpecFile, world_size: int) -> Split:
                 if attention is None:
                     by_rows.append(f"{layer_names[0]}.{rel}")
                 else:
-                    heads = head_split(module_of(rel), shard, world_size, attention)
+                    heads = head_split(module_of(rel), shard, world_size, attention, p.shape)
                     shard = heads.shard
                     why = None if heads.problem is None else f"{_why(shard, rule.what)}: {heads.problem}; {FIX_HEADS}"
             nbytes = tensors[rel].nbytes
