@@ -15,7 +15,7 @@ from schemas.spec import Layer, Tensor
 from planner.assignment import PARAM_BACKENDS, Assignment
 from schemas.buffer_pool import pool_bytes
 from planner.errors import PlanningError
-from planner.kinds import classify, param_kind
+from planner.kinds import classify, name_key, param_kind
 from planner.assemble_notes import schedule_notes, span_notes, tied_note
 from planner.pool_of import layers_with_prefetch, pool_of
 from schemas.schedule import DEFAULT_PREFETCH_STEP, schedule
@@ -23,10 +23,12 @@ from planner.select import longest_run
 
 
 def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str, spec_sha256: str,
-             gpu_budget: int | None = None, cpu_budget: int | None = None, record_kinds: bool = False) -> Plan:
+             gpu_budget: int | None = None, cpu_budget: int | None = None, record_kinds: bool = False,
+             checked: bool = True) -> Plan:
     """The plan of ``layers`` (the spec's, expanded, in execution order) as ``assignment`` says.
 
-    ``record_kinds``: write each param's kind into the plan. Raises PlanningError when the
+    ``record_kinds``: write each param's kind into the plan. ``checked=False`` skips the plan's own
+    check (schemas/plan_check.py), for a plan that is only predicted, never written. Raises PlanningError when the
     assignment names a layer or param the spec does not have, or offloads a tied param or one
     that other params are tied to. The budgets are recorded, not enforced here: the plan's own
     check refuses a plan over them.
@@ -52,21 +54,27 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     owner_of = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
         layer.tied for layer in layers) else {}
     cache: dict[tuple[Tensor, str | None], PlanParam] = {}
+    make_layer = PlanLayer if checked else PlanLayer.model_construct  # unchecked: built here, never written
+    made: dict[tuple, list[tuple[str, PlanParam]]] = {}  # a layer's own params, per name key and params tuple
     plan_layers = []
     offloaded_total = 0
     for layer in layers:
         mine = where.get(layer.name, {})
+        key = (name_key(layer.name), id(layer.params))
+        own = made.get(key)
+        if own is None:
+            own = made[key] = [(t.name, _plan_param(t, cache, param_kind(layer.name, t.name, t.kind)
+                                                   if record_kinds else None)) for t in layer.params]
+        params = dict(own)
         if record_kinds:
-            params = {t.name: _plan_param(t, cache, param_kind(layer.name, t.name, t.kind)) for t in layer.params}
             params |= {rel: _plan_param(owner_of[target], cache, owner_of[target].kind or classify(target))
                        for rel, target in layer.tied.items()}
         else:
-            params = {t.name: _plan_param(t, cache, None) for t in layer.params}
             params |= {rel: _plan_param(owner_of[target], cache, None) for rel, target in layer.tied.items()}
         off = [t for t in layer.params if t.name in mine]
         off_bytes = sum(t.nbytes for t in off)
         offloaded_total += off_bytes
-        plan_layers.append(PlanLayer(
+        plan_layers.append(make_layer(
             name=layer.name, params=params, tied=dict(layer.tied), offloaded=[t.name for t in off],
             uva=[t.name for t in off if mine[t.name] == "uva"], resident_bytes=layer.nbytes - off_bytes,
             offloaded_bytes=off_bytes, prefetch=entries.get(layer.index), moe=layer.moe))
@@ -83,7 +91,8 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
         buffer_bytes=buffer, peak_gpu_bytes=total - offloaded_total + buffer, pinned_host_bytes=offloaded_total,
         layers=num_layers, offloaded_layers=sum(1 for layer in plan_layers if layer.offloaded),
         spec_sha256=spec_sha256, notes=notes)
-    return Plan(summary=summary, layers=plan_layers, buffer_pool=pool)
+    fields = {"summary": summary, "layers": plan_layers, "buffer_pool": pool}
+    return Plan(**fields) if checked else Plan.model_construct(**fields)
 
 
 def _check_assignment(layers: Sequence[Layer], where) -> None:

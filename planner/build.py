@@ -417,7 +417,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
         if out.cost is None:
             continue
         alt = assemble(other.layers, _assignment(other, out), model_name=spec.model.name, spec_sha256="0" * 64,
-                       gpu_budget=m.memory.gpu_budget, cpu_budget=m.memory.cpu_budget)
+                       gpu_budget=m.memory.gpu_budget, cpu_budget=m.memory.cpu_budget, checked=False)
         ms = predict(alt, profile, workload).weighted_step_ms
         if runner_up is None or ms < runner_up[1]:
             runner_up = (f"strategy budget with {backend} ({format_bytes(out.cost.offloaded_bytes)} offloaded)", ms)

@@ -22,7 +22,7 @@ from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
 
-from planner.layer_cost import layer_work
+from planner.layer_cost import layers_work
 from planner.predict import timeline
 
 SUFFIXES = (".png", ".svg", ".pdf")
@@ -105,7 +105,7 @@ def _memory_panel(ax: Any, plan: Plan) -> tuple[Any, Any]:
 
 def _timeline_panel(ax: Any, plan: Plan, hw: HardwareProfile, name: str, tokens: int) -> tuple[Any, ...]:
     t = timeline(plan, hw, tokens)
-    cpu_ends = list(accumulate(layer_work(layer, tokens, hw).cpu_ms for layer in plan.layers))
+    cpu_ends = list(accumulate(w.cpu_ms for w in layers_work(plan.layers, tokens, hw)))
     y = _ROWS
     colors = [_COLORS["offloaded_layer"] if layer.offloaded else _COLORS["compute"] for layer in plan.layers]
     compute = ax.barh([y["compute"]] * len(t.layers), [lt.end - lt.start for lt in t.layers],

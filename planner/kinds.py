@@ -73,7 +73,10 @@ def is_experts_container(segment: str) -> bool:
     return segment == "experts" or segment.endswith("_experts") or "moe" in segment
 
 
+@lru_cache(maxsize=1 << 14)
 def _classify(segments: tuple[str, ...]) -> ParamKind:
+    """The kind of the param with these segments; memoized: layers of one stack share their segments
+    (numbers read as ``#``), so a spec of a thousand blocks classifies each distinct name once."""
     last = segments[-1]
     if any(_is_norm(s) for s in segments):
         return "norm"

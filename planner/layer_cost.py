@@ -28,7 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.kinds import param_kind
+from functools import lru_cache
+
+from planner.kinds import name_key, param_kind
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanLayer, PlanParam
 from schemas.spec import Tensor
@@ -62,9 +64,15 @@ def touched_experts(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
+@lru_cache(maxsize=1 << 14)
+def _is_head(layer_key: tuple[str, ...], rel: str) -> bool:
+    """Whether a param (its layer's ``name_key`` and its relative name) lies below an LM head."""
+    return any(s in _HEADS for s in layer_key) or any(s.lower() in _HEADS for s in rel.split("."))
+
+
 def _role(layer: str, rel: str, p: PlanParam) -> str:
     kind = p.kind or param_kind(layer, rel)
-    if kind == "embedding" and not any(s in _HEADS for s in f"{layer}.{rel}".split(".")):
+    if kind == "embedding" and not _is_head(name_key(layer), rel):
         return "lookup"
     if kind == "routed_experts" and len(p.shape) >= 2:
         return "routed"
@@ -166,6 +174,27 @@ def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile) -> LayerWork:
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
     times, base, expert, sync = layer_times(layer.name, list(layer.params.items()), moe, tokens, hw)
     return placed_work(times, base, expert, sync, on_uva, copied, hw)
+
+
+def _description(layer: PlanLayer) -> tuple:
+    """All that ``layer_work`` reads of a layer: equal descriptions cost the same."""
+    params = tuple((rel, tuple(p.shape), p.dtype, p.bytes, p.kind) for rel, p in layer.params.items())
+    moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+    return name_key(layer.name), params, moe, tuple(layer.uva), tuple(layer.offloaded)
+
+
+def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile) -> list[LayerWork]:
+    """``layer_work`` of each layer, computed once per distinct description (a stack of a thousand
+    equal blocks is costed once)."""
+    seen: dict[tuple, LayerWork] = {}
+    out = []
+    for layer in layers:
+        key = _description(layer)
+        work = seen.get(key)
+        if work is None:
+            work = seen[key] = layer_work(layer, tokens, hw)
+        out.append(work)
+    return out
 
 
 def gpu_and_uva_ms(layer: str, t: Tensor, tokens: int, hw: HardwareProfile,

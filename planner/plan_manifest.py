@@ -18,11 +18,11 @@ import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from planner.manifest_lines import command_lines
 from schemas.errors import InputError, Problem
+from schemas.input_file import read_input
 
 MANIFEST = "planner-plans.sh"  # the default, in the current folder (a repository's root)
 ONE_A_LINE = "one `planner plan SPEC [options] -o PLAN` command a line"
@@ -84,14 +84,10 @@ def _read(path: str) -> str:
     if not os.path.lexists(path):
         raise InputError(f"{path}: no such file; the plans manifest has the command that makes each committed "
                          f"plan, {ONE_A_LINE} (README: Plans in review)")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, not a file")
     try:
-        return Path(path).read_bytes().decode("utf-8")  # a BOM is kept: manifest_lines refuses it, as sh would
+        return read_input(path).decode("utf-8")  # a BOM is kept: manifest_lines refuses it, as sh would
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not a text file (byte {err.start} is not UTF-8); expected {ONE_A_LINE}") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
 def _entry(number: int, words: Sequence[str], folder: str, plan_command: Any) -> Entry:

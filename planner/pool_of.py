@@ -17,13 +17,21 @@ def layers_with_prefetch(layers: Sequence[Layer], where: Mapping[str, Mapping[st
 
 
 def signatures(prefetched: Sequence[Layer], where: Mapping[str, Mapping[str, str]]) -> list[Signature]:
-    """The pool signature of each prefetched layer: its prefetched params (one object per distinct value)."""
+    """The pool signature of each prefetched layer: its prefetched params (one object per distinct value).
+
+    Layers listing the same params share one tuple of them (schemas/spec.py), so a signature is made
+    once per distinct (params, prefetched names)."""
     interned: dict[Signature, Signature] = {}
+    made: dict[tuple, Signature] = {}
     out = []
     for layer in prefetched:
         mine = where[layer.name]
-        sig = signature(t for t in layer.params if mine.get(t.name) == "prefetch")
-        out.append(interned.setdefault(sig, sig))
+        key = (id(layer.params), *(p for p, b in mine.items() if b == "prefetch"))
+        sig = made.get(key)
+        if sig is None:
+            sig = signature(t for t in layer.params if mine.get(t.name) == "prefetch")
+            sig = made[key] = interned.setdefault(sig, sig)
+        out.append(sig)
     return out
 
 

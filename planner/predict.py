@@ -7,7 +7,7 @@ from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
 from schemas.workload import Workload
 
-from planner.layer_cost import layer_work, profile_for
+from planner.layer_cost import layers_work, profile_for
 from planner.timeline import Copy, Timeline, simulate
 
 
@@ -20,7 +20,7 @@ def copies_of(plan: Plan) -> list[Copy]:
 
 def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
     """One forward of ``plan`` at ``tokens`` on ``hw``."""
-    work = [layer_work(layer, tokens, hw) for layer in plan.layers]
+    work = layers_work(plan.layers, tokens, hw)
     return simulate(work, copies_of(plan))
 
 

@@ -47,6 +47,8 @@ class PlacementCost:
             self._class.append(found)
         self._times: dict[tuple[int, int, str], tuple] = {}
         self._work: dict[tuple, LayerWork] = {}
+        self._sets: dict[tuple, tuple[frozenset, frozenset]] = {}  # a layer's placement -> (uva, copied) names
+        self._none: dict[tuple[int, str], list[LayerWork]] = {}
 
     def _layer_work(self, position: int, tokens: int, mode: str, on_uva: frozenset, copied: frozenset) -> LayerWork:
         cls = self._class[position]
@@ -67,19 +69,32 @@ class PlacementCost:
         ``span``: the positions of prefetched layers that span the slots."""
         placed = {}
         for position, params in where.items():
-            uva = frozenset(p for p, b in params.items() if b == "uva")
-            copied = frozenset(p for p, b in params.items() if b == "prefetch")
-            placed[position] = (uva, copied)
+            key = tuple(params.items())
+            sets = self._sets.get(key)
+            if sets is None:
+                sets = self._sets[key] = (frozenset(p for p, b in params.items() if b == "uva"),
+                                          frozenset(p for p, b in params.items() if b == "prefetch"))
+            placed[position] = sets
         positions = sorted(p for p, (_, copied) in placed.items() if copied)
         n = len(self.layers)
         copies = [Copy(p, t.copy_before(n), t.previous_forward)
                   for p, t in zip(positions, schedule(positions, n, slots, span))] if positions else []
-        none = (frozenset(), frozenset())
         total = 0.0
         for tokens, share, mode in self.tokens:
-            work = [self._layer_work(i, tokens, mode, *placed.get(i, none)) for i in range(n)]
+            work = list(self._resident(tokens, mode))
+            for i, (uva, copied) in placed.items():
+                work[i] = self._layer_work(i, tokens, mode, uva, copied)
             total += share * simulate(work, copies).step_ms
         return total
+
+    def _resident(self, tokens: int, mode: str) -> list[LayerWork]:
+        """Every layer's work at ``tokens`` in ``mode`` with nothing offloaded (computed once per token count)."""
+        work = self._none.get((tokens, mode))
+        if work is None:
+            none = frozenset()
+            work = self._none[(tokens, mode)] = [self._layer_work(i, tokens, mode, none, none)
+                                                 for i in range(len(self.layers))]
+        return work
 
 
 def _param(t, kind: str | None) -> PlanParam:

@@ -35,6 +35,8 @@ def _marked(plan: Plan, split: Split, spec: SpecFile) -> Plan:
     notes = [tp_notes.split_note(split.world_size, model_bytes, plan.summary.total_bytes, by_shard)]
     if split.unmatched:
         notes.append(tp_notes.unmatched_note(split.unmatched))
+    if split.by_rows:
+        notes.append(tp_notes.by_rows_note(split.by_rows))
     if split.world_size > 1:
         notes.append(tp_notes.collectives_note(split.row_parallel_layers(), "vocab" in by_shard))
     summary = plan.summary.model_copy(update={

@@ -10,7 +10,8 @@ from schemas.sizes import format_bytes
 from planner.names import join_names
 
 SHARD_WORDS = {"dim0": "by output features (dim0)", "dim1": "by input features (dim1)",
-               "vocab": "by vocabulary", "experts": "by expert"}
+               "vocab": "by vocabulary", "experts": "by expert",
+               "kv_head": "by KV head (each rank one whole KV head, shared with the ranks of its group)"}
 UNMATCHED_SHOWN = 5
 
 
@@ -29,6 +30,14 @@ def unmatched_note(unmatched: dict[str, int]) -> str:
     names = join_names(unmatched, limit=UNMATCHED_SHOWN)
     return (f"{len(unmatched)} param(s) ({format_bytes(total)} in all their layers) match no shard rule and stay "
             f"replicated on every rank by default: {names}; give them shard: in the spec to split them")
+
+
+def by_rows_note(params: list[str]) -> str:
+    """Attention params split by rows while the spec gives no heads: right only if the ranks divide the heads."""
+    return (f"{len(params)} attention param(s) split by rows without the model's heads ({join_names(params, limit=3)}): "
+            "right when the world size divides the KV heads; engines give each rank one whole KV head when there are "
+            "more ranks than KV heads, and refuse a world size the heads do not allow: add model.attention: "
+            "{heads: H, kv_heads: K} to plan by heads")
 
 
 def collectives_note(row_parallel_layers: int, vocab: bool) -> str:

@@ -10,9 +10,13 @@ from typing import Any
 
 from schemas.errors import InputError, Problem, format_path
 from schemas.shard import local_shape, split_dim
-from schemas.spec import REPEAT_TOKEN, SpecFile
+from schemas.spec import REPEAT_TOKEN, AttentionSpec, SpecFile
 
 from planner.shard_rules import default_rule
+from planner.tp_heads import NEEDS, head_split, module_of
+
+BY_HEADS = ("attention q/k/v", "attention output")  # the default rules whose rows are heads x head_dim
+FIX_HEADS = "give it shard: explicitly, or a world size the heads allow"
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class Split:
     shards: list[dict[str, Decided]]  # by entry, then param name
     names: list[list[str]]  # by entry: the layer names it expands to
     unmatched: dict[str, int] = field(default_factory=dict)  # param (first layer's name) -> bytes in all layers
+    by_rows: list[str] = field(default_factory=list)  # attention params split by rows, the heads unknown
 
     def by_layer(self) -> dict[str, dict[str, str]]:
         """layer name -> param name -> shard, over the expanded layers."""
@@ -88,18 +93,30 @@ def _why(shard: str, rule: str | None) -> str:
     return f"shard {shard}" + (f" (the default for {rule})" if rule else "")
 
 
-def _check(rel: str, spec: Any, shard: str, rule: str | None, world_size: int) -> str | None:
+def _check(rel: str, spec: Any, shard: str, rule: str | None, world_size: int,
+           attention: AttentionSpec | None) -> str | None:
     """Why param ``rel`` cannot be split ``shard`` into ``world_size`` parts, or None."""
     dim = split_dim(shard)
     if dim is None or world_size == 1:
         return None
     shape = list(spec.shape)
     fix = "give it shard: replicated" if rule else "choose another shard"
+    if shard == "kv_head":
+        if attention is None:
+            return f"shard kv_head splits {rel} by its KV heads, which the spec does not give; {NEEDS}"
+        if not shape or shape[0] % attention.kv or world_size % attention.kv:
+            return (f"shard kv_head gives each rank one of the {attention.kv} KV heads of {rel} (shape {shape}), "
+                    f"which needs dim 0 and the world size {world_size} to be multiples of {attention.kv}; {fix}")
+        return _strided(rel, spec, shard, rule)
     if dim >= len(shape):
         return (f"{_why(shard, rule)} splits dim {dim}, but {rel} has {len(shape)} dim(s) (shape {shape}); {fix}")
     if shape[dim] % world_size:
         return (f"{_why(shard, rule)} splits dim {dim} of size {shape[dim]} (shape {shape}), which does not divide "
                 f"by the tensor-parallel world size {world_size}; {fix} or a world size that divides {shape[dim]}")
+    return _strided(rel, spec, shard, rule)
+
+
+def _strided(rel: str, spec: Any, shard: str, rule: str | None) -> str | None:
     if spec.stride is not None:
         return (f"{_why(shard, rule)} splits {rel}, whose stride {list(spec.stride)} says it is not contiguous: "
                 "the layout of a rank's part is not known; drop stride or give it shard: replicated")
@@ -117,6 +134,8 @@ def split_spec(spec: SpecFile, world_size: int) -> Split:
     names: list[list[str]] = []
     unmatched: dict[str, int] = {}
     expanded = spec.model.expanded()
+    attention = spec.model.attention
+    by_rows: list[str] = []
     first = 0  # position of the entry's first expanded layer
     for i, entry in enumerate(spec.model.layers):
         layer_names = _layer_names(entry)
@@ -128,20 +147,28 @@ def split_spec(spec: SpecFile, world_size: int) -> Split:
         for rel, p in entry.params.items():
             rule = None if p.shard is not None else default_rule(probe, rel, p.kind, p.buffer)
             shard = p.shard or (rule.shard if rule else "replicated")
+            why = None
+            if rule is not None and rule.what in BY_HEADS and world_size > 1 and shard != "replicated":
+                if attention is None:
+                    by_rows.append(f"{layer_names[0]}.{rel}")
+                else:
+                    heads = head_split(module_of(rel), shard, world_size, attention, p.shape)
+                    shard = heads.shard
+                    why = None if heads.problem is None else f"{_why(shard, rule.what)}: {heads.problem}; {FIX_HEADS}"
             nbytes = tensors[rel].nbytes
             row[rel] = Decided(shard, rule.what if rule else None, nbytes)
             if p.shard is None and rule is None:
                 unmatched[f"{layer_names[0]}.{rel}"] = nbytes * len(layer_names)
-            why = _check(rel, p, shard, rule.what if rule else None, world_size)
+            why = why or _check(rel, p, shard, rule.what if rule else None, world_size, attention)
             loc = ("model", "layers", i, "params", rel) + (("shard",) if p.shard is not None else ())
             if why is not None:
                 problems.append(Problem(why, field=format_path(loc)))
                 locs.append(loc)
                 continue
             param = data["model"]["layers"][i]["params"][rel]
-            param["shape"] = list(local_shape(p.shape, shard, world_size))
+            param["shape"] = list(local_shape(p.shape, shard, world_size, attention.kv if attention else None))
             param["shard"] = shard
         shards.append(row)
     if problems:
         raise ShardError(problems, locs)
-    return Split(world_size, SpecFile.model_validate(data), shards, names, unmatched)
+    return Split(world_size, SpecFile.model_validate(data), shards, names, unmatched, by_rows)

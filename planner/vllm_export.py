@@ -33,7 +33,7 @@ from planner.graph import build_graph, find_block_stack
 from planner.kinds import param_kind
 from planner.names import join_names
 from planner.vllm_flags import VllmFlags
-from planner.vllm_select import StackLayer, group_picks, select
+from planner.vllm_select import StackLayer, select
 
 _CLOSEST_GROUPS = 8  # the closest plan tries group sizes 1..8
 
@@ -65,12 +65,14 @@ class Export:
 
 
 def spec_layers(plan: Plan) -> list[Layer]:
-    """The spec's layers as the plan records them (every param, ties, MoE facts)."""
+    """The spec's layers as the plan records them (every param, ties, MoE facts). Layers with equal params
+    share one tuple of them, as a loaded spec's do (what is worked out per layer is then worked out once)."""
     out = []
+    interned: dict[tuple[Tensor, ...], tuple[Tensor, ...]] = {}
     for i, layer in enumerate(plan.layers):
         params = tuple(Tensor(rel, tuple(p.shape), p.dtype, None if p.stride is None else tuple(p.stride), p.buffer,
                               p.bytes, p.kind) for rel, p in layer.params.items() if rel not in layer.tied)
-        out.append(Layer(layer.name, i, params, dict(layer.tied), moe=layer.moe))
+        out.append(Layer(layer.name, i, interned.setdefault(params, params), dict(layer.tied), moe=layer.moe))
     return out
 
 
@@ -80,11 +82,12 @@ def export(plan: Plan) -> Export:
     layers = spec_layers(plan)
     stack = find_block_stack(build_graph(layers))
     view = stack_view(layers, stack)
-    problems = _structural(plan, set(stack), view)
+    offloaded = _offloaded(plan)
+    problems = _structural(plan, set(stack), view, offloaded)
     if plan.summary.backend == "none":
         return Export(plan, VllmFlags())
     if not problems:
-        off = {layer.name: {p.name for p in layer.params if all(m in _offloaded(plan, layer.name) for m in p.members)}
+        off = {layer.name: {p.name for p in layer.params if all(m in offloaded[layer.name] for m in p.members)}
                for layer in view}
         found = _find_uva(view, off) if plan.summary.backend == "uva" else \
             _find_group(view, off, plan.summary.prefetch_step or 1)
@@ -93,14 +96,16 @@ def export(plan: Plan) -> Export:
             assert {k: {p.name for p in v} for k, v in chosen.items()} == {k: v for k, v in off.items() if v}, found
             return Export(plan, found)
         problems = [found]
-    return Export(plan, None, tuple(problems), _closest(plan, layers, stack, view))
+    return Export(plan, None, tuple(problems), _closest(plan, layers, stack, view, offloaded))
 
 
-def _offloaded(plan: Plan, name: str) -> set[str]:
-    return set(plan.layer(name).offloaded)
+def _offloaded(plan: Plan) -> dict[str, set[str]]:
+    """Each layer's offloaded params, by layer name."""
+    return {layer.name: set(layer.offloaded) for layer in plan.layers}
 
 
-def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer]) -> list[Problem]:
+def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer],
+                offloaded: dict[str, set[str]]) -> list[Problem]:
     problems = []
     outside = [layer for layer in plan.layers if layer.offloaded and layer.name not in stack]
     if outside:
@@ -123,7 +128,7 @@ def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer]) -> list
         problems.append(Problem("an offloaded buffer", f"{buffers[0]}{' and more' if len(buffers) > 1 else ''} "
                                                        "is a buffer; vLLM offloads parameters only"))
     for layer in view:
-        off = _offloaded(plan, layer.name)
+        off = offloaded[layer.name]
         for p in layer.params:
             moved = [m for m in p.members if m in off]
             if moved and len(moved) < len(p.members):
@@ -162,27 +167,88 @@ def segments_for(required: Iterable[str], forbidden: Iterable[str]) -> tuple[str
 
 
 def _find_group(view: Sequence[StackLayer], off: dict[str, set[str]], step: int) -> VllmFlags | Problem:
-    used = {i for i, layer in enumerate(view) if off[layer.name]}
-    any_rule = False
+    """The first group rule (G ascending, then K) that picks every offloaded layer and whose picked layers'
+    params some --offload-params segments split exactly as the plan does.
+
+    O(n log n) in the stack depth, not cubic: for one G only the smallest K whose picks cover the offloaded
+    layers can succeed (a larger K picks more layers, so more params are forbidden, and segments_for finds
+    segments only while every required name has a run no forbidden name holds); the required params are the
+    offloaded ones whatever the rule; the forbidden ones are the offloaded layers' kept params plus the
+    names of the extra layers the rule picks, which depend only on which distinct name sets those layers
+    have. Each G is read group by group (n / G steps) and ``segments_for`` runs once per distinct forbidden set."""
     n = len(view)
+    used = [i for i, layer in enumerate(view) if off[layer.name]]
+    required = frozenset(p for i in used for p in off[view[i].name])
+    kept = frozenset(p.name for i in used for p in view[i].params if p.name not in off[view[i].name])
+    classes: dict[frozenset[str], list[int]] = {}  # a layer's param names -> its positions
+    for i, layer in enumerate(view):
+        classes.setdefault(frozenset(p.name for p in layer.params), []).append(i)
+    counts = {names: (_prefix(positions, n), sum(1 for i in positions if off[view[i].name]))
+              for names, positions in classes.items()}
+    after = _next_at_or_after(used, n)
+    tried: dict[frozenset[str], tuple[str, ...] | None] = {}
+    any_rule = False
     for g in range(1, n + 1):
-        for k in range(1, g + 1):
-            picks = group_picks(n, g, k)
-            if not used <= set(picks):
-                continue
-            any_rule = any_rule or used == set(picks)
-            required = [p for i in picks for p in off[view[i].name]]
-            forbidden = [p.name for i in picks for p in view[i].params if p.name not in off[view[i].name]]
-            segs = segments_for(required, forbidden)
-            if segs is not None:
-                return VllmFlags(group_size=g, num_in_group=k, prefetch_step=step, offload_params=segs)
-    names = join_names(view[i].name for i in sorted(used))
+        k = _smallest_k(after, n, g) if used else 1
+        extra = _picked(n, g, k) - len(used)
+        any_rule = any_rule or extra == 0
+        forbidden = kept
+        if extra:
+            forbidden = forbidden.union(*(names for names, (prefix, mine) in counts.items()
+                                          if _picked_in(prefix, n, g, k) > mine))
+        if forbidden not in tried:
+            tried[forbidden] = segments_for(required, forbidden)
+        if tried[forbidden] is not None:
+            return VllmFlags(group_size=g, num_in_group=k, prefetch_step=step, offload_params=tried[forbidden])
+    names = join_names(view[i].name for i in used)
     if not any_rule:
         return Problem("a budget spread", f"the prefetched layers ({names}) are not the last K of every G decoder "
                                           "layers for any G and K (vLLM's group rule)")
     return Problem("a param selection", f"in every group rule that covers the prefetched layers ({names}), no "
                                         "--offload-params segments select exactly the offloaded params of each "
                                         "layer it picks")
+
+
+def _prefix(positions: Sequence[int], n: int) -> list[int]:
+    """``out[x]``: how many of ``positions`` are below x (x in 0..n)."""
+    out = [0] * (n + 1)
+    for i in positions:
+        out[i + 1] += 1
+    for x in range(n):
+        out[x + 1] += out[x]
+    return out
+
+
+def _next_at_or_after(used: Sequence[int], n: int) -> list[int]:
+    """``out[x]``: the first index of ``used`` at or after x (n when none), x in 0..n."""
+    out = [n] * (n + 1)
+    mark = set(used)
+    for x in range(n - 1, -1, -1):
+        out[x] = x if x in mark else out[x + 1]
+    return out
+
+
+def _smallest_k(after: list[int], n: int, g: int) -> int:
+    """The smallest K with every used index among the last K of its group of G: G minus the smallest
+    offset of a used index inside its group, found at each group's first used index."""
+    low = g
+    for start in range(0, n, g):
+        first = after[start]
+        if first < min(start + g, n):
+            low = min(low, first - start)
+            if low == 0:
+                break
+    return g - low
+
+
+def _picked(n: int, g: int, k: int) -> int:
+    """How many of ``n`` stack indices the group rule (G, K) picks."""
+    return (n // g) * k + max(0, n % g - (g - k))
+
+
+def _picked_in(prefix: list[int], n: int, g: int, k: int) -> int:
+    """How many of the positions counted by ``prefix`` the group rule (G, K) picks."""
+    return sum(prefix[min(n, start + g)] - prefix[min(n, start + g - k)] for start in range(0, n, g))
 
 
 def _find_uva(view: Sequence[StackLayer], off: dict[str, set[str]]) -> VllmFlags | Problem:
@@ -220,7 +286,8 @@ def gib_text(low: int, high: int) -> str:
 # the closest expressible plan
 
 
-def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[StackLayer]) -> Closest | None:
+def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[StackLayer],
+             offloaded: dict[str, set[str]]) -> Closest | None:
     from planner.predict import predict
     from planner.predicted import chosen_profile, plan_workload
     from planner.vllm_plan import build
@@ -231,7 +298,7 @@ def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[S
     target = s.gpu_budget_bytes if s.gpu_budget_bytes is not None else s.peak_gpu_bytes
     step = s.prefetch_step or 2
     offloaded_names = {p.name for layer in view for p in layer.params
-                       if any(m in _offloaded(plan, layer.name) for m in p.members)}
+                       if any(m in offloaded[layer.name] for m in p.members)}
     never = {p.name for layer in view for p in layer.params} - offloaded_names
     narrowed = segments_for(offloaded_names, never) if offloaded_names else None
     choices: list[VllmFlags] = []
@@ -244,7 +311,7 @@ def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[S
         choices.append(VllmFlags(cpu_offload_gb=float(gib_text(need - 1, 2**62))))
     profile, workload = chosen_profile(plan, None), plan_workload(plan)
     built = [(f, build(layers, stack, f, model_name=s.model, spec_sha256=s.spec_sha256, gpu_budget=None,
-                       cpu_budget=None)) for f in choices]
+                       cpu_budget=None, view=view, checked=False)) for f in choices]
     fitting = [(f, p) for f, p in built if p.summary.peak_gpu_bytes <= target]
     pool = fitting or [min(built, key=lambda fp: fp[1].summary.peak_gpu_bytes)]
     scored = [(predict(p, profile, workload).weighted_step_ms, p.summary.peak_gpu_bytes, i, f)

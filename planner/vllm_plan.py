@@ -37,10 +37,17 @@ from planner.vllm_select import StackLayer, select
 
 
 def stack_view(layers: Sequence[Layer], stack: Sequence[str]) -> list[StackLayer]:
-    """The block-stack layers with vLLM's params."""
+    """The block-stack layers with vLLM's params (worked out once per distinct list of params)."""
     by_name = {layer.name: layer for layer in layers}
-    return [StackLayer(name, tuple(vllm_params(SpecParam(t.name, t.nbytes, t.buffer) for t in by_name[name].params)))
-            for name in stack]
+    made: dict[tuple, tuple] = {}
+    out = []
+    for name in stack:
+        key = tuple((t.name, t.nbytes, t.buffer) for t in by_name[name].params)
+        params = made.get(key)
+        if params is None:
+            params = made[key] = tuple(vllm_params(SpecParam(*k) for k in key))
+        out.append(StackLayer(name, params))
+    return out
 
 
 def from_vllm(spec: SpecFile, flags: VllmFlags, *, gpu_budget: int | None = None, cpu_budget: int | None = None,
@@ -65,9 +72,12 @@ def from_vllm(spec: SpecFile, flags: VllmFlags, *, gpu_budget: int | None = None
 
 
 def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, model_name: str, spec_sha256: str,
-          gpu_budget: int | None, cpu_budget: int | None, shared: dict[str, set[str]] | None = None) -> Plan:
-    """The plan (without predictions) of vLLM's selection for ``flags`` over ``layers``."""
-    chosen = select(stack_view(layers, stack), flags)
+          gpu_budget: int | None, cpu_budget: int | None, shared: dict[str, set[str]] | None = None,
+          view: Sequence[StackLayer] | None = None, checked: bool = True) -> Plan:
+    """The plan (without predictions) of vLLM's selection for ``flags`` over ``layers``; ``view``: the
+    stack's ``stack_view``, when the caller has it; ``checked=False``: a plan only compared, never written
+    (planner.assemble)."""
+    chosen = select(stack_view(layers, stack) if view is None else view, flags)
     for layer, params in chosen.where().items():
         bad = sorted(set(params) & (shared or {}).get(layer, set()))
         if bad:
@@ -79,7 +89,7 @@ def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, mo
     step = flags.prefetch_step if chosen.mode == "prefetch" else None
     assignment = Assignment(chosen.where(), step, strategy, reason, tuple(notes))
     plan = assemble(layers, assignment, model_name=model_name, spec_sha256=spec_sha256,
-                    gpu_budget=gpu_budget, cpu_budget=cpu_budget)
+                    gpu_budget=gpu_budget, cpu_budget=cpu_budget, checked=checked)
     if chosen.mode == "prefetch" and plan.buffer_pool is not None:
         vllm_pool = flags.prefetch_step * sum({k.key: k.bytes for k in plan.buffer_pool.keys}.values())
         if vllm_pool != plan.buffer_pool.bytes:

@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime.hf_config_check import Known, config_problems, size_problems
 from schemas.errors import InputError
+from schemas.input_file import read_input
 from schemas.spec import SpecFile
 from schemas.strict_json import loads_strict
 
@@ -27,13 +28,7 @@ def read_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
-    data = loads_strict(raw, str(path))
+    data = loads_strict(read_input(path), str(path))
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
     if not isinstance(data.get("model_type"), str) or not data["model_type"]:

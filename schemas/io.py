@@ -10,7 +10,6 @@ fills them back in), except ``plan_version`` and each layer's ``offloaded``.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from schemas.errors import InputError, Problem, format_path, input_error_from_validation, line_of
 from schemas.gc_paused import gc_paused
 from schemas.hardware import HardwareProfile
+from schemas.input_file import input_name, read_input
 from schemas.plan import DEFER_CHECK, OLD_STEP_MESSAGE, Plan, PlanLayer, old_step_version
 from schemas.plan_check import plan_findings
 from schemas.spec import SpecFile
@@ -28,23 +28,14 @@ from schemas.yaml_write import dump_yaml
 M = TypeVar("M", bound=BaseModel)
 
 
-def source_name(path: str | Path) -> str:
-    return "<stdin>" if str(path) == "-" else str(path)
+source_name = input_name  # how messages name a path ('-': <stdin>)
 
 
 def read_text(path: str | Path) -> str:
-    """The text of a file (``-``: stdin), or InputError saying plainly why it cannot be read."""
+    """The text of a file (``-``: stdin), or InputError saying plainly why it cannot be read
+    (schemas/input_file.py: missing, a folder, unreadable, over the input cap)."""
     name = source_name(path)
-    try:
-        raw = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{name}: is a directory, not a file") from None
-    except PermissionError:
-        raise InputError(f"{name}: permission denied") from None
-    except OSError as err:
-        raise InputError(f"{name}: cannot read: {err.strerror or err}") from None
+    raw = read_input(path)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -7,6 +7,10 @@
 - ``vocab``: an embedding or lm_head split by vocabulary rows (dim 0).
 - ``experts``: stacked routed experts ``[experts, ...]`` split by expert (dim 0), each rank holding
   ``experts / world_size`` whole experts.
+- ``kv_head``: a k or v projection at more ranks than KV heads (vLLM's rule): rank r holds one whole KV head
+  (dim 0 holds the heads), KV head ``r * kv_heads // world_size``, each head replicated over
+  ``world_size / kv_heads`` ranks. torch's ColwiseParallel has no such layout (it would cut the heads),
+  so the runtime applies these plans to no DTensor model; they describe engines that replicate KV heads.
 
 A split dimension must divide evenly by the world size, as ``torch.distributed.tensor`` requires for the
 layouts this project plans (uneven shards are refused, not guessed).
@@ -16,10 +20,10 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Shard = Literal["replicated", "dim0", "dim1", "vocab", "experts"]
+Shard = Literal["replicated", "dim0", "dim1", "vocab", "experts", "kv_head"]
 SHARDS: tuple[str, ...] = get_args(Shard)
 
-SPLIT_DIM: dict[str, int | None] = {"replicated": None, "dim0": 0, "dim1": 1, "vocab": 0, "experts": 0}
+SPLIT_DIM: dict[str, int | None] = {"replicated": None, "dim0": 0, "dim1": 1, "vocab": 0, "experts": 0, "kv_head": 0}
 
 
 def split_dim(shard: str) -> int | None:
@@ -27,12 +31,19 @@ def split_dim(shard: str) -> int | None:
     return SPLIT_DIM[shard]
 
 
-def local_shape(shape: tuple[int, ...] | list[int], shard: str, world_size: int) -> tuple[int, ...]:
-    """The shape of one rank's part of a param of ``shape``; ValueError when it does not split evenly."""
+def local_shape(shape: tuple[int, ...] | list[int], shard: str, world_size: int,
+                kv_heads: int | None = None) -> tuple[int, ...]:
+    """The shape of one rank's part of a param of ``shape`` (``kv_heads``: the model's, for ``kv_head``);
+    ValueError when it does not split evenly."""
     dim = split_dim(shard)
     out = tuple(shape)
     if dim is None or world_size == 1:
         return out
+    if shard == "kv_head":
+        if kv_heads is None or not out or world_size % kv_heads or out[0] % kv_heads:
+            raise ValueError(f"shard 'kv_head' needs the KV heads to divide the world size {world_size} and "
+                             f"dim 0 (shape {list(out)}); KV heads: {kv_heads}")
+        return (out[0] // kv_heads,) + out[1:]
     if dim >= len(out):
         raise ValueError(f"shard {shard!r} splits dim {dim} but the param has {len(out)} dims (shape {list(out)})")
     if out[dim] % world_size:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, get_args
 
 from pydantic import (
@@ -115,6 +116,25 @@ class MoeSpec(StrictModel):
         return self
 
 
+class AttentionSpec(StrictModel):
+    """The model's attention heads (a config.json's num_attention_heads and num_key_value_heads): tensor
+    parallel splits q/k/v and o by whole heads, as engines do (planner/tp_heads.py)."""
+
+    heads: PositiveCount = Field(description="query heads of each attention layer")
+    kv_heads: PositiveCount | None = Field(default=None, description="key/value heads (default: heads)")
+
+    @model_validator(mode="after")
+    def _grouped(self) -> AttentionSpec:
+        if self.kv_heads is not None and (self.kv_heads > self.heads or self.heads % self.kv_heads):
+            raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads}): each KV head serves "
+                             "a whole group of query heads")
+        return self
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+
 class LayerSpec(StrictModel):
     """A module in execution order, or a template of ``repeat`` modules named with ``{i}``."""
 
@@ -165,6 +185,9 @@ class ModelSection(StrictModel):
     name: str = Field(min_length=1)
     dtype: str = Field(description="default dtype of every param")
     layers: list[LayerSpec] = Field(min_length=1, description="in execution order")
+    attention: AttentionSpec | None = Field(
+        default=None, description="attention heads, for tensor parallel (optional; needed at --tp N > 1 when "
+                                  "a split depends on them)")
 
     _expanded: tuple[Layer, ...] = PrivateAttr(default=())
 
@@ -336,7 +359,7 @@ class Layer:
     template: str | None = None  # the {i} name this layer was expanded from
     moe: MoeSpec | None = None
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.params)
 

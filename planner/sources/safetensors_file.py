@@ -20,6 +20,8 @@ the field (tests cross-check each rule against ``safe_open``).
 from __future__ import annotations
 
 import math
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +76,10 @@ def read_header(path: str | Path) -> list[HeaderTensor]:
     path = Path(path)
     try:
         with path.open("rb") as f:
-            size = path.stat().st_size
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{path}: not a regular file; a safetensors file is read by its size and offsets")
+            size = info.st_size
             head = f.read(8)
             if len(head) < 8:
                 raise InputError(f"{path}: not a safetensors file: {size} bytes, shorter than the "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from planner.sources.safetensors_file import HeaderTensor, read_header
 from schemas.errors import InputError
+from schemas.input_file import read_input
 from schemas.strict_json import loads_strict
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -36,11 +37,7 @@ def read_checkpoint(path: str | Path) -> list[HeaderTensor]:
 
 
 def _weight_map(index: Path) -> dict[str, str]:
-    try:
-        text = index.read_bytes()
-    except OSError as err:
-        raise InputError(f"{index}: cannot read: {(err.strerror or str(err)).lower()}") from None
-    data = loads_strict(text, str(index))
+    data = loads_strict(read_input(index), str(index))
     if not isinstance(data, dict) or "weight_map" not in data:
         raise InputError(f"{index}: expected an object with a non-empty 'weight_map' "
                          "(tensor name -> shard file)")

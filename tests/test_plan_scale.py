@@ -1,0 +1,45 @@
+"""Planning a long stack works out each distinct param once, not once per layer (issue 18): counted, not
+timed. A spec of 300 blocks listed one by one (bench/synthetic_spec.py), strategy auto."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import planner  # noqa: E402
+from planner import kinds, layer_cost  # noqa: E402
+from schemas.io import load_model  # noqa: E402
+from schemas.spec import SpecFile  # noqa: E402
+from synthetic_spec import synthetic_spec_text  # noqa: E402
+
+BLOCKS, PARAMS = 300, 20
+
+
+def _spec() -> SpecFile:
+    return load_model(SpecFile, "synthetic.yaml", synthetic_spec_text(BLOCKS, PARAMS, hidden=64))
+
+
+def test_each_distinct_name_is_classified_once(monkeypatch) -> None:
+    kinds._classify.cache_clear()
+    plan = planner.plan(_spec(), gpu_budget=BLOCKS * 40_000)
+    assert plan.summary.offloaded_layers > 0
+    info = kinds._classify.cache_info()
+    assert info.misses <= PARAMS + 10  # the block's 20 names, the embedding, the norm and the head
+    assert info.hits > BLOCKS * PARAMS  # and every layer asked
+
+
+def test_each_distinct_layer_is_costed_once_per_prediction(monkeypatch) -> None:
+    calls = []
+    real = layer_cost.layer_times
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layer_cost, "layer_times", counted)
+    plan = planner.plan(_spec(), gpu_budget=BLOCKS * 40_000)
+    assert plan.summary.offloaded_layers > 0
+    # three predictions (the plan and two runner-ups) of a few distinct layers each, not 3 x 303 layers
+    assert len(calls) < 60, len(calls)
