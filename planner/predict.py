@@ -5,8 +5,10 @@ from __future__ import annotations
 from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
+from schemas.reals import MILLISECONDS
 from schemas.workload import Workload
 
+from planner.errors import PlanningError
 from planner.layer_cost import layer_work
 from planner.timeline import Copy, Timeline, simulate
 
@@ -24,10 +26,23 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
     return simulate(work, copies_of(plan))
 
 
+def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
+    """A prediction is written only with figures a plan file can hold: finite, at most a day
+    (PlanningError naming the figure otherwise; figures of profiles in range keep to this)."""
+    for what in ("step_ms", "compute_ms", "copy_ms", "stall_ms", "cpu_ms"):
+        value = getattr(t, what)
+        try:
+            MILLISECONDS.check(value)
+        except ValueError as err:
+            raise PlanningError(f"the predicted {what} of workload '{workload}' on the hardware profile "
+                                f"'{hw.name}' {err}; check the profile's figures against the machine") from None
+
+
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
         t = timeline(plan, hw, item.tokens)
+        _in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),

@@ -13,7 +13,7 @@ from pydantic import Field, StrictBool, field_validator
 
 from schemas.ints import PositiveCount
 
-from schemas.reals import PositiveReal, Real
+from schemas.reals import Microseconds, Milliseconds, Passes, PositiveMicroseconds, Rate, Tflops
 from schemas.strict import StrictModel
 
 PROFILES = Path(__file__).with_name("profiles")
@@ -24,29 +24,29 @@ class UvaPoint(StrictModel):
     """How many times a matmul at ``tokens`` rows reads a weight that lives in pinned host memory."""
 
     tokens: PositiveCount
-    passes: Real = Field(ge=1.0, description="bytes read over the link / the weight's bytes")
+    passes: Passes = Field(description="bytes read over the link / the weight's bytes")
 
 
 class HardwareProfile(StrictModel):
     name: str = Field(min_length=1)
     source: str = Field(description="where the figures come from: machine, software, command, date")
-    h2d_gbps: PositiveReal = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
-    uva_gbps: PositiveReal = Field(description="rate at which a GPU kernel reads pinned host memory in place")
+    h2d_gbps: Rate = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
+    uva_gbps: Rate = Field(description="rate at which a GPU kernel reads pinned host memory in place")
     uva_passes: list[UvaPoint] = Field(
         min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
-    gpu_mem_gbps: PositiveReal = Field(description="GPU memory read rate of a large kernel, GB/s")
-    matmul_tflops: PositiveReal = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
-    launch_us: PositiveReal = Field(description="CPU time to issue one small eager kernel, microseconds")
-    block_cpu_us: PositiveReal = Field(
+    gpu_mem_gbps: Rate = Field(description="GPU memory read rate of a large kernel, GB/s")
+    matmul_tflops: Tflops = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
+    launch_us: PositiveMicroseconds = Field(description="CPU time to issue one small eager kernel, microseconds")
+    block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")
-    moe_block_cpu_us: PositiveReal = Field(
+    moe_block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager MoE decoder block (router, experts), microseconds")
-    expert_cpu_us: Real = Field(
-        ge=0, description="extra CPU time per routed expert a batch touches (MoE blocks that loop over "
+    expert_cpu_us: Microseconds = Field(
+        description="extra CPU time per routed expert a batch touches (MoE blocks that loop over "
         "experts; 0 for grouped kernels), microseconds")
-    copy_call_us: Real = Field(ge=0, description="fixed cost of one host->GPU copy call, microseconds")
-    uva_expert_call_ms: Real = Field(
-        default=0.0, ge=0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
+    copy_call_us: Microseconds = Field(description="fixed cost of one host->GPU copy call, microseconds")
+    uva_expert_call_ms: Milliseconds = Field(
+        default=0.0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")

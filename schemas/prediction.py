@@ -13,7 +13,7 @@ from pydantic import Field
 
 from schemas.ints import Count, PositiveCount
 
-from schemas.reals import NonNegativeReal, PositiveReal
+from schemas.reals import Milliseconds, Share
 from schemas.strict import StrictModel
 
 Bound = Literal["copy", "compute", "cpu"]
@@ -22,12 +22,12 @@ Bound = Literal["copy", "compute", "cpu"]
 class Prediction(StrictModel):
     workload: str
     tokens: PositiveCount
-    weight: PositiveReal = 1.0
-    step_ms: NonNegativeReal = Field(description="predicted time of one forward")
-    compute_ms: NonNegativeReal = Field(description="GPU busy time on the compute stream (UVA reads included)")
-    copy_ms: NonNegativeReal = Field(description="copy stream busy time (prefetch)")
-    stall_ms: NonNegativeReal = Field(description="compute stream waiting for prefetch copies")
-    cpu_ms: NonNegativeReal = Field(description="CPU time to issue the forward's work (eager)")
+    weight: Share = 1.0
+    step_ms: Milliseconds = Field(description="predicted time of one forward")
+    compute_ms: Milliseconds = Field(description="GPU busy time on the compute stream (UVA reads included)")
+    copy_ms: Milliseconds = Field(description="copy stream busy time (prefetch)")
+    stall_ms: Milliseconds = Field(description="compute stream waiting for prefetch copies")
+    cpu_ms: Milliseconds = Field(description="CPU time to issue the forward's work (eager)")
     bound: Bound = Field(description="what sets the step time")
 
 
@@ -35,5 +35,5 @@ class Predictions(StrictModel):
     hardware: str = Field(description="the hardware profile's name")
     hardware_source: str = ""
     workloads: list[Prediction]
-    weighted_step_ms: NonNegativeReal = Field(description="step time averaged with the workload weights")
+    weighted_step_ms: Milliseconds = Field(description="step time averaged with the workload weights")
     offloaded_layers: Count = 0
