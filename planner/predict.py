@@ -49,6 +49,6 @@ def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))
     total = sum(r.weight for r in rows)
     weighted = sum(r.step_ms * r.weight for r in rows) / total
-    return Predictions(hardware=hw.name, hardware_source=hw.source, workloads=rows,
+    return Predictions(hardware=hw.name, hardware_source=hw.source, profile=hw, workloads=rows,
                        weighted_step_ms=round(weighted, 4),
                        offloaded_layers=sum(1 for layer in plan.layers if layer.offloaded))

@@ -7,6 +7,7 @@ is named by its bundled name or by a file path (``--hardware h200`` / ``--hardwa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, StrictBool, field_validator
@@ -14,6 +15,7 @@ from pydantic import Field, StrictBool, field_validator
 from schemas.ints import PositiveCount
 
 from schemas.reals import Microseconds, Milliseconds, Passes, PositiveMicroseconds, Rate, Tflops
+from schemas.spec_names import PrintableName, PrintableText
 from schemas.strict import StrictModel
 
 PROFILES = Path(__file__).with_name("profiles")
@@ -28,8 +30,8 @@ class UvaPoint(StrictModel):
 
 
 class HardwareProfile(StrictModel):
-    name: str = Field(min_length=1)
-    source: str = Field(description="where the figures come from: machine, software, command, date")
+    name: PrintableName
+    source: PrintableText = Field(description="where the figures come from: machine, software, command, date")
     h2d_gbps: Rate = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
     uva_gbps: Rate = Field(description="rate at which a GPU kernel reads pinned host memory in place")
     uva_passes: list[UvaPoint] = Field(
@@ -76,6 +78,20 @@ def bundled_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES.glob("*.yaml"))
 
 
+def is_profile_file(key: str) -> bool:
+    """Whether ``--hardware KEY`` (or a spec's ``hardware: KEY``) names a file rather than a bundled profile."""
+    return "/" in key or key.endswith((".yaml", ".yml", ".json"))
+
+
+def spec_hardware(value: str | None, spec_path: str | Path) -> str | None:
+    """A spec's ``hardware:`` as ``load_hardware`` takes it: a bundled name as written, a relative file
+    resolved against the folder of the spec file at ``spec_path`` (a spec read from stdin, ``-``: against
+    the current folder), so that a spec means the same profile from wherever it is planned."""
+    if value is None or not is_profile_file(value) or str(spec_path) == "-" or Path(value).is_absolute():
+        return value
+    return os.path.normpath(os.path.join(os.path.dirname(str(spec_path)), value))
+
+
 def load_hardware(name_or_path: str | Path | None = None) -> HardwareProfile:
     """A bundled profile by name, or a profile file; InputError naming the file when it is bad."""
     from schemas.errors import InputError
@@ -83,7 +99,7 @@ def load_hardware(name_or_path: str | Path | None = None) -> HardwareProfile:
 
     key = str(name_or_path or DEFAULT_PROFILE)
     bundled = PROFILES / f"{key}.yaml"
-    if "/" not in key and not key.endswith((".yaml", ".yml", ".json")):
+    if not is_profile_file(key):
         if not bundled.is_file():
             from schemas.errors import suggest
 

@@ -1,8 +1,10 @@
 """What a plan is predicted to cost: step time per workload, on a named hardware profile.
 
-Predictions are informative (the plan's memory fields are the contract): they are
-recomputed from the plan, the profile and the workload by ``planner.predict`` and are not
-checked when a plan is loaded, since the profile they came from is not part of the plan.
+Predictions are informative (the plan's memory fields are the contract): they are computed
+from the plan, the profile and the workload by ``planner.predict``. The plan carries the profile
+they were made with (``profile``), so predicting again uses the same figures; a plan is not
+re-predicted when it is loaded (a simulated forward per workload is too slow for that), but the
+plan check refuses predictions that contradict themselves or the plan (``schemas.plan_check``).
 """
 
 from __future__ import annotations
@@ -11,16 +13,18 @@ from typing import Literal
 
 from pydantic import Field
 
+from schemas.hardware import HardwareProfile
 from schemas.ints import Count, PositiveCount
 
 from schemas.reals import Milliseconds, Share
+from schemas.spec_names import PrintableName, PrintableText
 from schemas.strict import StrictModel
 
 Bound = Literal["copy", "compute", "cpu"]
 
 
 class Prediction(StrictModel):
-    workload: str
+    workload: PrintableName
     tokens: PositiveCount
     weight: Share = 1.0
     step_ms: Milliseconds = Field(description="predicted time of one forward")
@@ -32,8 +36,11 @@ class Prediction(StrictModel):
 
 
 class Predictions(StrictModel):
-    hardware: str = Field(description="the hardware profile's name")
-    hardware_source: str = ""
+    hardware: PrintableName = Field(description="the hardware profile's name")
+    hardware_source: PrintableText = ""
     workloads: list[Prediction]
     weighted_step_ms: Milliseconds = Field(description="step time averaged with the workload weights")
     offloaded_layers: Count = 0
+    profile: HardwareProfile | None = Field(
+        default=None, description="the profile the predictions were made with, whole: predicting the plan again "
+        "(another workload, explain) uses it, never a profile found by its name (absent in older plans)")
