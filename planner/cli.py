@@ -684,6 +684,15 @@ def calibrate_command(
     """Measure the local GPU (link, UVA, memory, matmul, CPU issue costs) into a hardware profile."""
     from schemas.errors import InputError
 
+    if name is not None:  # the rule of a profile's name, before a minute of measuring
+        from schemas.spec_names import check_name
+
+        try:
+            if not name:
+                raise ValueError("--name: must not be empty")
+            check_name(name, "--name")
+        except ValueError as err:
+            raise InputError(str(err)) from None
     try:
         import torch
     except ImportError:

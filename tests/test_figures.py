@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import planner
+from planner.errors import PlanningError
 from schemas.errors import InputError
 from schemas.hardware import HardwareProfile, load_hardware
 from schemas.io import load_model, parse_text
@@ -58,7 +59,25 @@ def test_a_profile_with_any_figure_is_refused_or_predicts_finite_times(tmp_path_
     except InputError as err:
         assert "gpu.yaml:" in str(err) and field in str(err)
         return
-    predictions = predict(tiny_plan, profile, Workload({"decode": WorkloadItem(tokens=1),
-                                                        "prefill": WorkloadItem(tokens=10**9)}))
+    try:
+        predictions = predict(tiny_plan, profile, Workload({"decode": WorkloadItem(tokens=1),
+                                                            "prefill": WorkloadItem(tokens=10**9)}))
+    except PlanningError as err:  # figures in range, a forward longer than a day: refused where it is written
+        assert "outside the range of a real machine" in str(err)
+        return
     for row in predictions.workloads:
         assert all(math.isfinite(x) for x in (row.step_ms, row.compute_ms, row.copy_ms, row.stall_ms, row.cpu_ms))
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(ANY_FLOAT.map(repr), st.integers(min_value=0, max_value=10**40).map(str),
+                      st.from_regex(r"[0-9]{1,30}(\.[0-9]{0,20})?([eE][+-]?[0-9]{1,4})?", fullmatch=True)))
+def test_any_cpu_offload_gb_is_refused_or_a_whole_number_of_bytes(text: str) -> None:
+    from planner.vllm_flags import parse_vllm_flags
+
+    try:
+        flags = parse_vllm_flags(f"--cpu-offload-gb {text}")
+    except InputError as err:
+        assert "--cpu-offload-gb" in str(err)
+        return
+    assert 0 <= flags.uva_max_bytes <= 2**63 and isinstance(flags.text(), str)

@@ -38,3 +38,7 @@ CASES = [
     _plan("workload-escape", "workload: decode", 'workload: "decode\\e[8m"', "predictions.workloads[0].workload",
           "U+001B"),
 ]
+CASES += [
+    CliCase("printed-calibrate-name-escape", ("calibrate", "--name", "\x1b[31mgpu"), expect=("--name", "U+001B")),
+    CliCase("printed-calibrate-name-empty", ("calibrate", "--name", ""), expect=("--name", "must not be empty")),
+]
