@@ -19,13 +19,14 @@ from schemas.ints import Count, PositiveCount
 from schemas.reals import Milliseconds, Share
 from schemas.spec_names import PrintableName, PrintableText
 from schemas.strict import StrictModel
+from schemas.workload import MAX_TOKENS
 
 Bound = Literal["copy", "compute", "cpu"]
 
 
 class Prediction(StrictModel):
     workload: PrintableName
-    tokens: PositiveCount
+    tokens: PositiveCount = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
     weight: Share = 1.0
     step_ms: Milliseconds = Field(description="predicted time of one forward")
     compute_ms: Milliseconds = Field(description="GPU busy time on the compute stream (UVA reads included)")
