@@ -99,8 +99,6 @@ def test_a_calibrated_profile_named_like_a_bundled_one_is_the_one_predicted_agai
     assert ours.workloads[0].step_ms != bundled.workloads[0].step_ms
     shown = json.loads(invoke("show", str(path), "-f", "json", "--workload", "decode=4").stdout)["predictions"]
     assert shown["workloads"][0]["step_ms"] == ours.workloads[0].step_ms
-    chart = tmp_path / "c.svg"
-    assert invoke("show", str(path), "--chart", str(chart)).exit_code == 0
 
 
 def test_an_older_plan_without_its_profile_is_not_predicted_with_a_namesake(llama8b, calibrated_h200, tmp_path: Path):
