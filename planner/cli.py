@@ -55,6 +55,7 @@ ReviewFormat = _choices("ReviewFormat", "text markdown")
 Backend = _choices("Backend", "auto prefetch uva none")
 Strategy = _choices("Strategy", "auto budget group")
 SchemaKind = _choices("SchemaKind", "spec plan")
+ExecMode = _choices("ExecMode", "eager graph")  # schemas.workload.MODES
 
 
 def _version(value: bool) -> None:
@@ -177,6 +178,14 @@ def _workload(options: Optional[list[str]], tokens: Optional[int]) -> Any:
     return Workload(items)
 
 
+def _in_mode(workload: Any, mode: str) -> Any:
+    """``workload`` (None: the default one) with every forward run in ``mode`` (--mode)."""
+    from schemas.workload import DEFAULT_WORKLOAD, Workload
+
+    chosen = workload or DEFAULT_WORKLOAD
+    return Workload({name: item.model_copy(update={"mode": mode}) for name, item in chosen.items()})
+
+
 # ---------------------------------------------------------------------------
 # commands
 
@@ -255,6 +264,11 @@ def plan_command(
     tokens: Annotated[Optional[int], typer.Option(
         "--tokens", min=1, help="Shorthand for --workload decode=N (a decode step at batch N).",
         show_default=False)] = None,
+    mode: Annotated[Optional[ExecMode], typer.Option(
+        "--mode", help="How every workload runs: eager (the CPU issues each kernel: its time counts) or graph "
+        "(CUDA graph replay, as in transformers' static-cache generate() or torch.compile(mode="
+        "\"reduce-overhead\"): no CPU issue time) [default: the workload's, else eager].",
+        show_default=False)] = None,
     check: Annotated[Optional[str], typer.Option(
         "--check", metavar="PLAN", help="Write nothing: compare the plan with the committed PLAN ('-': stdin); "
         "exit 1 with the diff and the refresh command when they differ.", show_default=False)] = None,
@@ -305,6 +319,8 @@ def plan_command(
         from schemas.hardware import spec_hardware
 
         options["hardware"] = spec_hardware(spec_file.hardware, spec)  # a file: from the spec's folder
+    if mode is not None:
+        options["workload"] = _in_mode(options["workload"] or spec_file.workload, mode.value)
     from planner.tp_cli import asked, check_request, world_size
     from planner.tp_split import ShardError
 

@@ -13,6 +13,9 @@ is copied into a slot by the prefetch stream) and a hardware profile:
   is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert.
   Read through UVA, a grouped expert matmul also pays a fixed ``uva_expert_call_ms``.
 
+In CUDA graph replay (a workload's ``mode: graph``) the CPU issues nothing per kernel and nothing is
+read back mid-layer: ``profile_for`` gives the profile with those CPU costs at zero.
+
 CPU time (eager PyTorch): ``moe_block_cpu_us`` for an MoE block, ``block_cpu_us`` for
 another decoder block (a layer with 4 or more matrices), ``launch_us`` per param for a small
 layer, plus ``expert_cpu_us`` per touched expert (MoE blocks that loop over experts). With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
@@ -43,6 +46,15 @@ class LayerWork:
     # block reads the routing back to loop over the experts it hit); None: no such wait
     synced_gpu_ms: float | None = None
     synced_cpu_ms: float = 0.0
+
+
+def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:
+    """``hw`` as a forward run in ``mode`` sees it: in CUDA graph replay no CPU issue time and no mid-layer
+    read-back (a captured forward cannot wait on the CPU); eager: ``hw`` itself."""
+    if mode == "eager":
+        return hw
+    return hw.model_copy(update={"launch_us": 0.0, "block_cpu_us": 0.0, "moe_block_cpu_us": 0.0,
+                                 "expert_cpu_us": 0.0, "moe_sync": False})
 
 
 def touched_experts(experts: int, top_k: int, tokens: float) -> float:

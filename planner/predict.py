@@ -9,7 +9,7 @@ from schemas.reals import MILLISECONDS
 from schemas.workload import Workload
 
 from planner.errors import PlanningError
-from planner.layer_cost import layer_work
+from planner.layer_cost import layer_work, profile_for
 from planner.timeline import Copy, Timeline, simulate
 
 
@@ -41,9 +41,9 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, hw, item.tokens)
+        t = timeline(plan, profile_for(hw, item.mode), item.tokens)
         _in_range(t, name, hw)
-        rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight,
+        rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from planner.kinds import name_key
-from planner.layer_cost import LayerWork, layer_times, placed_work
+from planner.layer_cost import LayerWork, layer_times, placed_work, profile_for
 from planner.timeline import Copy, simulate
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanParam
@@ -28,7 +28,8 @@ class PlacementCost:
         self.hw = hw
         items = workload.items()
         total = sum(item.weight for _, item in items)
-        self.tokens = [(item.tokens, item.weight / total) for _, item in items]
+        self.tokens = [(item.tokens, item.weight / total, item.mode) for _, item in items]
+        self._hw = {mode: profile_for(hw, mode) for _, _, mode in self.tokens}
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}
         classes: dict[tuple, int] = {}
@@ -44,20 +45,21 @@ class PlacementCost:
                 self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
                                     + [(rel, _param(t, None)) for rel, t in tied])
             self._class.append(found)
-        self._times: dict[tuple[int, int], tuple] = {}
+        self._times: dict[tuple[int, int, str], tuple] = {}
         self._work: dict[tuple, LayerWork] = {}
 
-    def _layer_work(self, position: int, tokens: int, on_uva: frozenset, copied: frozenset) -> LayerWork:
+    def _layer_work(self, position: int, tokens: int, mode: str, on_uva: frozenset, copied: frozenset) -> LayerWork:
         cls = self._class[position]
-        key = (cls, tokens, on_uva, copied)
+        key = (cls, tokens, mode, on_uva, copied)
         work = self._work.get(key)
         if work is None:
-            times = self._times.get((cls, tokens))
+            hw = self._hw[mode]
+            times = self._times.get((cls, tokens, mode))
             if times is None:
                 layer = self.layers[position]
                 moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-                times = self._times[(cls, tokens)] = layer_times(layer.name, self._params[cls], moe, tokens, self.hw)
-            work = self._work[key] = placed_work(*times, on_uva, copied, self.hw)
+                times = self._times[(cls, tokens, mode)] = layer_times(layer.name, self._params[cls], moe, tokens, hw)
+            work = self._work[key] = placed_work(*times, on_uva, copied, hw)
         return work
 
     def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = ()) -> float:
@@ -74,8 +76,8 @@ class PlacementCost:
                   for p, t in zip(positions, schedule(positions, n, slots, span))] if positions else []
         none = (frozenset(), frozenset())
         total = 0.0
-        for tokens, share in self.tokens:
-            work = [self._layer_work(i, tokens, *placed.get(i, none)) for i in range(n)]
+        for tokens, share, mode in self.tokens:
+            work = [self._layer_work(i, tokens, mode, *placed.get(i, none)) for i in range(n)]
             total += share * simulate(work, copies).step_ms
         return total
 

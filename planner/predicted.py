@@ -20,7 +20,7 @@ def plan_workload(plan: Plan) -> Workload:
     """The workloads the plan was predicted for (decode at 1 token for a plan without predictions)."""
     if plan.predictions is None:
         return DEFAULT_WORKLOAD
-    return Workload({p.workload: WorkloadItem(tokens=p.tokens, weight=p.weight)
+    return Workload({p.workload: WorkloadItem(tokens=p.tokens, weight=p.weight, mode=p.mode)
                      for p in plan.predictions.workloads})
 
 

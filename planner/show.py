@@ -87,12 +87,15 @@ def render_predictions(preds: Predictions, console: Any) -> None:
     table = Table(header_style="bold")
     table.add_column("workload", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
+    modes = any(p.mode != "eager" for p in preds.workloads)  # eager only: the table as before modes existed
+    if modes:
+        table.add_column("mode", no_wrap=True)
     for title, _ in PREDICTION_COLUMNS:
         table.add_column(title, justify="right", no_wrap=True)
     table.add_column("bound by", no_wrap=True)
     for p in preds.workloads:
-        table.add_row(p.workload, str(p.tokens), *(f"{getattr(p, key):.3f}" for _, key in PREDICTION_COLUMNS),
-                      p.bound)
+        table.add_row(p.workload, str(p.tokens), *([p.mode] if modes else []),
+                      *(f"{getattr(p, key):.3f}" for _, key in PREDICTION_COLUMNS), p.bound)
     console.print(table)
     if len(preds.workloads) > 1:
         console.print(f"weighted step: {preds.weighted_step_ms:.3f} ms", highlight=False, markup=False)

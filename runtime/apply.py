@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from runtime import compile_guard
+from runtime import capture, compile_guard
 from runtime.compile_guard import reset_compiled_code
 from runtime.check import check_model
 from runtime.errors import ApplyError, PlanMismatchError
@@ -43,9 +43,11 @@ class Handle:
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("weights", placement.restore),
                                      ("guards", self._remove_guards), ("compile caches", reset_compiled_code),
-                                     ("compile guards", compile_guard.release)]
+                                     ("compile guards", compile_guard.release),
+                                     ("capture hook", capture.release)]
         _ACTIVE[id(self)] = self
         compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
+        capture.hold()  # captures join the copies issued in them before they end
 
     def __repr__(self) -> str:
         state = "active" if self.active else "removed"
@@ -124,7 +126,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     placement = Placement()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
-    offloader = None
+    offloader = handle = None
     try:
         for layer in plan.layers:  # ties first, so an alias moves with its owner
             for rel, owner in layer.tied.items():
@@ -150,6 +152,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         handle._guards = install(handle, model, placement.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
+        if handle is not None:  # it holds the dynamo and capture settings: give them back
+            _ACTIVE.pop(id(handle), None)
+            steps += [("compile guards", compile_guard.release), ("capture hook", capture.release)]
         _, problems = run_steps(steps + [("weights", placement.restore)])
         if problems:  # the original error is what the caller needs; say what could not be undone
             log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))

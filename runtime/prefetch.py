@@ -10,7 +10,11 @@ Ordering, per the plan's schedule (docs/DESIGN.md):
   written only after every earlier layer (its previous user included) has run;
 - where the compute stream waits: ``wait_copy`` waits on the layer's copy-done event;
 - ``join_after_forward`` makes the compute stream wait for the copy stream, so a
-  forward ends with no copy in flight (required to end a CUDA graph capture).
+  forward ends with no copy in flight (required to end a CUDA graph capture);
+- a capture that ends before the forward does (one graph of several: torch.compile's CUDA-graph
+  trees) joins the copies issued in it first (runtime/capture.py), and they count as landed.
+Eager hooks call these methods directly; only code being traced by torch.compile goes through
+the custom ops (runtime/prefetch_ops.py), whose bodies call the same methods.
 Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
 layer that finds someone else's weights in its slot (after an interrupted forward, say) gets a
 synchronous copy.
@@ -24,7 +28,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from runtime import cudart, prefetch_ops
+from torch.compiler import is_compiling
+
+from runtime import capture, cudart, prefetch_ops
 from runtime.buffer_pool import BufferPool
 from runtime.dtensor import activation
 from runtime.offloader import Offloader
@@ -69,7 +75,8 @@ class PrefetchOffloader(Offloader):
     layers: list[_Layer] = field(default_factory=list)
     triggers: dict[int, list[int]] = field(default_factory=dict)
     slot_owner: dict[int, int] = field(default_factory=dict)
-    issued: set[int] = field(default_factory=set)
+    issued: set[int] = field(default_factory=set)  # copies issued since the last join
+    captured: set[int] = field(default_factory=set)  # those issued in the CUDA graph capture under way
     handle_id: int = 0
 
     def __post_init__(self) -> None:
@@ -130,35 +137,41 @@ class PrefetchOffloader(Offloader):
 
     def _pre_hook(self, pos: int, trigger: bool, j: int | None):
         hid = self.handle_id
-        start = torch.ops.offload_planner.start_copies
-        wait = torch.ops.offload_planner.wait_copy
+        start_op = torch.ops.offload_planner.start_copies
+        wait_op = torch.ops.offload_planner.wait_copy
+        start, wait = self.start_copies, self.wait_copy
 
         def hook(_module: nn.Module, args: tuple, kwargs: dict):
-            x = _first_tensor(args, kwargs)
-            if x is None:  # no tensor input to order against: eager only
+            # eager (and eager CUDA graph capture, which runs this body once): call the offloader
+            # directly; under torch.compile tracing, the custom ops order the steps in the graph
+            x = _first_tensor(args, kwargs) if is_compiling() else None
+            if x is None:
                 if trigger:
-                    self.start_copies(pos)
+                    start(pos)
                 if j is not None:
-                    self.wait_copy(j)
+                    wait(j)
                 return None
             if trigger:
-                start(x, hid, pos)
+                start_op(x, hid, pos)
             if j is not None:
-                wait(x, hid, j)
+                wait_op(x, hid, j)
             return None
 
         return hook
 
     def _post_hook(self):
         hid = self.handle_id
-        join = torch.ops.offload_planner.join
+        join_op = torch.ops.offload_planner.join
+        join = self.join_after_forward
 
         def hook(_module: nn.Module, _args: tuple, output):
-            x = activation(output) if isinstance(output, torch.Tensor) else _first_in(output)
+            x = None
+            if is_compiling():  # the anchor is looked for at trace time only
+                x = activation(output) if isinstance(output, torch.Tensor) else _first_in(output)
             if x is None:
-                self.join_after_forward()
+                join()
             else:
-                join(x, hid)
+                join_op(x, hid)
             return None
 
         return hook
@@ -182,10 +195,11 @@ class PrefetchOffloader(Offloader):
     # -- the hot path -----------------------------------------------------------------
     def start_copies(self, position: int) -> None:
         js = self.triggers[position]
+        stats = self.collect_stats
         if not self.cuda:
             for j in js:
                 self._copy_now(j)
-                if self.collect_stats:  # no CUDA events here: the layer and its bytes, untimed
+                if stats:  # no CUDA events here: the layer and its bytes, untimed
                     self.current.copies.append((self.layers[j].name, None, None, self.layers[j].nbytes))
             return
         compute = torch.cuda.current_stream(self.device)
@@ -194,25 +208,30 @@ class PrefetchOffloader(Offloader):
         event.record(compute)
         stream = self.copy_stream
         stream.wait_event(event)
-        timed = self.collect_stats and not capturing
+        timed = stats and not capturing
         handle = stream.cuda_stream
-        with torch.cuda.stream(stream):
-            for j in js:
-                layer = self.layers[j]
-                if timed:
-                    t0 = torch.cuda.Event(enable_timing=True)
-                    t0.record(stream)
-                for dst, src, n in layer.copies:
-                    cudart.memcpy_h2d_async(dst, src, n, handle)
-                (layer.done_captured if capturing else layer.done).record(stream)
-                if timed:
-                    t1 = torch.cuda.Event(enable_timing=True)
-                    t1.record(stream)
-                    self.current.copies.append((layer.name, t0, t1, layer.nbytes))
+        memcpy = cudart.memcpy_h2d_async
+        for j in js:  # every call names its stream: no stream context needed
+            layer = self.layers[j]
+            if timed:
+                t0 = torch.cuda.Event(enable_timing=True)
+                t0.record(stream)
+            for dst, src, n in layer.copies:
+                memcpy(dst, src, n, handle)
+            (layer.done_captured if capturing else layer.done).record(stream)
+            if timed:
+                t1 = torch.cuda.Event(enable_timing=True)
+                t1.record(stream)
+                self.current.copies.append((layer.name, t0, t1, layer.nbytes))
+            if stats:
                 self.current.bytes += layer.nbytes
-                for r in layer.regions:
-                    self.slot_owner[r] = j
-                self.issued.add(j)
+            for r in layer.regions:
+                self.slot_owner[r] = j
+            self.issued.add(j)
+            if capturing:
+                self.captured.add(j)
+        if capturing:
+            capture.captured_copies(self)
 
     def wait_copy(self, j: int) -> None:
         layer = self.layers[j]
@@ -224,12 +243,14 @@ class PrefetchOffloader(Offloader):
             return
         if not self.cuda:
             return
-        capturing = torch.cuda.is_current_stream_capturing()
-        if capturing and j not in self.issued:
-            return  # copied in the previous forward, which was joined before this one began
         compute = torch.cuda.current_stream(self.device)
-        if capturing:
-            compute.wait_event(layer.done_captured)
+        if torch.cuda.is_current_stream_capturing():
+            if j in self.captured:
+                compute.wait_event(layer.done_captured)
+            elif j in self.issued:  # issued outside this capture: copy again inside it (correct, not overlapped)
+                self._copy_now(j)
+                self.current.late_copies += 1
+            # else: landed before this graph began (previous forward, or an earlier graph of this one)
         elif self.collect_stats:
             t0 = torch.cuda.Event(enable_timing=True)
             t0.record(compute)
@@ -244,13 +265,22 @@ class PrefetchOffloader(Offloader):
         if self.cuda and self.issued:
             torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
         self.issued.clear()
+        self.captured.clear()
         if self._order is not None and self._order:
             self._check_order(self._order)
             self._order = None
-        if self.current.bytes or self.current.stalls:
+        if self.collect_stats and (self.current.bytes or self.current.stalls):
             self.history.append(self.current)
             del self.history[:-100]
             self.current = ForwardStats()
+
+    def join_capture(self) -> None:
+        """The capture under way ends (runtime/capture.py): join the copies issued in it, which count as
+        landed for whatever runs after this graph."""
+        if self.cuda and self.captured and self.copy_stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
+        self.issued -= self.captured
+        self.captured.clear()
 
     def _check_order(self, seen: list[int]) -> None:
         """After the first whole forward: did the offloaded layers run in the plan's order?"""
@@ -273,12 +303,14 @@ class PrefetchOffloader(Offloader):
                 buf.copy_(host)
         else:
             compute = torch.cuda.current_stream(self.device)
-            compute.wait_stream(self.copy_stream)
+            capturing = torch.cuda.is_current_stream_capturing()
+            if not capturing or self.captured:  # (a capture can only join what was forked from it)
+                compute.wait_stream(self.copy_stream)
             for dst, src, n in layer.copies:
                 cudart.memcpy_h2d_async(dst, src, n, compute.cuda_stream)
-            capturing = torch.cuda.is_current_stream_capturing()
             (layer.done_captured if capturing else layer.done).record(compute)
-        self.current.bytes += layer.nbytes
+        if self.collect_stats:
+            self.current.bytes += layer.nbytes
         for r in layer.regions:
             self.slot_owner[r] = j
 

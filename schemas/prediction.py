@@ -19,7 +19,7 @@ from schemas.ints import Count, PositiveCount
 from schemas.reals import Milliseconds, Share
 from schemas.spec_names import PrintableName, PrintableText
 from schemas.strict import StrictModel
-from schemas.workload import MAX_TOKENS
+from schemas.workload import MAX_TOKENS, Mode
 
 Bound = Literal["copy", "compute", "cpu"]
 
@@ -28,6 +28,7 @@ class Prediction(StrictModel):
     workload: PrintableName
     tokens: PositiveCount = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
     weight: Share = 1.0
+    mode: Mode = Field(default="eager", description="eager, or graph (CUDA graph replay: no CPU issue time)")
     step_ms: Milliseconds = Field(description="predicted time of one forward")
     compute_ms: Milliseconds = Field(description="GPU busy time on the compute stream (UVA reads included)")
     copy_ms: Milliseconds = Field(description="copy stream busy time (prefetch)")

@@ -4,11 +4,17 @@ In a spec: ``workload: {decode: {tokens: 1}, prefill: {tokens: 2048, weight: 0.1
 command line: ``--workload decode``, ``--workload prefill=2048``, ``--workload decode=32:0.9``,
 ``--tokens 32`` (decode at 32 tokens). ``tokens`` is the number of rows a forward pushes
 through each weight: the batch size for a decode step, batch x prompt length for a prefill.
+
+``mode`` is how the forward runs: ``eager`` (PyTorch issues each kernel from Python: the CPU's
+issue time counts) or ``graph`` (a CUDA graph replays it: transformers' static-cache
+``generate()``, ``torch.compile(mode="reduce-overhead")``, ``torch.cuda.graph``; no CPU issue
+time). In a spec: ``decode: {tokens: 1, mode: graph}``; on the command line ``--mode graph``.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, RootModel, field_validator
 
@@ -21,11 +27,15 @@ from schemas.strict import StrictModel
 DEFAULT_TOKENS: dict[str, int] = {"decode": 1, "prefill": 2048}
 MAX_TOKENS = 10**9
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+Mode = Literal["eager", "graph"]
+MODES: tuple[str, ...] = ("eager", "graph")
 
 
 class WorkloadItem(StrictModel):
     tokens: PositiveCount = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
     weight: Share = Field(default=1.0, description="share of forwards of this kind (relative)")
+    mode: Mode = Field(default="eager", description="eager (the CPU issues each kernel) or graph (CUDA graph "
+                       "replay: no CPU issue time)")
 
 
 class Workload(RootModel[dict[str, WorkloadItem]]):

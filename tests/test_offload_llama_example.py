@@ -29,6 +29,8 @@ def test_small_cpu_run_passes_with_both_backends(capsys: pytest.CaptureFixture) 
         got = [line for line in lines if line.startswith(f"{backend}: [")]
         assert len(got) == 1 and got[0].startswith(f"{backend}: {want} ") and "identical" in got[0], lines
         assert any(line.startswith(f"{backend}: budget") and "layers offloaded" in line for line in lines)
+        speed = [line for line in lines if line.startswith(f"{backend}: ") and "tokens/s measured" in line]
+        assert len(speed) == 1 and "predicted for h200 in eager mode" in speed[0], lines  # no CUDA graphs on the CPU
 
 
 def test_infeasible_budget_fails_cleanly(capsys: pytest.CaptureFixture) -> None:
