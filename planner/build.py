@@ -358,7 +358,9 @@ def plan(
 
     ``backends``: kind -> prefetch or uva for the offloaded params of that kind (offload.backends).
 
-    ``hardware`` (a profile, or a bundled name or file; default the spec's, else h200) and
+    ``hardware`` (a profile, or a bundled name or file; default the spec's, else h200: a relative file
+    there is read from the current folder, where `planner plan` passes it resolved against the spec's
+    folder, ``schemas.hardware.spec_hardware``) and
     ``workload`` (default the spec's, else decode at 1 token) set the plan's predictions.
 
     Raises pydantic.ValidationError for invalid merged settings, InfeasibleError when nothing fits

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.errors import InputError, Problem
+from schemas.hardware import is_profile_file, spec_hardware
 from schemas.io import guess_kind, parse_text, read_text
 from schemas.rank_plans import RANK_FILE
 
@@ -57,11 +58,18 @@ def select(entries: Sequence[Entry], files: Sequence[str], manifest: str) -> Sel
     if not files:
         return Selection(list(entries))
     given = {key for f in files for key in _keys(f)}
-    named = {path_key(f) for e in entries for f in e.files} | {path_key(manifest)}
+    files_of = {e.line: [path_key(f) for f in e.files] for e in entries}
+    named = {key for keys in files_of.values() for key in keys} | {path_key(manifest)}
+    if given - named:  # a given file no line names itself may be a spec's `hardware:` profile
+        for e in entries:
+            profile = _spec_profile(e)
+            if profile is not None:
+                files_of[e.line].append(path_key(profile))
+                named.add(path_key(profile))
     if path_key(manifest) in given:
         chosen = list(entries)
     else:
-        chosen = [e for e in entries if any(path_key(f) in given for f in e.files)]
+        chosen = [e for e in entries if any(key in given for key in files_of[e.line])]
     selection = Selection(chosen)
     for name in dict.fromkeys(files):
         if _keys(name) & named:
@@ -72,6 +80,22 @@ def select(entries: Sequence[Entry], files: Sequence[str], manifest: str) -> Sel
         else:
             selection.problems.append(problem)
     return selection
+
+
+def _spec_profile(entry: Entry) -> str | None:
+    """The profile file a line's spec names in its ``hardware:`` (as the plan command resolves it: from the
+    spec's folder), when the line gives no --hardware; None otherwise, or when the spec does not read (its
+    check says why)."""
+    if entry.hardware is not None:
+        return None
+    try:
+        data = parse_text(read_text(entry.spec), entry.spec)
+    except InputError:
+        return None
+    value = data.get("hardware") if isinstance(data, dict) else None
+    if not isinstance(value, str) or not is_profile_file(value):
+        return None
+    return spec_hardware(value, entry.spec)
 
 
 def _keys(name: str) -> set[str]:

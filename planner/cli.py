@@ -318,6 +318,10 @@ def plan_command(
     }
     text = read_text(spec)
     spec_file = load_model(SpecFile, spec, text)
+    if hardware is None:
+        from schemas.hardware import spec_hardware
+
+        options["hardware"] = spec_hardware(spec_file.hardware, spec)  # a file: from the spec's folder
     if mode is not None:
         options["workload"] = _in_mode(options["workload"] or spec_file.workload, mode.value)
     from planner.tp_cli import asked, check_request, world_size
@@ -404,14 +408,23 @@ def _sizes_given(text: str, spec: str, flags: dict[str, Optional[str]]) -> dict[
 ))
 @_reports
 def validate_command(
-    file: Annotated[str, typer.Argument(metavar="FILE", help="A spec or a plan file (YAML or JSON); '-' reads stdin.",
-                                        show_default=False)],
+    file: Annotated[str, typer.Argument(metavar="FILE", help="A spec or a plan file (YAML or JSON); '-' reads stdin; "
+                                        "a folder of rank plans (--tp): each plan and the set.", show_default=False)],
 ) -> None:
     """Check a spec or a plan file and say which it is, with its key facts."""
     from planner.show import describe
     from schemas.io import load_spec_or_plan, source_name
+    from schemas.plan import Plan
+    from schemas.rank_plans import check_in_its_set, load_set, rank_files
 
-    typer.echo(f"{source_name(file)}: {describe(load_spec_or_plan(file))}")
+    if os.path.isdir(file) and rank_files(file):  # a folder of rank plans: each plan, and the set
+        plans = load_set(file)
+        typer.echo(f"{file}: a set of {len(plans)} rank plans; rank 0: {describe(plans[0])}")
+        return
+    loaded = load_spec_or_plan(file)
+    if isinstance(loaded, Plan) and file != "-":
+        check_in_its_set(file, loaded)
+    typer.echo(f"{source_name(file)}: {describe(loaded)}")
 
 
 @app.command("show", short_help="Show a plan per layer with totals and predicted step times; --chart draws it.",
@@ -694,6 +707,15 @@ def calibrate_command(
     """Measure the local GPU (link, UVA, memory, matmul, CPU issue costs) into a hardware profile."""
     from schemas.errors import InputError
 
+    if name is not None:  # the rule of a profile's name, before a minute of measuring
+        from schemas.spec_names import check_name
+
+        try:
+            if not name:
+                raise ValueError("--name: must not be empty")
+            check_name(name, "--name")
+        except ValueError as err:
+            raise InputError(str(err)) from None
     try:
         import torch
     except ImportError:

@@ -289,6 +289,10 @@ def _time(d: PlanDiff, old: Predictions | None, new: Predictions | None) -> None
                        f"the new one on '{new.hardware}' (re-plan both with the same --hardware)")
         d.other.append(Change("predictions.hardware", old.hardware, new.hardware))
         return
+    if old.profile is not None and new.profile is not None and old.profile != new.profile:
+        d.time_note = (f"predicted step times not compared: the plans were predicted with two profiles named "
+                       f"'{old.hardware}' whose figures differ (re-plan both with the same --hardware)")
+        return
     if _workloads(old) != _workloads(new):
         def show(p: Predictions) -> str:
             return ", ".join(f"{w}={t}" + (f":{x:g}" if x != 1 else "") for w, t, x in _workloads(p))
@@ -368,10 +372,20 @@ def _flat(value: object, path: str, out: dict[str, object]) -> dict[str, object]
     return out
 
 
+def _dumped(plan: Plan, other: Plan) -> dict:
+    """``plan`` as data; the profile its predictions carry as its name alone when ``other`` carries none
+    (a plan written before plans carried their profile): one line, not every figure."""
+    data = plan.model_dump()
+    mine, theirs = plan.predictions, other.predictions
+    if mine is not None and mine.profile is not None and (theirs is None or theirs.profile is None):
+        data["predictions"]["profile"] = mine.profile.name
+    return data
+
+
 def _leftovers(old: Plan, new: Plan) -> list[Change]:
     """What differs when nothing compared above did (the summary's explanations, details of the
     predictions, ...): each differing field by its path."""
-    a, b = _flat(old.model_dump(), "", {}), _flat(new.model_dump(), "", {})
+    a, b = _flat(_dumped(old, new), "", {}), _flat(_dumped(new, old), "", {})
     return [Change(k, a.get(k), b.get(k)) for k in [*a, *(k for k in b if k not in a)] if a.get(k) != b.get(k)]
 
 

@@ -96,11 +96,17 @@ def _used(stats: MeasuredStats) -> list[MeasuredForward]:
 def _check_layers(plan: Plan, stats: MeasuredStats, source: str) -> None:
     """Every measured layer must be a prefetched layer of the plan; else the file is from another plan."""
     names = [layer.name for layer in plan.layers]
-    prefetched = {layer.name for layer in plan.layers if layer.prefetch is not None}
+    prefetched = {layer.name: sum(layer.params[rel].bytes for rel in layer.prefetched)
+                  for layer in plan.layers if layer.prefetch is not None}
     problems = []
     for i, forward in enumerate(stats.forwards):
         for j, layer in enumerate(forward.layers):
-            if layer.name in prefetched:
+            planned = prefetched.get(layer.name)
+            if planned is not None:
+                if layer.bytes % planned if planned else layer.bytes:
+                    problems.append(f"{source}: forwards[{i}].layers[{j}].bytes: expected the plan's {planned} "
+                                    f"bytes of '{layer.name}' (or a whole multiple, for a layer copied again, "
+                                    f"or 0), got {layer.bytes}; were these stats measured with another plan?")
                 continue
             where = f"{source}: forwards[{i}].layers[{j}].name"
             if layer.name in names:
@@ -146,11 +152,6 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
         Compared("bytes copied", predicted_bytes, _median([f.bytes_copied for f in used])),
         Compared("link GB/s", hw.h2d_gbps, _median([f.copy_gbps for f in used])),
     ]
-    odd = [r for r in out.layers if r.bytes.measured is not None and r.bytes.measured != r.bytes.predicted]
-    if odd:
-        out.notes.append(f"{len(odd)} layer(s) copied other byte counts than the plan (e.g. {odd[0].name}: plan "
-                         f"{odd[0].bytes.predicted:.0f}, run {odd[0].bytes.measured:.0f}): were these stats "
-                         "measured with another plan?")
     if all(c.measured is None for row in out.layers for c in (row.copy_ms, row.stall_ms)) and out.layers:
         out.notes.append("no copy or stall was timed (a run on the CPU, or stats off): only bytes are compared")
     if out.totals[0].measured is None:

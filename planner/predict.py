@@ -5,8 +5,10 @@ from __future__ import annotations
 from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
+from schemas.reals import MILLISECONDS
 from schemas.workload import Workload
 
+from planner.errors import PlanningError
 from planner.layer_cost import layers_work, profile_for
 from planner.timeline import Copy, Timeline, simulate
 
@@ -24,10 +26,23 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
     return simulate(work, copies_of(plan))
 
 
+def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
+    """A prediction is written only with figures a plan file can hold: finite, at most a day
+    (PlanningError naming the figure otherwise; figures of profiles in range keep to this)."""
+    for what in ("step_ms", "compute_ms", "copy_ms", "stall_ms", "cpu_ms"):
+        value = getattr(t, what)
+        try:
+            MILLISECONDS.check(value)
+        except ValueError as err:
+            raise PlanningError(f"the predicted {what} of workload '{workload}' on the hardware profile "
+                                f"'{hw.name}' {err}; check the profile's figures against the machine") from None
+
+
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
         t = timeline(plan, profile_for(hw, item.mode), item.tokens)
+        _in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
@@ -35,6 +50,6 @@ def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     scale = max(1.0, *(r.weight for r in rows))  # shares are relative: weights up to 1.8e308 each never overflow
     total = sum(r.weight / scale for r in rows)
     weighted = sum(r.step_ms * (r.weight / scale) for r in rows) / total
-    return Predictions(hardware=hw.name, hardware_source=hw.source, workloads=rows,
+    return Predictions(hardware=hw.name, hardware_source=hw.source, profile=hw, workloads=rows,
                        weighted_step_ms=round(weighted, 4),
                        offloaded_layers=sum(1 for layer in plan.layers if layer.offloaded))

@@ -2,7 +2,9 @@
 
 ``planner show``, ``--chart`` and ``planner explain`` take ``--hardware NAME|FILE`` and
 ``--workload NAME[=TOKENS]``. Without them a command uses what the plan was predicted
-with (its profile, its workloads); a workload the plan names keeps its tokens and weight.
+with (the profile it carries, its workloads); a workload the plan names keeps its tokens and
+weight. A profile is never looked up by the name a plan records when the plan carries it: a
+calibrated profile named ``h200`` is not the bundled ``h200``.
 """
 
 from __future__ import annotations
@@ -40,14 +42,26 @@ def chosen_workload(plan: Plan, option: str | None) -> Workload:
 
 
 def chosen_profile(plan: Plan, option: str | None) -> HardwareProfile:
-    """``--hardware``, else the profile the plan was predicted with, else the default one."""
+    """``--hardware``, else the profile the plan carries, else (a plan written before plans carried it) the
+    bundled profile of its name when its figures are the bundled ones' (the same source), else the default."""
     if option is not None:
         return load_hardware(option)
-    stored = plan.predictions.hardware if plan.predictions is not None else None
-    if stored is not None and stored not in bundled_profiles():
-        raise InputError(f"the plan was predicted with the profile '{stored}', which is not bundled "
-                         f"(bundled: {', '.join(bundled_profiles())}): give it with --hardware FILE")
-    return load_hardware(stored)
+    preds = plan.predictions
+    if preds is None:
+        return load_hardware(None)
+    if preds.profile is not None:
+        return preds.profile
+    if preds.hardware in bundled_profiles():
+        bundled = load_hardware(preds.hardware)
+        if not preds.hardware_source or preds.hardware_source == bundled.source:
+            return bundled
+        raise InputError(f"predictions.hardware: the plan was predicted with a profile named '{preds.hardware}' "
+                         f"from '{preds.hardware_source}', not the bundled '{preds.hardware}' (from "
+                         f"'{bundled.source}'), and this plan does not carry it: give that profile with "
+                         "--hardware FILE, or re-plan (plans carry their profile now)")
+    raise InputError(f"predictions.hardware: the plan was predicted with the profile '{preds.hardware}', which "
+                     f"is not bundled (bundled: {', '.join(bundled_profiles())}) and this plan does not carry: "
+                     "give it with --hardware FILE, or re-plan (plans carry their profile now)")
 
 
 def chosen_predictions(plan: Plan, hardware: str | None, workload: str | None) -> Predictions:

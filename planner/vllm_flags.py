@@ -23,12 +23,13 @@ named; vLLM's other flags (``--max-model-len`` ...) are refused as not about off
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from dataclasses import dataclass, field
 
 from schemas.errors import InputError, suggest
+from schemas.ints import MAX_INT64
+from schemas.reals import GIB
 
 OPTION = "--from-vllm"
 BACKENDS = ("auto", "uva", "prefetch")
@@ -153,6 +154,8 @@ def _int(flag: str, text: str, least: int) -> int:
     value = int(text)
     if value < least:
         raise InputError(f"{OPTION}: {flag} must be >= {least} (got {value})")
+    if value > MAX_INT64:
+        raise InputError(f"{OPTION}: {flag} must be at most 2^63-1 (got a {value.bit_length()}-bit number)")
     return value
 
 
@@ -162,10 +165,10 @@ def _gib(flag: str, text: str) -> float:
         unit = re.fullmatch(r"([0-9.]+)\s*([A-Za-z]+)", stripped)
         why = (f"; vLLM reads a number of GiB, so write {unit.group(1)}" if unit else "")
         raise InputError(f"{OPTION}: {flag} must be a number of GiB >= 0, e.g. 4 or 0.5 (got '{text}'){why}")
-    value = float(stripped)
-    if not math.isfinite(value):
-        raise InputError(f"{OPTION}: {flag} must be a finite number of GiB (got '{text}')")
-    return value
+    try:
+        return GIB.check(float(stripped))
+    except ValueError as err:
+        raise InputError(f"{OPTION}: {flag} {err}") from None
 
 
 def _segments(flag: str, given: list[str]) -> tuple[str, ...]:

@@ -216,6 +216,8 @@ _TEMPLATES: dict[str, str] = {
     "int_parsing": "expected a whole number (got {got})",
     "int_type": "expected a whole number (got {got})",
     "int_from_float": "expected a whole number (got {got})",
+    "float_type": "expected a number (got {got})",
+    "float_parsing": "expected a number (got {got})",
     "model_type": "expected a mapping of keys (got {got})",
     "dict_type": "expected a mapping of keys (got {got})",
     "model_attributes_type": "expected a mapping of keys (got {got})",

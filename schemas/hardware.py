@@ -7,13 +7,15 @@ is named by its bundled name or by a file path (``--hardware h200`` / ``--hardwa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field, StrictBool, field_validator
 
 from schemas.ints import PositiveCount
 
-from schemas.reals import PositiveReal, Real
+from schemas.reals import Microseconds, Milliseconds, Passes, PositiveMicroseconds, Rate, Tflops
+from schemas.spec_names import PrintableName, PrintableText
 from schemas.strict import StrictModel
 
 PROFILES = Path(__file__).with_name("profiles")
@@ -24,29 +26,29 @@ class UvaPoint(StrictModel):
     """How many times a matmul at ``tokens`` rows reads a weight that lives in pinned host memory."""
 
     tokens: PositiveCount
-    passes: Real = Field(ge=1.0, description="bytes read over the link / the weight's bytes")
+    passes: Passes = Field(description="bytes read over the link / the weight's bytes")
 
 
 class HardwareProfile(StrictModel):
-    name: str = Field(min_length=1)
-    source: str = Field(description="where the figures come from: machine, software, command, date")
-    h2d_gbps: PositiveReal = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
-    uva_gbps: PositiveReal = Field(description="rate at which a GPU kernel reads pinned host memory in place")
+    name: PrintableName
+    source: PrintableText = Field(description="where the figures come from: machine, software, command, date")
+    h2d_gbps: Rate = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
+    uva_gbps: Rate = Field(description="rate at which a GPU kernel reads pinned host memory in place")
     uva_passes: list[UvaPoint] = Field(
         min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
-    gpu_mem_gbps: PositiveReal = Field(description="GPU memory read rate of a large kernel, GB/s")
-    matmul_tflops: PositiveReal = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
-    launch_us: PositiveReal = Field(description="CPU time to issue one small eager kernel, microseconds")
-    block_cpu_us: PositiveReal = Field(
+    gpu_mem_gbps: Rate = Field(description="GPU memory read rate of a large kernel, GB/s")
+    matmul_tflops: Tflops = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
+    launch_us: PositiveMicroseconds = Field(description="CPU time to issue one small eager kernel, microseconds")
+    block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")
-    moe_block_cpu_us: PositiveReal = Field(
+    moe_block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager MoE decoder block (router, experts), microseconds")
-    expert_cpu_us: Real = Field(
-        ge=0, description="extra CPU time per routed expert a batch touches (MoE blocks that loop over "
+    expert_cpu_us: Microseconds = Field(
+        description="extra CPU time per routed expert a batch touches (MoE blocks that loop over "
         "experts; 0 for grouped kernels), microseconds")
-    copy_call_us: Real = Field(ge=0, description="fixed cost of one host->GPU copy call, microseconds")
-    uva_expert_call_ms: Real = Field(
-        default=0.0, ge=0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
+    copy_call_us: Microseconds = Field(description="fixed cost of one host->GPU copy call, microseconds")
+    uva_expert_call_ms: Milliseconds = Field(
+        default=0.0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")
@@ -76,6 +78,20 @@ def bundled_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILES.glob("*.yaml"))
 
 
+def is_profile_file(key: str) -> bool:
+    """Whether ``--hardware KEY`` (or a spec's ``hardware: KEY``) names a file rather than a bundled profile."""
+    return "/" in key or key.endswith((".yaml", ".yml", ".json"))
+
+
+def spec_hardware(value: str | None, spec_path: str | Path) -> str | None:
+    """A spec's ``hardware:`` as ``load_hardware`` takes it: a bundled name as written, a relative file
+    resolved against the folder of the spec file at ``spec_path`` (a spec read from stdin, ``-``: against
+    the current folder), so that a spec means the same profile from wherever it is planned."""
+    if value is None or not is_profile_file(value) or str(spec_path) == "-" or Path(value).is_absolute():
+        return value
+    return os.path.normpath(os.path.join(os.path.dirname(str(spec_path)), value))
+
+
 def load_hardware(name_or_path: str | Path | None = None) -> HardwareProfile:
     """A bundled profile by name, or a profile file; InputError naming the file when it is bad."""
     from schemas.errors import InputError
@@ -83,7 +99,7 @@ def load_hardware(name_or_path: str | Path | None = None) -> HardwareProfile:
 
     key = str(name_or_path or DEFAULT_PROFILE)
     bundled = PROFILES / f"{key}.yaml"
-    if "/" not in key and not key.endswith((".yaml", ".yml", ".json")):
+    if not is_profile_file(key):
         if not bundled.is_file():
             from schemas.errors import suggest
 

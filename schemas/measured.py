@@ -12,8 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt
+from pydantic import Field, field_validator, model_validator
 
+from schemas.errors import LocatedValueError
+from schemas.ints import Count
+from schemas.reals import MeasuredRate, Milliseconds
 from schemas.strict import StrictModel
 
 
@@ -21,21 +24,40 @@ class MeasuredLayer(StrictModel):
     """One prefetched layer in one forward: its copy on the copy stream and the compute stream's wait."""
 
     name: str = Field(min_length=1, description="the layer's name in the plan")
-    bytes: NonNegativeInt = Field(default=0, description="bytes copied host -> GPU for this layer")
-    copy_ms: NonNegativeFloat | None = Field(default=None, description="copy stream time of its copy")
-    stall_ms: NonNegativeFloat | None = Field(
+    bytes: Count = Field(default=0, description="bytes copied host -> GPU for this layer")
+    copy_ms: Milliseconds | None = Field(default=None, description="copy stream time of its copy")
+    stall_ms: Milliseconds | None = Field(
         default=None, description="compute stream time spent waiting for its copy before it ran")
 
 
 class MeasuredForward(StrictModel):
-    bytes_copied: NonNegativeInt
-    copy_ms: NonNegativeFloat | None = Field(default=None, description="sum of the timed copies")
-    stall_ms: NonNegativeFloat | None = Field(default=None, description="sum of the timed waits")
-    copy_gbps: NonNegativeFloat | None = None
-    late_copies: NonNegativeInt = 0
-    step_ms: NonNegativeFloat | None = Field(
+    bytes_copied: Count
+    copy_ms: Milliseconds | None = Field(default=None, description="sum of the timed copies")
+    stall_ms: Milliseconds | None = Field(default=None, description="sum of the timed waits")
+    copy_gbps: MeasuredRate | None = Field(default=None, description="bytes of the timed copies / their time")
+    late_copies: Count = 0
+    step_ms: Milliseconds | None = Field(
         default=None, description="the forward's wall time, when the caller timed it")
     layers: list[MeasuredLayer] = Field(default_factory=list, description="prefetched layers, in copy order")
+
+    @field_validator("layers")
+    @classmethod
+    def _each_once(cls, layers: list[MeasuredLayer]) -> list[MeasuredLayer]:
+        seen: dict[str, int] = {}
+        for j, layer in enumerate(layers):
+            first = seen.setdefault(layer.name, j)
+            if first != j:
+                raise LocatedValueError(f"layer '{layer.name}' is listed twice in one forward (first at layers"
+                                        f"[{first}]); the runtime writes one row a layer", (j, "name"))
+        return layers
+
+    @model_validator(mode="after")
+    def _bytes_add_up(self) -> MeasuredForward:
+        layer_bytes = sum(layer.bytes for layer in self.layers)
+        if layer_bytes > self.bytes_copied:
+            raise LocatedValueError(f"must be at least the layers' bytes added up, {layer_bytes} (got "
+                                    f"{self.bytes_copied})", ("bytes_copied",))
+        return self
 
 
 class MeasuredStats(StrictModel):
@@ -43,7 +65,7 @@ class MeasuredStats(StrictModel):
 
     backend: Literal["prefetch", "uva", "mixed", "none"]
     forwards: list[MeasuredForward] = Field(min_length=1)
-    pinned_host_bytes: NonNegativeInt = 0
+    pinned_host_bytes: Count = 0
 
 
 def load_measured(path: str | Path) -> MeasuredStats:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, ValidationInfo, model_validator
+from pydantic import Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from schemas.buffer_pool import PoolEntry, PoolKey
 from schemas.ints import Count
@@ -21,6 +21,7 @@ from schemas.plan_check import findings_text, plan_findings
 from schemas.prediction import Predictions
 from schemas.shard import Shard
 from schemas.spec import MoeSpec, ParamKind
+from schemas.spec_names import DottedName, PrintableName, PrintableText, check_dotted_names
 from schemas.strict import StrictModel
 
 PLAN_VERSION = 2  # 2: prefetch_step is the number of buffer slots (in version 1 it was slots - 1)
@@ -83,7 +84,7 @@ class Prefetch(StrictModel):
 
 
 class PlanLayer(StrictModel):
-    name: str
+    name: DottedName
     params: dict[str, PlanParam] = Field(description="every param of the layer, by name relative to it")
     tied: dict[str, str] = Field(default_factory=dict, description="param -> full name of its storage owner")
     offloaded: list[str] = Field(default_factory=list, description="params kept in host memory")
@@ -93,6 +94,12 @@ class PlanLayer(StrictModel):
     offloaded_bytes: Count
     prefetch: Prefetch | None = None
     moe: MoeSpec | None = Field(default=None, description="routed experts and top-k (from the spec)")
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, params: dict[str, PlanParam]) -> dict[str, PlanParam]:
+        check_dotted_names(params, "param name")
+        return params
 
     @property
     def prefetched(self) -> list[str]:
@@ -138,9 +145,9 @@ class BufferPool(StrictModel):
 
 
 class Summary(StrictModel):
-    model: str
+    model: PrintableName
     backend: PlanBackend
-    backend_reason: str
+    backend_reason: PrintableText
     strategy: Literal["auto", "budget", "group"]
     prefetch_step: Count | None = None
     gpu_budget_bytes: Count | None = None
@@ -156,7 +163,7 @@ class Summary(StrictModel):
     spec_sha256: str
     rank: Count | None = Field(default=None, description="tensor-parallel rank this plan is for")
     world_size: Count | None = Field(default=None, description="tensor-parallel ranks (with rank)")
-    notes: list[str] = Field(default_factory=list)
+    notes: list[PrintableText] = Field(default_factory=list)
 
 
 class Plan(StrictModel):

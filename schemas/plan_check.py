@@ -4,7 +4,8 @@ A plan file is read by people and may be edited by hand, so nothing derived is t
 param bytes (from shape, dtype and stride), per-layer and summary totals, the peak and the
 budgets, backend consistency (which offloaded params are on UVA, which are prefetched), ties,
 the buffer pool (``schemas.buffer_pool.build_pool``) and every prefetch entry
-(``schemas.schedule.schedule`` from the step), both from the prefetched params only. All findings are
+(``schemas.schedule.schedule`` from the step), both from the prefetched params only, and the
+predictions (``schemas.prediction_check``). All findings are
 collected, each with the field path it is about; the wording is in ``schemas/plan_wording.py``.
 
 The check is linear in the size of the plan: plans of 1,000-layer models are loaded often.
@@ -21,6 +22,7 @@ from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, has_s
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
 from schemas.plan_backends import PREFETCHING
+from schemas.prediction_check import check_predictions
 from schemas.schedule import num_slots, schedule
 from schemas.spec import storage_elements
 
@@ -67,6 +69,7 @@ def plan_findings(plan: Plan) -> list[Finding]:
         _check_layer(i, layer, plan.summary.backend, tied_to, owners, totals, out)
     _check_summary(plan, totals, out)
     _check_prefetch(plan, totals, out)
+    check_predictions(plan, len(totals.offloaded_layers), lambda loc, text: out.append(Finding(loc, text)))
     return out
 
 

@@ -210,5 +210,31 @@ def sha_format(found: str) -> str:
     return f"{value(found)} is not a sha256 (64 lowercase hex digits)"
 
 
+def workload_twice(name: str, first: int) -> str:
+    return f"workload '{name}' is predicted twice (first at predictions.workloads[{first}])"
+
+
+def step_too_short(step: float, below: float, what: str) -> str:
+    return (f"{step} ms is shorter than {what}, {round(below, 4)} ms: a forward ends after its copies, its CPU "
+            "work and its kernels")
+
+
+def time_without_prefetch(name: str, found: float) -> str:
+    return f"{found} ms, but the plan prefetches no layer: {name} is 0 without copies"
+
+
+def copy_time_source() -> str:
+    return ("the plan's prefetched bytes at the profile's link rate (predictions.profile.h2d_gbps) plus one "
+            "copy call a param (copy_call_us)")
+
+
+def wrong_bound(bound: str, largest: str) -> str:
+    return f"'{bound}', but {largest} is the largest of copy_ms, compute_ms and cpu_ms"
+
+
+def weighted_source() -> str:
+    return "the workloads' step_ms averaged with their weights"
+
+
 def summary_intro(count: int) -> str:
     return f"the plan contradicts itself ({count} problem{'s' if count != 1 else ''})"

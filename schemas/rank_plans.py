@@ -76,7 +76,26 @@ def set_problems(plans: list[Plan], names: list[str]) -> list[str]:
         if r and (s.model, s.spec_sha256) != (first.model, first.spec_sha256):
             out.append(f"{name}: made from another spec than {names[0]} (model {s.model}, spec_sha256 "
                        f"{s.spec_sha256[:12]}... vs {first.model}, {first.spec_sha256[:12]}...)")
+        elif r:
+            out += _other_shapes(plans[0], plan, names[0], name)
     return out
+
+
+def _other_shapes(first: Plan, plan: Plan, first_name: str, name: str) -> list[str]:
+    """Where ``plan``'s layers and params differ from ``first``'s: the ranks of one split hold parts of one
+    shape (a split dimension divides evenly), so every rank plan has the same layers, params and shapes."""
+    if [layer.name for layer in plan.layers] != [layer.name for layer in first.layers]:
+        return [f"{name}: layers: not the layers of {first_name} (the ranks of one set have the same layers)"]
+    for i, (mine, theirs) in enumerate(zip(plan.layers, first.layers)):
+        if mine.params.keys() != theirs.params.keys():
+            return [f"{name}: layers[{i}].params: not the params of {first_name}'s layer '{theirs.name}'"]
+        for rel, p in mine.params.items():
+            q = theirs.params[rel]
+            if (p.shape, p.dtype, p.shard) != (q.shape, q.dtype, q.shard):
+                return [f"{name}: layers[{i}].params['{rel}']: shape {p.shape} {p.dtype} (shard {p.shard}), but "
+                        f"{first_name} has shape {q.shape} {q.dtype} (shard {q.shard}): the ranks of one set hold "
+                        "parts of one shape"]
+    return []
 
 
 def check_set(plans: list[Plan], names: list[str]) -> None:
@@ -99,6 +118,15 @@ def load_set(folder: str | Path) -> list[Plan]:
                          f"{'is' if len(files) == 1 else 'are'} here: {missing} missing")
     check_set(plans, [str(path) for path in files])
     return plans
+
+
+def check_in_its_set(path: str | Path, plan: Plan) -> None:
+    """A rank plan named as one of a set (``DIR/rank{r}.plan.yaml``) is checked with its set: InputError when
+    the set's plans contradict each other (a world size, a rank, a spec, shapes). A rank plan under another
+    name stands alone."""
+    path = Path(path)
+    if plan.summary.world_size is not None and RANK_FILE.match(path.name) and path.is_file():
+        load_set(path.parent)
 
 
 def _names(files: list[Path]) -> str:

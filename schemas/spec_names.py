@@ -1,5 +1,7 @@
 """Names in a spec (the model, layers, params, tie targets, name segments): printable, in one
-Unicode spelling, and, for dotted names, without empty segments or surrounding spaces.
+Unicode spelling, and, for dotted names, without empty segments or surrounding spaces. The same
+rule holds for every name and text another file gives that a command prints: ``PrintableName``
+(a hardware profile's name, the names in a plan) and ``PrintableText`` (a profile's source).
 
 Control characters, escape sequences, bidi overrides, zero-width and other invisible
 characters (Unicode categories C* and Z* but the ASCII space) are refused, so a name prints
@@ -10,6 +12,9 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
 
 _MAX_PASSED = 65536
 _passed: set[str] = set()  # names check_dotted_name accepted (it depends on the name alone)
@@ -55,3 +60,16 @@ def check_dotted_names(values: Iterable[str], what: str) -> None:
             if len(_passed) >= _MAX_PASSED:
                 _passed.clear()
             _passed.add(value)
+
+
+def check_name(value: str, what: str) -> str:
+    """A plain name (a hardware profile's, a plan's model): printable, without surrounding spaces."""
+    check_printable(value, what)
+    if value != value.strip():
+        raise ValueError(f"{what} must be without surrounding spaces (got {value!r})")
+    return value
+
+
+PrintableName = Annotated[str, Field(min_length=1), AfterValidator(lambda v: check_name(v, "the name"))]
+PrintableText = Annotated[str, AfterValidator(lambda v: check_printable(v, "the text"))]
+DottedName = Annotated[str, AfterValidator(lambda v: check_dotted_name(v, "the name"))]

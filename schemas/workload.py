@@ -20,7 +20,7 @@ from pydantic import Field, RootModel, field_validator
 
 from schemas.ints import PositiveCount
 
-from schemas.reals import PositiveReal
+from schemas.reals import SHARE, Share
 from schemas.strict import StrictModel
 
 # token counts a bare name stands for
@@ -33,7 +33,7 @@ MODES: tuple[str, ...] = ("eager", "graph")
 
 class WorkloadItem(StrictModel):
     tokens: PositiveCount = Field(le=MAX_TOKENS, description="rows a forward pushes through each weight")
-    weight: PositiveReal = Field(default=1.0, description="share of forwards of this kind (relative)")
+    weight: Share = Field(default=1.0, description="share of forwards of this kind (relative)")
     mode: Mode = Field(default="eager", description="eager (the CPU issues each kernel) or graph (CUDA graph "
                        "replay: no CPU issue time)")
 
@@ -80,9 +80,7 @@ def parse_workload_option(text: str) -> tuple[str, WorkloadItem]:
     share = 1.0
     if weight is not None:
         try:
-            share = float(weight)
+            share = SHARE.check(float(weight))
         except ValueError:
-            share = -1.0
-        if not (0 < share < float("inf")):
-            raise ValueError(f"{text!r}: the weight must be a positive number (got {weight!r})")
+            raise ValueError(f"{text!r}: the weight must be {SHARE.expected()} (got {weight!r})") from None
     return name, WorkloadItem(tokens=count, weight=share)

@@ -333,3 +333,15 @@ def test_a_dtype_change_is_one_line_per_kind_of_layer(llama8b, tmp_path):
         ("model.layers.{0..31}", "*", "dtype", "bfloat16", "float16")]
     (pool,) = d.other  # same size, other kinds of buffer
     assert pool.field == "buffer_pool keys" and "mlp.up_proj.weight float16[14336, 4096]" in pool.new
+
+
+def test_namesake_profiles_with_other_figures_are_not_compared(llama8b):
+    from schemas.hardware import load_hardware
+
+    bundled = load_hardware("h200")
+    calibrated = bundled.model_copy(update={"h2d_gbps": 9.0})  # the same name and source, another link
+    old = planner.plan(llama8b, gpu_budget=12 * 10**9, hardware=bundled)
+    new = planner.plan(llama8b, gpu_budget=12 * 10**9, hardware=calibrated)
+    d = diff_plans(old, new)
+    assert d.time == [] and "two profiles named 'h200' whose figures differ" in d.time_note
+    assert "predictions.profile.h2d_gbps" in render_diff(d, "text")

@@ -13,6 +13,7 @@ import planner
 from planner.explain import explain
 from planner.predict import timeline
 from planner.predicted import chosen_profile
+from schemas.errors import InputError
 from schemas.io import dump_model
 from schemas.measured import MeasuredStats
 
@@ -138,11 +139,14 @@ def test_stats_from_another_plan_are_bad_input(plan, tmp_path):
     assert "forwards[1].layers[1].name: layer 'model.layers.99' is not in the plan" in result.output
 
 
-def test_other_byte_counts_are_noted_once(plan):
+def test_other_byte_counts_are_bad_input(plan):
     data = _stats(plan, "", 0.0)
     for f in data["forwards"]:
         for row in f["layers"]:
             row["bytes"] += 2
-    e = explain(plan, MeasuredStats.model_validate(data), chosen_profile(plan, None), "decode", 1)
-    odd = [n for n in e.notes if "other byte counts" in n]
-    assert len(odd) == 1 and odd[0].startswith(f"{len(e.layers)} layer(s)")
+        f["bytes_copied"] += 2 * len(f["layers"])
+    with pytest.raises(InputError) as info:
+        explain(plan, MeasuredStats.model_validate(data), chosen_profile(plan, None), "decode", 1)
+    first = data["forwards"][0]["layers"][0]
+    assert f"forwards[0].layers[0].bytes: expected the plan's {first['bytes'] - 2} bytes" in str(info.value)
+    assert "another plan" in str(info.value)

@@ -102,7 +102,8 @@ def test_a_json_plan_is_refreshed_as_json(files: tuple[str, str], tmp_path: Path
 def test_a_changed_prediction_is_a_change(files: tuple[str, str]) -> None:
     spec, plan = files
     data = json.loads(committed_plan(fmt="json", gpu_budget=8000))
-    data["predictions"]["workloads"][0]["step_ms"] *= 1.5
+    data["predictions"]["workloads"][0]["step_ms"] *= 1.5  # longer: still a forward that can be
+    data["predictions"]["weighted_step_ms"] = data["predictions"]["workloads"][0]["step_ms"]
     Path(plan).write_text(json.dumps(data))
     result = invoke("plan", spec, "-g", "8KB", "--check", plan)
     assert result.exit_code == 1, result.output

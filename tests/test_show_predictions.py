@@ -68,3 +68,49 @@ def test_unknown_workload_is_bad_input(plan_file):
     result = invoke("show", plan_file, "--workload", "prefil")
     assert result.exit_code == 2
     assert "did you mean 'prefill'?" in result.output and "the plan predicts: decode, prefill" in result.output
+
+
+@pytest.fixture(scope="module")
+def calibrated_h200():
+    """A profile `planner calibrate` could write on another H200: the bundled name, other figures."""
+    from schemas.hardware import load_hardware
+
+    return load_hardware("h200").model_copy(update={
+        "source": "planner calibrate on NVIDIA H200, a slower host", "h2d_gbps": 9.0, "block_cpu_us": 4000.0})
+
+
+def test_a_calibrated_profile_named_like_a_bundled_one_is_the_one_predicted_again(llama8b, calibrated_h200,
+                                                                                 tmp_path: Path):
+    from planner.predict import predict
+    from planner.predicted import chosen_profile
+    from schemas.hardware import load_hardware
+    from schemas.io import load_plan
+    from schemas.workload import Workload, WorkloadItem
+
+    profile = tmp_path / "h200.yaml"
+    profile.write_text(dump_model(calibrated_h200))
+    path = tmp_path / "plan.yaml"
+    assert invoke("plan", "examples/llama-3-8b.yaml", "-g", "12GB", "--hardware", str(profile),
+                  "-o", str(path)).exit_code == 0
+    plan = load_plan(path)
+    assert plan.predictions.profile == calibrated_h200 and chosen_profile(plan, None) == calibrated_h200
+    four = Workload({"decode": WorkloadItem(tokens=4)})
+    ours, bundled = predict(plan, calibrated_h200, four), predict(plan, load_hardware("h200"), four)
+    assert ours.workloads[0].step_ms != bundled.workloads[0].step_ms
+    shown = json.loads(invoke("show", str(path), "-f", "json", "--workload", "decode=4").stdout)["predictions"]
+    assert shown["workloads"][0]["step_ms"] == ours.workloads[0].step_ms
+
+
+def test_an_older_plan_without_its_profile_is_not_predicted_with_a_namesake(llama8b, calibrated_h200, tmp_path: Path):
+    plan = planner.plan(llama8b, gpu_budget=12 * GB, hardware=calibrated_h200)
+    older = plan.model_copy(update={"predictions": plan.predictions.model_copy(update={"profile": None})})
+    path = tmp_path / "old.plan.yaml"
+    path.write_text(dump_model(older))
+    result = invoke("show", str(path), "--workload", "decode=4")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "not the bundled 'h200'" in result.output and "--hardware FILE" in result.output
+    assert invoke("show", str(path)).exit_code == 0  # its own predictions are shown as written
+    bundled = planner.plan(llama8b, gpu_budget=12 * GB)
+    plain = bundled.model_copy(update={"predictions": bundled.predictions.model_copy(update={"profile": None})})
+    path.write_text(dump_model(plain))
+    assert invoke("show", str(path), "--workload", "decode=4").exit_code == 0  # the bundled one's own source

@@ -35,6 +35,11 @@ CASES = [
     _flags("gb-negative", "--cpu-offload-gb -1", "--cpu-offload-gb must be a number of GiB", "'-1'"),
     _flags("gb-nan", "--cpu-offload-gb nan", "--cpu-offload-gb must be a number of GiB"),
     _flags("gb-inf", "--cpu-offload-gb 1e999", "--cpu-offload-gb must be a finite number"),
+    _flags("gb-overflowing", "--cpu-offload-gb 1e300", "--cpu-offload-gb must be a number >= 0 and <=", "GiB",
+           "(got 1e+300)"),
+    _flags("gb-past-int64-bytes", "--cpu-offload-gb 1e10", "--cpu-offload-gb must be a number >= 0", "GiB"),
+    _flags("group-past-int64", "--offload-group-size 99999999999999999999999", "--offload-group-size must be at "
+           "most 2^63-1"),
     _flags("gb-two-values", "--cpu-offload-gb 4 8", "--cpu-offload-gb takes one value"),
     _flags("group-not-int", "--offload-group-size 2.5", "--offload-group-size must be a whole number"),
     _flags("in-group-zero", "--offload-group-size 4 --offload-num-in-group 0", "--offload-num-in-group must be >= 1"),
