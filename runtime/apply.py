@@ -23,6 +23,7 @@ from runtime.progress import Progress
 from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems, this_rank
 from runtime.tensors import TensorRef, plan_refs, resolve, split_owner
 from runtime.teardown import RemoveError, Step, run_steps
+from runtime.writes import WriteWatch, backend_of_each, report_writes
 from schemas.errors import InputError
 from schemas import Plan, SpecFile, format_bytes
 
@@ -35,14 +36,16 @@ _ACTIVE: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary(
 class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
 
-    def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement) -> None:
+    def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement,
+                 watch: WriteWatch) -> None:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
         self._guards: Guards | None = None
+        self._watch = watch
         self.active = True
         # what remove() still has to do; a step that fails stays here and is retried
-        self._pending: list[Step] = [("hooks", offloader.remove), ("weights", placement.restore),
-                                     ("guards", self._remove_guards), ("compile caches", reset_compiled_code),
+        self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
+                                     ("weights", placement.restore), ("guards", self._remove_guards), ("compile caches", reset_compiled_code),
                                      ("compile guards", compile_guard.release)]
         _ACTIVE[id(self)] = self
         compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
@@ -146,7 +149,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
         offloader.post_init()
-        handle = Handle(plan, model, offloader, placement)
+        watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
+        watch.install(model, offloader)
+        handle = Handle(plan, model, offloader, placement, watch)
         handle._guards = install(handle, model, placement.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
