@@ -21,7 +21,8 @@ from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_probl
                                 naming_problems, plan_problems, spec_problems)
 from runtime.progress import Progress
 from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems, this_rank
-from runtime.tensors import TensorRef, plan_refs, resolve, split_owner
+from runtime.tensors import TensorRef, plan_refs
+from runtime.ties import extent, storage_key
 from runtime.teardown import RemoveError, Step, run_steps
 from runtime.writes import WriteWatch, backend_of_each, report_writes
 from schemas.errors import InputError
@@ -129,10 +130,8 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = None
     try:
-        for layer in plan.layers:  # ties first, so an alias moves with its owner
-            for rel, owner in layer.tied.items():
-                oref = resolve(model, *split_owner(plan, owner))
-                placement.alias(oref, refs[f"{layer.name}.{rel}"])
+        loose_refs = [TensorRef("", t.name, t.module, t.attr, t.is_buffer) for t in loose]
+        placement.group([*refs.values(), *loose_refs])  # views of one storage move as one
         offloaded: list[Offloaded] = []
         for layer in plan.layers:  # offload first: frees GPU memory when the model starts there
             if layer.offloaded:
@@ -144,7 +143,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
                     placement.move(refs[f"{layer.name}.{rel}"], device)
                     if rel not in layer.tied:  # a tied param is counted once, at its owner
                         moved.advance(layer.params[rel].bytes)
-        n_loose = _move_unplanned(loose, placement, device)
+        n_loose = _move_unplanned(loose, loose_refs, placement, device)
         offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
@@ -217,29 +216,30 @@ def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
     if device.type != "cuda":
         return
     offloaded = {f"{layer.name}.{r}" for layer in plan.layers for r in layer.offloaded}
-    need = plan.summary.buffer_bytes
-    seen: set[int] = set()
+    spans: dict[tuple, tuple[int, int]] = {}  # storage -> the bytes its resident views span
     for full, ref in refs.items():
         t = ref.local
-        if full in offloaded or id(t) in seen or t.device == device:
+        if full in offloaded or t.device == device:
             continue
-        seen.add(id(t))
-        need += t.numel() * t.element_size()
+        a, b = extent(t)
+        lo, hi = spans.get(storage_key(t), (a, b))
+        spans[storage_key(t)] = (min(lo, a), max(hi, b))
+    need = plan.summary.buffer_bytes + sum(hi - lo for lo, hi in spans.values())
     free, _total = torch.cuda.mem_get_info(device)
     if need > free:
         raise ApplyError(f"the plan needs {format_bytes(need)} more on {device} but only "
                          f"{format_bytes(free)} is free")
 
 
-def _move_unplanned(loose: list[Loose], placement: Placement, device: torch.device) -> int:
+def _move_unplanned(loose: list[Loose], refs: list[TensorRef], placement: Placement, device: torch.device) -> int:
     """Tensors the plan does not name (non-persistent buffers such as rotary tables; with
     unplanned="move" also params) go to the device too, tracked by the placement so that
     remove() (or a rollback) brings them back; returns how many moved."""
     moved = unplanned_params = 0
-    for t in loose:
+    for t, ref in zip(loose, refs):
         if not t.is_buffer:
             unplanned_params += t.nbytes
-        moved += placement.move(TensorRef("", t.name, t.module, t.attr, t.is_buffer), device)
+        moved += placement.move(ref, device)
     if unplanned_params:
         log.warning("the model has %s of parameters the plan does not name; they were put on %s "
                     "and are not in the plan's memory accounting", format_bytes(unplanned_params), device)
