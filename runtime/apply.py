@@ -21,10 +21,10 @@ from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_probl
                                 naming_problems, plan_problems, spec_problems)
 from runtime.progress import Progress
 from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems, this_rank
-from runtime.tensors import TensorRef, plan_refs
+from runtime.tensors import TensorRef, plan_refs, resolve
 from runtime.ties import extent, storage_key
 from runtime.teardown import RemoveError, Step, run_steps
-from runtime.writes import WriteWatch, backend_of_each, report_writes
+from runtime.writes import WriteWatch, backend_of_each, buffer_problems, report_writes
 from schemas.errors import InputError
 from schemas import Plan, SpecFile, format_bytes
 
@@ -89,7 +89,8 @@ class Handle:
 
 def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: str | torch.device = "cuda", *,
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
-          spec: SpecFile | None = None, rank: int | None = None, process_group: object = None) -> Handle:
+          spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
+          read_only_buffers: bool = False) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -99,6 +100,11 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     ("refuse", the default: the plan's memory promise would not hold), or put on the device
     outside the plan's accounting ("move"). ``spec``: the spec the plan was made from; its
     hash must be the plan's ``spec_sha256``.
+
+    Offloaded tensors are read-only while applied (runtime/writes.py): a plan that offloads
+    registered buffers is refused unless ``read_only_buffers=True`` (the caller vouches that the
+    model never writes them), and a write to any offloaded tensor found at the end of an eager
+    forward raises ``OffloadedWriteError`` instead of returning the output.
 
     Tensor parallelism (runtime/rank_plans.py): ``plan`` may also be a directory of
     ``rank{r}.plan.yaml`` files or a list of rank plans indexed by rank; this process's rank is
@@ -120,7 +126,8 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     if meta:
         raise ApplyError(f"{len(meta)} params/buffers are on the meta device and hold no data: "
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
-    loose = _check(plan, model, unplanned, spec, checked=loaded, who=who, device=device)
+    loose = _check(plan, model, unplanned, spec, checked=loaded, who=who, device=device,
+                   read_only_buffers=read_only_buffers)
     reset_compiled_code()
     refs = plan_refs(plan, model)
     _check_device_memory(plan, refs, device)
@@ -171,7 +178,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
 
 
 def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, *, checked: bool,
-           who: Rank, device: torch.device) -> list[Loose]:
+           who: Rank, device: torch.device, read_only_buffers: bool) -> list[Loose]:
     """Every reason the plan cannot run on this model, in one error; the tensors it does not name.
 
     ``checked``: the plan was just loaded from a file (validated and checked); a Plan object may have
@@ -187,10 +194,15 @@ def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, 
     problems += layout_problems(plan, model, device)
     problems += naming_problems(plan, model)
     loose = loose_tensors(plan, model)
-    problems += loose_problems(loose, unplanned)
+    problems += loose_problems(loose, unplanned) + buffer_problems(_offloaded(plan, model), read_only_buffers)
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
     return loose
+
+
+def _offloaded(plan: Plan, model: nn.Module) -> list[TensorRef]:
+    refs = (resolve(model, layer.name, r) for layer in plan.layers for r in layer.offloaded)
+    return [ref for ref in refs if ref is not None]
 
 
 def _device(device: str | torch.device) -> torch.device:

@@ -1,44 +1,46 @@
-"""Offloaded tensors are read-only while a plan is applied: writes are found, and refused.
+"""Offloaded tensors are read-only while a plan is applied: writes are refused, or found.
 
 A module may write a registered buffer during forward (gpt-fast's KV cache does
 ``self.k_cache[:, :, pos] = k``). On an offloaded tensor such a write is lost (prefetch: it
 lands in a buffer slot the next layer's copy overwrites; the UVA copy fallback: in a copy
 dropped after the layer) or changes the host copy that ``remove()`` restores (UVA). The planner
-cannot know which tensors a model writes, so the runtime finds out: every in-place write through
-PyTorch bumps the tensor's version counter (shared with its views, also under ``no_grad`` and
-``inference_mode``; the runtime's own copies into slots and its ``.data`` swaps do not), so
-``apply`` records the version of every offloaded tensor and a forward hook on the root module
-compares them at the end of every forward (one pass over the offloaded tensors, not per layer).
-A difference raises ``OffloadedWriteError`` instead of returning the output, at that forward and
-every later one, until ``remove()``.
+cannot know which tensors a model writes, so the runtime makes sure, in two layers:
 
-Under ``torch.compile`` the hook calls ``offload_planner::check_writes``, a custom op that runs
-the same comparison when the compiled code runs (compiled code bumps the version counters of the
-buffers it mutates, before the op). A CUDA graph replays no Python: the check runs while the
-graph is captured (a write during capture is found then) and not on replays; ``remove()``
-checks once more. Writes the version counter cannot see are not found: through ``param.data``
-(a new counter), or by kernels handed a raw pointer that do not declare the mutation.
+1. Before anything moves, ``apply`` refuses a plan that offloads registered buffers (the
+   model's own registration, not the plan's flag: specs read from checkpoints cannot tell),
+   unless the caller passes ``read_only_buffers=True`` (quantized weights kept as buffers).
+   Buffers are what models write in forward; this holds on every path, compiled or graphed.
+2. Every in-place write through PyTorch bumps the tensor's version counter (shared with its
+   views, also under ``no_grad`` and ``inference_mode``; the runtime's own copies into slots
+   and its ``.data`` swaps do not), so ``apply`` records the version of every offloaded tensor
+   and a forward hook on the root module compares them at the end of every eager forward (one
+   pass over the offloaded tensors, not per layer). A difference raises ``OffloadedWriteError``
+   instead of returning the output, at that forward and every later one, until ``remove()``,
+   which warns and restores what the host copies hold.
+
+The check in 2 does not run while dynamo traces (the hook is traced away), and it could not
+see compiled writes to prefetched tensors anyway: their slot buffers alias one another, so
+compiled code writes them through a synthetic base whose counter is not theirs. A CUDA graph
+replays no Python; eager capture runs the check once. Under ``torch.compile`` and CUDA graphs,
+then, layer 1 is the guarantee (buffers), and a param written in forward is not found. Writes
+no version counter sees are not found anywhere: through ``param.data`` (a new counter), or by
+kernels handed a raw pointer that do not declare the mutation.
 """
 
 from __future__ import annotations
 
 import warnings
-import weakref
 from dataclasses import dataclass
 from operator import attrgetter
 
 import torch
 from torch import nn
 
-from runtime.dtensor import activation
 from runtime.errors import OffloadedWriteError, written_warning
 from runtime.offloader import Offloader
+from runtime.tensors import TensorRef
 
 _version = attrgetter("_version")
-
-# weak: the model's hooks keep their watch alive (as runtime/prefetch_ops.py does for offloaders)
-_WATCHES: weakref.WeakValueDictionary[int, WriteWatch] = weakref.WeakValueDictionary()
-_next_id = [0]
 
 
 @dataclass(eq=False)
@@ -50,18 +52,13 @@ class WriteWatch:
     how: list[str]  # per tensor: 'prefetch', 'uva' or 'copy' (what became of a write)
     tensors: list[torch.Tensor]
     versions: list[int]
-    key: int = 0
 
     @classmethod
     def of(cls, offloader: Offloader, how: dict[str, str]) -> WriteWatch:
         refs = [o.ref for o in offloader.offloaded]
         tensors = [ref.local for ref in refs]  # what the model's ops write (a DTensor param's local shard)
-        watch = cls([ref.full.lstrip(".") for ref in refs], [ref.is_buffer for ref in refs],
-                    [how[ref.full] for ref in refs], tensors, list(map(_version, tensors)))
-        _next_id[0] += 1
-        watch.key = _next_id[0]
-        _WATCHES[watch.key] = watch
-        return watch
+        return cls([ref.full.lstrip(".") for ref in refs], [ref.is_buffer for ref in refs],
+                   [how[ref.full] for ref in refs], tensors, list(map(_version, tensors)))
 
     def written(self) -> list[tuple[str, bool, str]]:
         """(name, is a buffer, backend) of every offloaded tensor written since apply."""
@@ -81,23 +78,29 @@ class WriteWatch:
             offloader.hooks.append(model.register_forward_hook(self._hook()))
 
     def close(self) -> None:
-        _WATCHES.pop(self.key, None)
-        self.tensors = []
+        self.tensors, self.versions = [], []
 
     def _hook(self):
-        key = self.key
-        check = torch.ops.offload_planner.check_writes
-
-        def hook(_module: nn.Module, _args: tuple, output):
-            if torch.compiler.is_compiling():
-                x = _first_tensor(output)
-                if x is not None:
-                    check(x, key)
-                return None
-            self.check()
-            return None
+        def hook(_module: nn.Module, _args: tuple, _output):
+            if not torch.compiler.is_compiling():  # traced away: see the module's docstring
+                self.check()
 
         return hook
+
+
+def buffer_problems(refs: list[TensorRef], read_only_buffers: bool) -> list[str]:
+    """With ``read_only_buffers=False``: the registered buffers among the tensors the plan offloads."""
+    if read_only_buffers:
+        return []
+    names = [ref.full.lstrip(".") for ref in refs if ref.is_buffer]
+    if not names:
+        return []
+    shown = ", ".join(names[:6]) + (f" … and {len(names) - 6} more" if len(names) > 6 else "")
+    return [f"the plan offloads {len(names)} registered buffer{'s' if len(names) != 1 else ''} ({shown}); a module "
+            f"may write its buffers during forward (a KV cache, running statistics), and a write to an offloaded "
+            f"tensor would be lost. Keep them resident (plan again with offload.params naming only what may move), "
+            f"or, if the model never writes them (quantized weights kept as buffers), pass read_only_buffers=True "
+            f"(each eager forward still checks)"]
 
 
 def report_writes(watch: WriteWatch) -> None:
@@ -122,25 +125,3 @@ def backend_of_each(offloader: Offloader) -> dict[str, str]:
             placeholder = o.ref.local.numel() == 0 and o.host.numel() > 0  # runtime/uva.py's fallback
             out[o.ref.full] = "copy" if placeholder else "uva"
     return out
-
-
-def _first_tensor(output) -> torch.Tensor | None:
-    from torch.utils._pytree import tree_leaves
-
-    for leaf in tree_leaves(output):
-        if isinstance(leaf, torch.Tensor):
-            return activation(leaf)
-    return None
-
-
-@torch.library.custom_op("offload_planner::check_writes", mutates_args=("x",))
-def check_writes(x: torch.Tensor, key: int) -> None:
-    """Raise OffloadedWriteError when the model has written an offloaded tensor (compiled code)."""
-    watch = _WATCHES.get(key)
-    if watch is not None:
-        watch.check()
-
-
-@check_writes.register_fake
-def _(x: torch.Tensor, key: int) -> None:
-    return None
