@@ -56,6 +56,11 @@ class Handle:
         return (f"<runtime.Handle {state}: {self.offloader.name} plan for '{self.plan.summary.model}' "
                 f"on a {type(self.model).__name__} at 0x{id(self):x}>")
 
+    def true_values(self) -> dict[int, torch.Tensor]:
+        """id(param or buffer object) -> its true value, for every tensor whose ``.data`` is now a
+        compute copy (a prefetch slot, a UVA view, a placeholder); empty once removed."""
+        return self._placement.true_values() if self.active else {}
+
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
         if self.offloader.device.type == "cuda":

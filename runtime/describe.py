@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from runtime.dtensor import is_dtensor, local_tensor, shard_name
+from runtime.guard import handle_of
 from runtime.tensors import dtype_name
 from runtime.ties import covering, extent, storage_key
 from schemas.spec import SpecFile
@@ -85,11 +86,20 @@ def find_layers(model: nn.Module, non_persistent: bool = False) -> list[tuple[st
     return layers
 
 
-def _owners(named: list[tuple[str, torch.Tensor]]) -> dict[str, str]:
-    """Full name -> the full name of its tie group's owner (itself when it shares no storage)."""
+def _true_values(model: nn.Module) -> dict[int, torch.Tensor]:
+    """Of a model holding applied plans (itself, or parts of it): id -> true value of every tensor
+    whose ``.data`` is a compute copy (a slot, a UVA view, a placeholder), not its value."""
+    handles = {id(h): h for m in model.modules() if (h := handle_of(m)) is not None}
+    return {k: v for h in handles.values() for k, v in h.true_values().items()}
+
+
+def _owners(named: list[tuple[str, torch.Tensor, bool]]) -> dict[str, str]:
+    """Full name -> the full name of its tie group's owner (itself when it shares no storage).
+    ``named``: (full name, tensor, whether it is an offloaded tensor's host copy: those share
+    arenas without being tied, and an offloaded tensor is never tied)."""
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
-    for full, t in named:
-        groups.setdefault(storage_key(t), []).append((full, t))
+    for full, t, moved in named:
+        groups.setdefault(("object", id(t)) if moved else storage_key(t), []).append((full, t))
     out: dict[str, str] = {}
     for members in groups.values():
         i = covering([local_tensor(t) for _, t in members])
@@ -138,12 +148,15 @@ def describe(model: nn.Module, name: str | None = None, dtype: str | None = None
         raise ValueError("the model holds no parameters or buffers below its root")
     sharded = not local and any(is_dtensor(t) for _, t, _ in _tensors(model, non_persistent))
     vocab = {m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)}
-    found = [_tensors(module, non_persistent) for _, module in layers]
-    owner_of = _owners([(f"{lname}.{rel}", t) for (lname, _), held in zip(layers, found) for rel, t, _ in held])
+    true = _true_values(model)
+    found = [[(rel, true.get(id(t), t), id(t) in true, is_buffer) for rel, t, is_buffer in _tensors(module, non_persistent)]
+             for _, module in layers]
+    owner_of = _owners([(f"{lname}.{rel}", t, moved) for (lname, _), held in zip(layers, found)
+                        for rel, t, moved, _ in held])
     entries: list[LayerEntry] = []
     for (lname, module), held in zip(layers, found):
         entry = LayerEntry(lname)
-        for rel, t, is_buffer in held:
+        for rel, t, _, is_buffer in held:
             owner = owner_of[f"{lname}.{rel}"]
             if owner != f"{lname}.{rel}":
                 entry.tied[rel] = owner

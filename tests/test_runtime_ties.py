@@ -183,3 +183,16 @@ def test_on_cuda_views_move_as_one_and_come_back_as_one(backend):
             assert torch.allclose(model(IDS.cuda()).cpu(), want, atol=1e-5)
     assert_same(model, snap, same_storage=False)
     assert partition(model) == groups and not model.emb.weight.is_cuda
+
+
+@pytest.mark.parametrize("backend", ["prefetch", "uva"])
+def test_describe_while_applied_sees_the_values_not_the_slots(backend):
+    """Offloaded tensors share slots and host arenas while applied: not ties, and not their shapes."""
+    from models import LlamaConfig, make_llama
+
+    model = make_llama(LlamaConfig(vocab=64, dim=32, layers=4, heads=4, kv_heads=2, hidden=48, tie_embeddings=True))
+    spec = runtime.describe(model)
+    plan = planner.plan(spec, strategy="group", group_size=2, num_in_group=1, prefetch_step=1, backend=backend)
+    with runtime.apply(plan, model, device="cpu"):
+        assert runtime.describe(model) == spec
+        assert runtime.describe(nn.Sequential(model.model.layers[1])).model.layers[0].params  # a part, in a new container
