@@ -194,7 +194,9 @@ def test_described_net_plans_applies_and_removes_on_cpu() -> None:
     before = {k: (v.detach().clone(), id(v)) for k, v in net.state_dict(keep_vars=True).items()}
     plan = tightest_plan(spec, "prefetch")
     assert any("scale" in layer.offloaded for layer in plan.layers)  # buffers move too
-    with runtime.apply(plan, net, device="cpu"):
+    with pytest.raises(runtime.PlanMismatchError, match="registered buffers"):
+        runtime.apply(plan, net, device="cpu")  # only when the caller vouches that the model never writes them
+    with runtime.apply(plan, net, device="cpu", read_only_buffers=True):
         assert torch.equal(net(ids), want)
     for k, v in net.state_dict(keep_vars=True).items():
         assert torch.equal(v.detach(), before[k][0]) and id(v) == before[k][1], k
