@@ -21,8 +21,10 @@ from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_probl
                                 naming_problems, plan_problems, spec_problems)
 from runtime.progress import Progress
 from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems, this_rank
-from runtime.tensors import TensorRef, plan_refs, resolve, split_owner
+from runtime.tensors import TensorRef, plan_refs, resolve
+from runtime.ties import extent, storage_key
 from runtime.teardown import RemoveError, Step, run_steps
+from runtime.writes import WriteWatch, backend_of_each, buffer_problems, report_writes
 from schemas.errors import InputError
 from schemas import Plan, SpecFile, format_bytes
 
@@ -35,16 +37,18 @@ _ACTIVE: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary(
 class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
 
-    def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement) -> None:
+    def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement,
+                 watch: WriteWatch) -> None:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
         self._guards: Guards | None = None
+        self._watch = watch
         self.active = True
         # what remove() still has to do; a step that fails stays here and is retried
-        self._pending: list[Step] = [("hooks", offloader.remove), ("weights", placement.restore),
-                                     ("guards", self._remove_guards), ("compile caches", reset_compiled_code),
-                                     ("compile guards", compile_guard.release),
-                                     ("capture hook", capture.release)]
+        self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
+                                     ("weights", placement.restore), ("guards", self._remove_guards),
+                                     ("compile caches", reset_compiled_code),
+                                     ("compile guards", compile_guard.release), ("capture hook", capture.release)]
         _ACTIVE[id(self)] = self
         compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
         capture.hold()  # captures join the copies issued in them before they end
@@ -53,6 +57,11 @@ class Handle:
         state = "active" if self.active else "removed"
         return (f"<runtime.Handle {state}: {self.offloader.name} plan for '{self.plan.summary.model}' "
                 f"on a {type(self.model).__name__} at 0x{id(self):x}>")
+
+    def true_values(self) -> dict[int, torch.Tensor]:
+        """id(param or buffer object) -> its true value, for every tensor whose ``.data`` is now a
+        compute copy (a prefetch slot, a UVA view, a placeholder); empty once removed."""
+        return self._placement.true_values() if self.active else {}
 
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
@@ -87,7 +96,8 @@ class Handle:
 
 def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: str | torch.device = "cuda", *,
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
-          spec: SpecFile | None = None, rank: int | None = None, process_group: object = None) -> Handle:
+          spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
+          read_only_buffers: bool = False) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -97,6 +107,11 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     ("refuse", the default: the plan's memory promise would not hold), or put on the device
     outside the plan's accounting ("move"). ``spec``: the spec the plan was made from; its
     hash must be the plan's ``spec_sha256``.
+
+    Offloaded tensors are read-only while applied (runtime/writes.py): a plan that offloads
+    registered buffers is refused unless ``read_only_buffers=True`` (the caller vouches that the
+    model never writes them), and a write to any offloaded tensor found at the end of an eager
+    forward raises ``OffloadedWriteError`` instead of returning the output.
 
     Tensor parallelism (runtime/rank_plans.py): ``plan`` may also be a directory of
     ``rank{r}.plan.yaml`` files or a list of rank plans indexed by rank; this process's rank is
@@ -118,7 +133,8 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     if meta:
         raise ApplyError(f"{len(meta)} params/buffers are on the meta device and hold no data: "
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
-    loose = _check(plan, model, unplanned, spec, checked=loaded, who=who, device=device)
+    loose = _check(plan, model, unplanned, spec, checked=loaded, who=who, device=device,
+                   read_only_buffers=read_only_buffers)
     reset_compiled_code()
     refs = plan_refs(plan, model)
     _check_device_memory(plan, refs, device)
@@ -128,10 +144,8 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = handle = None
     try:
-        for layer in plan.layers:  # ties first, so an alias moves with its owner
-            for rel, owner in layer.tied.items():
-                oref = resolve(model, *split_owner(plan, owner))
-                placement.alias(oref, refs[f"{layer.name}.{rel}"])
+        loose_refs = [TensorRef("", t.name, t.module, t.attr, t.is_buffer) for t in loose]
+        placement.group([*refs.values(), *loose_refs])  # views of one storage move as one
         offloaded: list[Offloaded] = []
         for layer in plan.layers:  # offload first: frees GPU memory when the model starts there
             if layer.offloaded:
@@ -143,12 +157,14 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
                     placement.move(refs[f"{layer.name}.{rel}"], device)
                     if rel not in layer.tied:  # a tied param is counted once, at its owner
                         moved.advance(layer.params[rel].bytes)
-        n_loose = _move_unplanned(loose, placement, device)
+        n_loose = _move_unplanned(loose, loose_refs, placement, device)
         offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
         offloader.post_init()
-        handle = Handle(plan, model, offloader, placement)
+        watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
+        watch.install(model, offloader)
+        handle = Handle(plan, model, offloader, placement, watch)
         handle._guards = install(handle, model, placement.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
@@ -172,7 +188,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
 
 
 def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, *, checked: bool,
-           who: Rank, device: torch.device) -> list[Loose]:
+           who: Rank, device: torch.device, read_only_buffers: bool) -> list[Loose]:
     """Every reason the plan cannot run on this model, in one error; the tensors it does not name.
 
     ``checked``: the plan was just loaded from a file (validated and checked); a Plan object may have
@@ -188,10 +204,15 @@ def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, 
     problems += layout_problems(plan, model, device)
     problems += naming_problems(plan, model)
     loose = loose_tensors(plan, model)
-    problems += loose_problems(loose, unplanned)
+    problems += loose_problems(loose, unplanned) + buffer_problems(_offloaded(plan, model), read_only_buffers)
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
     return loose
+
+
+def _offloaded(plan: Plan, model: nn.Module) -> list[TensorRef]:
+    refs = (resolve(model, layer.name, r) for layer in plan.layers for r in layer.offloaded)
+    return [ref for ref in refs if ref is not None]
 
 
 def _device(device: str | torch.device) -> torch.device:
@@ -217,29 +238,30 @@ def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
     if device.type != "cuda":
         return
     offloaded = {f"{layer.name}.{r}" for layer in plan.layers for r in layer.offloaded}
-    need = plan.summary.buffer_bytes
-    seen: set[int] = set()
+    spans: dict[tuple, tuple[int, int]] = {}  # storage -> the bytes its resident views span
     for full, ref in refs.items():
         t = ref.local
-        if full in offloaded or id(t) in seen or t.device == device:
+        if full in offloaded or t.device == device:
             continue
-        seen.add(id(t))
-        need += t.numel() * t.element_size()
+        a, b = extent(t)
+        lo, hi = spans.get(storage_key(t), (a, b))
+        spans[storage_key(t)] = (min(lo, a), max(hi, b))
+    need = plan.summary.buffer_bytes + sum(hi - lo for lo, hi in spans.values())
     free, _total = torch.cuda.mem_get_info(device)
     if need > free:
         raise ApplyError(f"the plan needs {format_bytes(need)} more on {device} but only "
                          f"{format_bytes(free)} is free")
 
 
-def _move_unplanned(loose: list[Loose], placement: Placement, device: torch.device) -> int:
+def _move_unplanned(loose: list[Loose], refs: list[TensorRef], placement: Placement, device: torch.device) -> int:
     """Tensors the plan does not name (non-persistent buffers such as rotary tables; with
     unplanned="move" also params) go to the device too, tracked by the placement so that
     remove() (or a rollback) brings them back; returns how many moved."""
     moved = unplanned_params = 0
-    for t in loose:
+    for t, ref in zip(loose, refs):
         if not t.is_buffer:
             unplanned_params += t.nbytes
-        moved += placement.move(TensorRef("", t.name, t.module, t.attr, t.is_buffer), device)
+        moved += placement.move(ref, device)
     if unplanned_params:
         log.warning("the model has %s of parameters the plan does not name; they were put on %s "
                     "and are not in the plan's memory accounting", format_bytes(unplanned_params), device)

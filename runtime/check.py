@@ -11,6 +11,7 @@ from torch import nn
 from runtime.dtensor import is_dtensor
 from runtime.errors import PlanMismatchError
 from runtime.tensors import dtype_name, resolve, split_owner, storage_nbytes
+from runtime.ties import shared_storages, storage_key, within
 from schemas import Plan
 
 
@@ -26,6 +27,7 @@ def check_model(plan: Plan, model: nn.Module) -> None:
     """Raise PlanMismatchError listing every difference between the plan and the model (the plan
     itself was checked first: runtime.plan_match.plan_problems)."""
     problems: list[str] = []
+    shared = shared_storages(model)
     tie_targets = {owner for layer in plan.layers for owner in layer.tied.values()}
     for layer in plan.layers:
         try:
@@ -34,6 +36,8 @@ def check_model(plan: Plan, model: nn.Module) -> None:
             problems.append(f"layer '{layer.name}' is not a submodule of the model")
             continue
         for rel, want in layer.params.items():
+            if rel in layer.tied:  # the plan describes it by its owner; checked as a tie below
+                continue
             ref = resolve(model, layer.name, rel)
             full = f"{layer.name}.{rel}"
             if ref is None:
@@ -64,13 +68,19 @@ def check_model(plan: Plan, model: nn.Module) -> None:
             if ref is None or oref is None:
                 problems.append(f"tied '{full}' -> '{owner}': one of them is missing from the model")
                 continue
-            a, b = ref.local, oref.local
-            if a is not b and (a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()):
-                problems.append(f"'{full}' does not share storage with '{owner}' as the plan says")
+            if ref.local is not oref.local and not within(ref.local, oref.local):
+                problems.append(f"'{full}' is tied to '{owner}' by the plan but is not a view inside its storage "
+                                f"in the model" if storage_key(ref.local) == storage_key(oref.local) else
+                                f"'{full}' does not share storage with '{owner}' as the plan says")
         for rel in layer.offloaded:
             ref = resolve(model, layer.name, rel)
-            if ref is not None and f"{layer.name}.{rel}" in tie_targets:
-                problems.append(f"'{layer.name}.{rel}' is offloaded but another param is tied to it")
+            full = f"{layer.name}.{rel}"
+            if ref is not None and full in tie_targets:
+                problems.append(f"'{full}' is offloaded but another param is tied to it")
+            elif ref is not None and storage_key(ref.local) in shared:
+                others = [n for n, t in shared[storage_key(ref.local)] if t is not ref.get()]
+                problems.append(f"'{full}' is offloaded but shares its storage with {', '.join(map(repr, others[:3]))} "
+                                f"(views of one tensor are tied, never offloaded: describe the model again)")
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
 

@@ -11,8 +11,11 @@ and ``apply`` moves every tensor the plan does not name to the device anyway. Li
 them would also put buffer-only modules such as ``model.rotary_emb`` into the layer order
 at their registration place, which is not where they run.
 
-Tensors that are the same object, or the same view of one storage, are listed once and
-recorded as ``tied`` to their first name; on the meta device only identity counts.
+Tensors that are views of one storage (the same object under two names, a weight and its
+transpose, a slice of a bigger param: runtime/ties.py) are listed once, at the first of them
+whose bytes cover all the others', and the others are recorded as ``tied`` to it, so their bytes
+count once. Views of one storage that no one of them covers (two halves of a fused weight, each a
+param) are refused. On the meta device only identity counts.
 Consecutive blocks with identical tensors fold into one ``{i}`` template.
 
 A model sharded with ``torch.distributed.tensor`` (DTensor params) is described whole: global
@@ -28,7 +31,9 @@ import torch
 from torch import nn
 
 from runtime.dtensor import is_dtensor, local_tensor, shard_name
+from runtime.guard import handle_of
 from runtime.tensors import dtype_name
+from runtime.ties import covering, extent, storage_key
 from schemas.spec import SpecFile
 from schemas.spec_build import LayerEntry, build_spec
 
@@ -83,13 +88,32 @@ def find_layers(model: nn.Module, non_persistent: bool = False) -> list[tuple[st
     return layers
 
 
-def _storage_key(t: torch.Tensor) -> tuple:
-    """Equal for tensors that are the same view of the same memory (the same object on meta)."""
-    t = local_tensor(t)
-    if t.device.type == "meta" or t.numel() == 0:
-        return ("object", id(t))
-    return (str(t.device), t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
-            tuple(t.stride()), t.dtype)
+def _true_values(model: nn.Module) -> dict[int, torch.Tensor]:
+    """Of a model holding applied plans (itself, or parts of it): id -> true value of every tensor
+    whose ``.data`` is a compute copy (a slot, a UVA view, a placeholder), not its value."""
+    handles = {id(h): h for m in model.modules() if (h := handle_of(m)) is not None}
+    return {k: v for h in handles.values() for k, v in h.true_values().items()}
+
+
+def _owners(named: list[tuple[str, torch.Tensor, bool]]) -> dict[str, str]:
+    """Full name -> the full name of its tie group's owner (itself when it shares no storage).
+    ``named``: (full name, tensor, whether it is an offloaded tensor's host copy: those share
+    arenas without being tied, and an offloaded tensor is never tied)."""
+    groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
+    for full, t, moved in named:
+        groups.setdefault(("object", id(t)) if moved else storage_key(t), []).append((full, t))
+    out: dict[str, str] = {}
+    for members in groups.values():
+        i = covering([local_tensor(t) for _, t in members])
+        if i is None:
+            spans = ", ".join(f"'{full}' (bytes {a}..{b})" for full, t in members
+                              for a, b in [extent(local_tensor(t))])
+            raise ValueError(f"{spans} are views of one storage, and none of them covers the others: a spec "
+                             f"ties a tensor to one owner holding all its bytes. Make one param hold the whole "
+                             f"storage (the others views of it), or give each its own storage (.clone())")
+        for full, _ in members:
+            out[full] = members[i][0]
+    return out
 
 
 def _entry(t: torch.Tensor, is_buffer: bool) -> dict:
@@ -126,21 +150,24 @@ def describe(model: nn.Module, name: str | None = None, dtype: str | None = None
         raise ValueError("the model holds no parameters or buffers below its root")
     sharded = not local and any(is_dtensor(t) for _, t, _ in _tensors(model, non_persistent))
     vocab = {m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)}
-    owner_of: dict[tuple, str] = {}
+    true = _true_values(model)
+    found = [[(rel, true.get(id(t), t), id(t) in true, is_buffer) for rel, t, is_buffer in _tensors(module, non_persistent)]
+             for _, module in layers]
+    owner_of = _owners([(f"{lname}.{rel}", t, moved) for (lname, _), held in zip(layers, found)
+                        for rel, t, moved, _ in held])
     entries: list[LayerEntry] = []
-    for lname, module in layers:
+    for (lname, module), held in zip(layers, found):
         entry = LayerEntry(lname)
-        for rel, t, is_buffer in _tensors(module, non_persistent):
-            key = _storage_key(t)
-            if key in owner_of:
-                entry.tied[rel] = owner_of[key]
+        for rel, t, _, is_buffer in held:
+            owner = owner_of[f"{lname}.{rel}"]
+            if owner != f"{lname}.{rel}":
+                entry.tied[rel] = owner
                 continue
-            owner_of[key] = f"{lname}.{rel}"
             entry.params[rel] = _entry(local_tensor(t) if local else t, is_buffer)
             if sharded:
-                owner = module.get_submodule(rel.rpartition(".")[0]) if "." in rel else module
+                sub = module.get_submodule(rel.rpartition(".")[0]) if "." in rel else module
                 try:
-                    entry.params[rel]["shard"] = shard_name(t, owner, vocab)
+                    entry.params[rel]["shard"] = shard_name(t, sub, vocab)
                 except ValueError as exc:
                     raise ValueError(f"'{lname}.{rel}': {exc}") from None
         entry.moe = moe_of(module)

@@ -7,6 +7,11 @@ original device with bit-identical values and its own storage, and the host aren
 (pinned memory) are released layer by layer, so restoring needs at most one layer of
 extra host memory.
 
+Tensors that are views of one storage (runtime/ties.py) share one entry and move as one: the
+bytes they span are copied once and each becomes the same view of the copy, so aliasing survives
+``apply`` and ``remove()``. ``group`` finds them before anything moves; such a group is never
+offloaded (the plan's checks refuse it).
+
 For a DTensor param the placement moves its local shard (``TensorRef.local``): the param object,
 its local tensor object and its layout stay, only the shard's storage moves.
 """
@@ -21,6 +26,7 @@ from runtime.offloader import Offloaded
 from runtime.dtensor import param_value
 from runtime.pinned import HostArena, pack
 from runtime.tensors import TensorRef
+from runtime.ties import rehome, storage_key
 
 
 @dataclass(eq=False)
@@ -30,7 +36,10 @@ class _Entry:
     target: torch.Tensor  # the tensor whose .data moves: ``tensor``, or a DTensor param's local shard
     device: torch.device  # where it was before apply
     host: torch.Tensor | None = None  # host view holding its value while offloaded
-    aliases: list[torch.Tensor] = field(default_factory=list)  # other targets sharing its storage
+    aliases: list[torch.Tensor] = field(default_factory=list)  # other targets: views of its storage
+
+    def views(self) -> list[torch.Tensor]:
+        return [self.target, *self.aliases]
 
 
 @dataclass(eq=False)
@@ -45,19 +54,30 @@ class Placement:
             entry = self.entries[id(t)] = _Entry(ref, t, ref.local, ref.local.device)
         return entry
 
-    def alias(self, owner: TensorRef, other: TensorRef) -> None:
-        """``other`` is a distinct object sharing ``owner``'s storage: keep them together."""
-        o, t = owner.get(), other.get()
-        if o is not t:
-            entry = self.track(owner)
-            if all(a is not other.local for a in entry.aliases):
-                entry.aliases.append(other.local)
-            self.entries[id(t)] = entry  # tracking the alias finds its owner's entry
+    def group(self, refs: list[TensorRef]) -> None:
+        """Track ``refs`` before anything moves, views of one storage in one entry (the first
+        tracked is its target)."""
+        by_storage: dict[tuple, _Entry] = {}
+        for entry in self.unique_entries():
+            by_storage.setdefault(storage_key(entry.target), entry)
+        for ref in refs:
+            t = ref.get()
+            if id(t) in self.entries:
+                continue
+            entry = by_storage.get(storage_key(ref.local))
+            if entry is None:
+                by_storage[storage_key(ref.local)] = self.track(ref)
+                continue
+            if entry.host is not None or entry.target.device != entry.device:
+                raise RuntimeError(f"{_name(entry)} moved before the tensors sharing its storage were found")
+            if all(a is not ref.local for a in entry.views()):
+                entry.aliases.append(ref.local)
+            self.entries[id(t)] = entry
 
     def _set(self, entry: _Entry, data: torch.Tensor) -> None:
+        if entry.aliases:
+            raise RuntimeError(f"{_name(entry)} shares its storage with other tensors: it moves as a group")
         entry.target.data = data
-        for a in entry.aliases:
-            a.data = data
 
     def offload_layer(self, refs: list[TensorRef], pin: bool) -> list[Offloaded]:
         """Copy these tensors (one layer's) into one host arena and point them at it.
@@ -68,6 +88,8 @@ class Placement:
         for r in refs:
             e = self.track(r)
             if e.host is None and all(x is not e for x in entries):
+                if e.aliases:
+                    raise RuntimeError(f"{_name(e)} shares its storage with other tensors: it cannot be offloaded")
                 entries.append(e)
         if not entries:
             return []
@@ -84,7 +106,10 @@ class Placement:
         t = entry.target
         if t.device == device:
             return False
-        self._set(entry, t.data.to(device))
+        if entry.aliases:
+            rehome(entry.views(), device)
+        else:
+            self._set(entry, t.data.to(device))
         return True
 
     def restore(self) -> list[str]:
@@ -96,7 +121,10 @@ class Placement:
         for entry in self.unique_entries():
             if entry.host is None and entry.target.device != entry.device:
                 try:
-                    self._set(entry, entry.target.data.to(entry.device))
+                    if entry.aliases:
+                        rehome(entry.views(), entry.device)
+                    else:
+                        self._set(entry, entry.target.data.to(entry.device))
                 except Exception as exc:  # noqa: BLE001 - reported after every tensor had its turn
                     problems.append(f"{_name(entry)}: could not move back to {entry.device}: {exc}")
         kept = []

@@ -19,6 +19,7 @@ from torch import nn
 
 from runtime.dtensor import local_tensor
 from runtime.tensors import resolve, storage_nbytes
+from runtime.ties import storage_key
 from schemas import Plan, SpecFile, format_bytes
 from schemas.errors import InputError, Problem, problems_from_validation
 from schemas.plan import DEFER_CHECK
@@ -72,9 +73,10 @@ def meta_tensors(model: nn.Module) -> list[str]:
 
 
 def naming_problems(plan: Plan, model: nn.Module) -> list[str]:
-    """Tensors of the model the plan names more than once (ties aside)."""
+    """Tensors of the model the plan names more than once as params (ties aside): the same object, or
+    views of one storage (runtime/ties.py), whose bytes the plan would count twice."""
     problems: list[str] = []
-    first: dict[int, str] = {}
+    first: dict[tuple, tuple[str, torch.Tensor]] = {}  # storage -> the first name and tensor
     for layer in plan.layers:
         seen_off: set[str] = set()
         for rel in layer.offloaded:
@@ -88,11 +90,13 @@ def naming_problems(plan: Plan, model: nn.Module) -> list[str]:
             t = _get(model, layer.name, rel)
             if t is None:
                 continue  # check_model reports it
-            if id(t) in first:
-                problems.append(f"'{full}' and '{first[id(t)]}' are the same tensor of the model, named "
-                                f"twice by the plan (list it once, and the other name under 'tied')")
+            key = storage_key(t)
+            if key in first:
+                what = "the same tensor" if first[key][1] is t else "views of one storage"
+                problems.append(f"'{full}' and '{first[key][0]}' are {what} of the model, named "
+                                f"twice by the plan (list one, and the other under 'tied')")
             else:
-                first[id(t)] = full
+                first[key] = (full, t)
     return problems
 
 

@@ -119,8 +119,9 @@ def test_ties_from_identity_shared_storage_and_meta() -> None:
     assert ties == [("head", "embed.weight")]
 
     net = Net(2)
-    net.head.weight = nn.Parameter(net.embed.weight.data.view(8, 10))  # same memory, another view: not a tie
-    assert not any(layer.tied for layer in runtime.describe(net).model.expanded())
+    net.head.weight = nn.Parameter(net.embed.weight.data.view(8, 10))  # same memory, another view: a tie too
+    ties = [(layer.name, owner) for layer in runtime.describe(net).model.expanded() for owner in layer.tied.values()]
+    assert ties == [("head", "embed.weight")]
 
     with torch.device("meta"):
         net = Net(2)
@@ -135,13 +136,14 @@ def test_ties_from_identity_shared_storage_and_meta() -> None:
 def test_ties_inside_blocks_fold_into_the_template() -> None:
     net = Net(3)
     for block in net.layers:
-        block.mlp[1].weight = nn.Parameter(block.mlp[0].weight.data.t())  # a transposed view: not tied
+        block.mlp[1].weight = nn.Parameter(block.mlp[0].weight.data.t())  # a transposed view: tied by storage
         block.attn2 = block.attn  # the same module under a second name
     spec = runtime.describe(net)
     block = spec.model.layers[1]
     assert block.repeat == 3
-    assert block.tied == {"attn2.weight": "layers.{i}.attn.weight", "attn2.bias": "layers.{i}.attn.bias"}
-    assert block.params["mlp.1.weight"].stride == [1, 8]
+    assert block.tied == {"mlp.1.weight": "layers.{i}.mlp.0.weight", "attn2.weight": "layers.{i}.attn.weight",
+                          "attn2.bias": "layers.{i}.attn.bias"}
+    assert "mlp.1.weight" not in block.params
     expanded = {layer.name: layer.tied for layer in spec.model.expanded()}
     assert expanded["layers.2"]["attn2.weight"] == "layers.2.attn.weight"
 
@@ -200,7 +202,9 @@ def test_described_net_plans_applies_and_removes_on_cpu() -> None:
     before = {k: (v.detach().clone(), id(v)) for k, v in net.state_dict(keep_vars=True).items()}
     plan = tightest_plan(spec, "prefetch")
     assert any("scale" in layer.offloaded for layer in plan.layers)  # buffers move too
-    with runtime.apply(plan, net, device="cpu"):
+    with pytest.raises(runtime.PlanMismatchError, match="registered buffers"):
+        runtime.apply(plan, net, device="cpu")  # only when the caller vouches that the model never writes them
+    with runtime.apply(plan, net, device="cpu", read_only_buffers=True):
         assert torch.equal(net(ids), want)
     for k, v in net.state_dict(keep_vars=True).items():
         assert torch.equal(v.detach(), before[k][0]) and id(v) == before[k][1], k
