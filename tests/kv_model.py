@@ -72,9 +72,8 @@ class KVDecoder(nn.Module):
 
 def make_kv_decoder(seed: int = 0, device: str = "cpu", **kwargs) -> KVDecoder:
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = KVDecoder(**kwargs)
-    return model.eval()
+    model = KVDecoder(**kwargs)  # built on the CPU: the same weights whatever the device (CUDA's RNG differs)
+    return model.to(device).eval()
 
 
 def generate(model: nn.Module, prompt: torch.Tensor, steps: int) -> list[torch.Tensor]:
