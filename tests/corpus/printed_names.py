@@ -40,5 +40,5 @@ CASES = [
 ]
 CASES += [
     CliCase("printed-calibrate-name-escape", ("calibrate", "--name", "\x1b[31mgpu"), expect=("--name", "U+001B")),
-    CliCase("printed-calibrate-name-empty", ("calibrate", "--name", ""), expect=("--name", "must not be empty")),
+    CliCase("printed-calibrate-name-empty", ("calibrate", "--name", ""), expect=("--name", "empty value")),
 ]
