@@ -12,6 +12,11 @@ path the runtime took in eager mode until 2026-12-01, less its stream context ma
 are compared with the resident model's bit for bit. Per layer: the resident forward's CPU time over its
 layers, and an offloaded layer's, (offloaded forward - resident forward) / offloaded layers + that.
 
+Then the host time spent inside the hooks' methods (start_copies, wait_copy, join, the write check) per
+forward, timed by wrapping them (``HookClock``): what the hooks cost the CPU, whatever the GPU queue does
+(an eager forward whose compute stream waits on copies fills the launch queue, and the host then blocks in
+a kernel launch: that wait is no issue work). Per offloaded layer: a hook-free layer's time plus the hooks'.
+
 Then (Llama only) ``--exact``: the 8 GB plan's prefill of 64 tokens under ``torch.compile(mode=
 "reduce-overhead")`` against the resident model compiled the same way and both against eager: the max
 abs difference and the share of positions whose top-1 token agrees.
@@ -65,6 +70,38 @@ def eager_costs(model, ids, device) -> dict:
     return {"cpu_ms": cpu, "step_ms": step, "logits": out}
 
 
+class HookClock:
+    """Host time spent inside the offloader's hot-path methods and the write check, per call, while installed:
+    the class methods are wrapped before ``apply`` (the hooks bind them when they are made)."""
+
+    NAMES = ("start_copies", "wait_copy", "join_after_forward")
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.saved: list = []
+
+    def __enter__(self) -> "HookClock":
+        from runtime.writes import WriteWatch
+
+        for cls, name in [(prefetch_module.PrefetchOffloader, n) for n in self.NAMES] + [(WriteWatch, "check")]:
+            real = getattr(cls, name)
+            self.saved.append((cls, name, real))
+
+            def timed(*a, _real=real, **k):
+                t0 = time.perf_counter()
+                try:
+                    return _real(*a, **k)
+                finally:
+                    self.seconds += time.perf_counter() - t0
+
+            setattr(cls, name, timed)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for cls, name, real in self.saved:
+            setattr(cls, name, real)
+
+
 def compare(a: torch.Tensor, b: torch.Tensor) -> dict:
     return {"bit_identical": bool(torch.equal(a, b)), "max_abs_diff": (a.float() - b.float()).abs().max().item(),
             "top1_agree": (a.argmax(-1) == b.argmax(-1)).float().mean().item()}
@@ -115,6 +152,23 @@ def main(argv: list[str] | None = None) -> int:
                        "cpu_ms_per_offloaded_layer": per_layer + extra,
                        "per_layer_over_hook_free": (per_layer + extra) / per_layer,
                        **compare(got["logits"], resident["logits"])})
+        with HookClock() as clock:  # the hooks' own host time, whatever the GPU queue does
+            with runtime.apply(plan, model, device=device), torch.no_grad():
+                model(ids, use_cache=False)
+                clock.seconds, n = 0.0, 30
+                t0, c0 = time.perf_counter(), time.process_time()
+                for _ in range(n):
+                    model(ids, use_cache=False)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                wall, cpu = (time.perf_counter() - t0) / n * 1e3, (time.process_time() - c0) / n * 1e3
+                hooks_ms = clock.seconds / n * 1e3
+        write({"model": kind, "run": "hook-time", "offloaded_layers": offloaded_layers, "hooks_ms_per_forward": hooks_ms,
+               "hooks_us_per_offloaded_layer": hooks_ms * 1e3 / max(offloaded_layers, 1),
+               "process_cpu_ms_per_forward": cpu, "wall_ms_per_forward": wall,
+               "hook_free_layer_ms": resident["cpu_ms"] / layers,
+               "offloaded_layer_over_hook_free": (resident["cpu_ms"] / layers + hooks_ms / max(offloaded_layers, 1))
+               / (resident["cpu_ms"] / layers)})
         if kind == "llama" and not args.no_exact:
             prompt = torch.randint(0, config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(4)).to(device)
             with torch.no_grad():
