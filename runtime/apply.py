@@ -15,7 +15,9 @@ from runtime.compile_guard import reset_compiled_code
 from runtime.check import check_model
 from runtime.errors import ApplyError, PlanMismatchError
 from runtime.guard import Guards, install, refuse_if_applied
-from runtime.offloader import Offloaded, Offloader, make_offloader
+from runtime.mixed import MixedOffloader
+from runtime.offloader import NoOffloader, Offloaded, Offloader
+from runtime.prefetch import PrefetchOffloader
 from runtime.placement import Placement
 from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_problems, loose_tensors, meta_tensors,
                                 naming_problems, plan_problems, spec_problems)
@@ -24,6 +26,7 @@ from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems
 from runtime.tensors import TensorRef, plan_refs, resolve
 from runtime.ties import extent, storage_key
 from runtime.teardown import RemoveError, Step, run_steps
+from runtime.uva import UvaOffloader
 from runtime.writes import WriteWatch, backend_of_each, buffer_problems, report_writes
 from schemas.errors import InputError
 from schemas import Plan, SpecFile, format_bytes
@@ -213,6 +216,17 @@ def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, 
 def _offloaded(plan: Plan, model: nn.Module) -> list[TensorRef]:
     refs = (resolve(model, layer.name, r) for layer in plan.layers for r in layer.offloaded)
     return [ref for ref in refs if ref is not None]
+
+
+BACKENDS: dict[str, type[Offloader]] = {"none": NoOffloader, "uva": UvaOffloader, "prefetch": PrefetchOffloader,
+                                         "mixed": MixedOffloader}
+
+
+def make_offloader(backend: str, **kwargs) -> Offloader:
+    """The offloader of a plan's backend (one file a backend: runtime/uva.py, prefetch.py, mixed.py)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}'; expected {', '.join(BACKENDS)}")
+    return BACKENDS[backend](**kwargs)
 
 
 def _device(device: str | torch.device) -> torch.device:

@@ -1,4 +1,4 @@
-"""The offloader life cycle shared by every backend, the no-op backend, and the factory.
+"""The offloader life cycle shared by every backend, and the no-op backend (the factory is in runtime/apply.py).
 
 ``apply`` moves the data (host arenas, resident params) and then drives an offloader:
 ``wrap_modules`` registers hooks, ``post_init`` finishes set-up once modules are
@@ -72,21 +72,3 @@ class NoOffloader(Offloader):
     """Backend ``none``: everything is resident; nothing to do."""
 
     name = "none"
-
-
-def make_offloader(backend: str, **kwargs) -> Offloader:
-    if backend == "none":
-        return NoOffloader(**kwargs)
-    if backend == "uva":
-        from runtime.uva import UvaOffloader
-
-        return UvaOffloader(**kwargs)
-    if backend == "prefetch":
-        from runtime.prefetch import PrefetchOffloader
-
-        return PrefetchOffloader(**kwargs)
-    if backend == "mixed":
-        from runtime.mixed import MixedOffloader
-
-        return MixedOffloader(**kwargs)
-    raise ValueError(f"unknown backend '{backend}'; expected none, uva, prefetch or mixed")
