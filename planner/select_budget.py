@@ -109,7 +109,6 @@ def prefer_tiers(layers: Sequence[tuple[int, Sequence[Tensor], Sequence[str]]],
 
 @dataclass(frozen=True)
 class Search:
-    backend: str
     fit: Cost | None  # the plan with the fewest offloaded layers that fits, or None
     lowest: Cost  # the lowest peak seen (over every state when nothing fits) within the cpu budget
     state: tuple[int, int] | None = None  # (tier, n) of the fit
@@ -168,7 +167,7 @@ def search(
                 continue
             peak = bound.peak_bound(n, offloaded, layers, backend, step)
             if n >= first and peak <= gpu_budget and cost(t, n).peak_gpu_bytes <= gpu_budget:
-                return Search(backend, exact[t, n], exact[t, n], (t, n))
+                return Search(exact[t, n], exact[t, n], (t, n))
             states.append((peak, (n < first, t, n), t, n))
     states.sort()
     lowest: Cost | None = None
@@ -181,8 +180,8 @@ def search(
         if lowest is None or (found.peak_gpu_bytes, order) < (lowest.peak_gpu_bytes, lowest_order):
             lowest, lowest_order, lowest_state = found, order, (t, n)
     if lowest is None:  # every state from ``start`` on pins too much
-        return Search(backend, None, cost(*start), None, start)
-    return Search(backend, None, lowest, None, lowest_state)
+        return Search(None, cost(*start), None, start)
+    return Search(None, lowest, None, lowest_state)
 
 
 def _fewest_possible(member_bytes: Sequence[int], resident: int, gpu_budget: int) -> int:

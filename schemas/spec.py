@@ -356,7 +356,6 @@ class Layer:
     index: int
     params: tuple[Tensor, ...]
     tied: dict[str, str] = field(default_factory=dict)  # relative name -> full name of owner
-    template: str | None = None  # the {i} name this layer was expanded from
     moe: MoeSpec | None = None
 
     @cached_property
@@ -412,8 +411,7 @@ def _expand(model: ModelSection) -> tuple[Layer, ...]:
             where[name] = pos
             tied = ({k: v.replace(REPEAT_TOKEN, str(i)) if i is not None else v for k, v in spec.tied.items()}
                     if spec.tied else {})
-            template = spec.name if spec.repeat else None
-            layers.append(Layer(name, len(layers), params, tied, template, spec.moe))
+            layers.append(Layer(name, len(layers), params, tied, spec.moe))
     layers = drop_tied_params(layers)  # a name listed as a param and tied too: the tie wins
     check_ties(layers)
     return tuple(layers)

@@ -61,15 +61,15 @@ def reference_search(tiers: Sequence[Tier], *, total_bytes: int, num_layers: int
             if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes:
                 lowest, lowest_state = cost, (t, n)
             if cost.peak_gpu_bytes <= gpu_budget:
-                return Search(backend, cost, lowest, (t, n))
+                return Search(cost, lowest, (t, n))
     for t, n in skipped:
         cost = reference_cost(tiers[t].pick(n), **common)
         if cpu_budget is None or cost.offloaded_bytes <= cpu_budget:
             if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes:
                 lowest, lowest_state = cost, (t, n)
     if lowest is None:
-        return Search(backend, None, reference_cost(tiers[start[0]].pick(start[1]), **common), None, start)
-    return Search(backend, None, lowest, None, lowest_state)
+        return Search(None, reference_cost(tiers[start[0]].pick(start[1]), **common), None, start)
+    return Search(None, lowest, None, lowest_state)
 
 
 # Params of every kind the prefer ladder orders, in a few shapes so that blocks share signatures or not.
