@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from planner.build import plan
-    from planner.tp import plan_ranks
-    from planner.tp_output import write_rank_plans
+    from planner.tp.ranks import plan_ranks
+    from planner.tp.output import write_rank_plans
 
 __all__ = ["plan", "plan_ranks", "write_rank_plans"]
 
@@ -21,11 +21,11 @@ def __getattr__(name: str) -> Any:
 
         return plan
     if name == "plan_ranks":
-        from planner.tp import plan_ranks
+        from planner.tp.ranks import plan_ranks
 
         return plan_ranks
     if name == "write_rank_plans":
-        from planner.tp_output import write_rank_plans
+        from planner.tp.output import write_rank_plans
 
         return write_rank_plans
     raise AttributeError(f"module 'planner' has no attribute '{name}'")

@@ -298,7 +298,7 @@ def plan_command(
     from schemas.spec import SpecFile
 
     if check is not None or diff_format is not None:
-        from planner.lockfile import check_flags
+        from planner.review.lockfile import check_flags
 
         check_flags(spec, check, output, diff_format is not None)
     options: dict[str, Any] = {
@@ -324,8 +324,8 @@ def plan_command(
         options["hardware"] = spec_hardware(spec_file.hardware, spec)  # a file: from the spec's folder
     if mode is not None:
         options["workload"] = _in_mode(options["workload"] or spec_file.workload, mode.value)
-    from planner.tp_cli import asked, check_request, world_size
-    from planner.tp_split import ShardError
+    from planner.tp.cli import asked, check_request, world_size
+    from planner.tp.split import ShardError
 
     world = world_size(tp, spec_file)
     world_asked = asked(tp, world, source_name(spec))
@@ -333,7 +333,7 @@ def plan_command(
         check_request(world, output, check, world_asked)
     try:
         if from_vllm is not None:
-            from planner.vllm_cli import plan_from_vllm
+            from planner.vllm.cli import plan_from_vllm
 
             if world > 1:
                 raise InputError(f"--from-vllm with {world_asked}: vLLM's flags are read for one GPU's plan; "
@@ -358,7 +358,7 @@ def plan_command(
     if check is not None:
         raise typer.Exit(_check_plan(ctx, result, spec, check, diff_format.value if diff_format else "text"))
     if world > 1:
-        from planner.tp_cli import write_set
+        from planner.tp.cli import write_set
 
         write_set(result, output, fmt.value)  # type: ignore[arg-type]
         return
@@ -369,15 +369,15 @@ def plan_command(
 
 def _check_plan(ctx: typer.Context, fresh: Any, spec: str, committed: str, fmt: str) -> int:
     """`plan --check`: the verdict on the committed plan (or rank set) on stdout; its exit code
-    (planner/lockfile.py, planner/lockfile_set.py)."""
+    (planner/review/lockfile.py, planner/review/lockfile_set.py)."""
     from planner.command_line import words_given
-    from planner.lockfile import check_plan
-    from planner.lockfile_render import render_check
+    from planner.review.lockfile import check_plan
+    from planner.review.lockfile_render import render_check
 
     options = words_given(ctx, leave_out=("spec", "check", "diff_format", "output"))
     if isinstance(fresh, list):  # a rank set (--tp N): DIR holds the committed rank plans
-        from planner.lockfile_render import render_set_check
-        from planner.lockfile_set import check_rank_set
+        from planner.review.lockfile_render import render_set_check
+        from planner.review.lockfile_set import check_rank_set
 
         checked = check_rank_set(fresh, spec, committed, options)
         sys.stdout.write(render_set_check(checked, fmt))
@@ -457,7 +457,7 @@ def show_command(
     from schemas.io import load_plan
 
     if os.path.isdir(plan_file):
-        from planner.tp_show import show_set
+        from planner.tp.show import show_set
 
         show_set(plan_file, fmt.value, chart, hardware, workload, _console)
         return
@@ -558,11 +558,11 @@ def diff_command(
     from schemas.io import load_plan
 
     if os.path.isdir(old) or os.path.isdir(new):
-        from planner.tp_show import diff_set_folders
+        from planner.tp.show import diff_set_folders
 
         raise typer.Exit(diff_set_folders(old, new, fmt.value))
     old_plan, new_plan = load_plan(old), load_plan(new)
-    from planner.diff import diff_plans, render_diff
+    from planner.review.diff import diff_plans, render_diff
 
     result = diff_plans(old_plan, new_plan)
     text = render_diff(result, fmt.value)
@@ -600,8 +600,8 @@ def check_plans_command(
 ) -> None:
     """Check committed plans: run each manifest line that FILES concern as `planner plan ... --check PLAN`;
     print each diff and the refresh command."""
-    from planner.check_plans import run
-    from planner.plan_manifest import MANIFEST
+    from planner.review.check_plans import run
+    from planner.review.manifest import MANIFEST
 
     plan_command = ctx.parent.command.get_command(ctx.parent, "plan")  # type: ignore[union-attr]
     raise typer.Exit(run(plan_command, files or [], manifest or MANIFEST, diff_format.value, list_only))
@@ -629,8 +629,8 @@ def export_command(
 ) -> None:
     """Print the vLLM offload flags that make this plan; when none can, say which part and the closest plan."""
     from planner.output import emit
-    from planner.vllm_export import export
-    from planner.vllm_export_render import render
+    from planner.vllm.export import export
+    from planner.vllm.export_render import render
     from schemas.io import load_plan, source_name
 
     result = export(load_plan(plan_file))

@@ -2,7 +2,7 @@
 
 ``--hardware ''`` would otherwise mean "no --hardware" (the default profile), ``-o ''`` "stdout", ``--params ''``
 "no filter": an empty value is always a slip (an unset shell variable, a stray quote). Refused here, at parse
-time, for every option and argument of every command, so a manifest line (planner/plan_invoke.py parses it
+time, for every option and argument of every command, so a manifest line (planner/review/plan_invoke.py parses it
 with the same command) is refused the same way. And an option that takes one value may be given once:
 click keeps the last of ``show -w a -w b`` and drops the first without a word; an option that accumulates
 (``plan --workload``) is declared as a list and keeps every value.

@@ -118,7 +118,7 @@ class MoeSpec(StrictModel):
 
 class AttentionSpec(StrictModel):
     """The model's attention heads (a config.json's num_attention_heads and num_key_value_heads): tensor
-    parallel splits q/k/v and o by whole heads, as engines do (planner/tp_heads.py)."""
+    parallel splits q/k/v and o by whole heads, as engines do (planner/tp/heads.py)."""
 
     heads: PositiveCount = Field(description="query heads of each attention layer")
     kv_heads: PositiveCount | None = Field(default=None, description="key/value heads (default: heads)")

@@ -11,7 +11,7 @@ from cli_samples import invoke
 from typer.main import get_command
 
 from planner.cli import app
-from planner.plan_invoke import _exceptions
+from planner.review.plan_invoke import _exceptions
 
 ROOT = get_command(app)
 COMMANDS = sorted(ROOT.commands.items())  # type: ignore[attr-defined]

@@ -7,12 +7,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner import vllm_export
+from planner.vllm import export as vllm_export
 from planner.select import group_rule
-from planner.vllm_export import _find_group, segments_for
-from planner.vllm_flags import VllmFlags
-from planner.vllm_layout import VllmParam
-from planner.vllm_select import StackLayer
+from planner.vllm.export import _find_group, segments_for
+from planner.vllm.flags import VllmFlags
+from planner.vllm.layout import VllmParam
+from planner.vllm.select import StackLayer
 
 NAMES = ("attn.qkv_proj.weight", "attn.o_proj.weight", "mlp.gate_up_proj.weight", "mlp.down_proj.weight",
          "mlp.experts.w13_weight", "mlp.experts.w2_weight")

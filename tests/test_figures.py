@@ -73,7 +73,7 @@ def test_a_profile_with_any_figure_is_refused_or_predicts_finite_times(tmp_path_
 @given(text=st.one_of(ANY_FLOAT.map(repr), st.integers(min_value=0, max_value=10**40).map(str),
                       st.from_regex(r"[0-9]{1,30}(\.[0-9]{0,20})?([eE][+-]?[0-9]{1,4})?", fullmatch=True)))
 def test_any_cpu_offload_gb_is_refused_or_a_whole_number_of_bytes(text: str) -> None:
-    from planner.vllm_flags import parse_vllm_flags
+    from planner.vllm.flags import parse_vllm_flags
 
     try:
         flags = parse_vllm_flags(f"--cpu-offload-gb {text}")

@@ -12,7 +12,7 @@ import pytest
 from cli_samples import invoke
 
 from corpus.lockfile import SPEC, committed_plan
-from planner.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, STDIN_PLAN
+from planner.review.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, STDIN_PLAN
 
 
 @pytest.fixture

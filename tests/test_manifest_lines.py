@@ -1,4 +1,4 @@
-"""The manifest's line grammar (planner/manifest_lines.py): whatever check-plans accepts, sh reads as the same
+"""The manifest's line grammar (planner/review/manifest_lines.py): whatever check-plans accepts, sh reads as the same
 commands with the same words; what sh would read otherwise is refused with its line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.manifest_lines import command_lines
+from planner.review.manifest_lines import command_lines
 
 # pieces a line is made of: plain words, separators, quotes, continuations and what sh reads its own way
 PIECES = ["a", "b.yaml", "-o", "--x", " ", " ", "\t", "'", '"', "\\", "\\\n", "\\ \n", "#", " #", "\n", "\r",

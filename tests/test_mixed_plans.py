@@ -14,7 +14,7 @@ from cli_samples import invoke
 from corpus.plans import SPEC_TEXT
 from planner.assemble import assemble
 from planner.assignment import Assignment
-from planner.diff import diff_plans, render_diff
+from planner.review.diff import diff_plans, render_diff
 from planner.errors import PlanningError
 from planner.layer_cost import layer_work
 from schemas import SpecFile, load_spec

@@ -43,7 +43,7 @@ def test_export_names_any_embedding_by_its_kind() -> None:
     from planner.assemble import assemble
     from planner.assignment import Assignment
     from planner.graph import build_graph, layers_in_order
-    from planner.vllm_export import export
+    from planner.vllm.export import export
     from schemas.io import parse_text
     from schemas.spec import SpecFile
 

@@ -277,7 +277,7 @@ def test_gpu_span_plans_eager_and_graph_bit_identical(blocks, step, span):
 
 
 def test_vllm_export_names_the_span(prefill_plan):
-    from planner.vllm_export import export
+    from planner.vllm.export import export
 
     out = export(prefill_plan)
     assert out.flags is None and any(p.part == "a layer spanning the slots" for p in out.problems)

@@ -1,4 +1,4 @@
-"""Tensor parallel by whole attention heads (planner/tp_heads.py): with ``model.attention`` the q/k/v and o
+"""Tensor parallel by whole attention heads (planner/tp/heads.py): with ``model.attention`` the q/k/v and o
 splits follow vLLM's rules (a KV head replicated over ranks when there are more ranks than KV heads; a
 world size the heads do not allow refused); without it the rows split as before and a note says so."""
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner
-from planner.tp_split import ShardError, split_spec
+from planner.tp.split import ShardError, split_spec
 from schemas.errors import InputError
 from schemas.io import load_model
 from schemas.spec import SpecFile

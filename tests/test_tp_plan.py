@@ -1,4 +1,4 @@
-"""Tensor-parallel planning (planner/tp.py): rank plans of the bundled specs, the default shard rules,
+"""Tensor-parallel planning (planner/tp/ranks.py): rank plans of the bundled specs, the default shard rules,
 how bytes add up over the ranks, the rank folder (written, shown, diffed) and the CLI."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from cli_samples import TINY_SPEC, invoke
 
 import planner
 from planner.shard_rules import default_rule
-from planner.tp_split import ShardError, split_spec
+from planner.tp.split import ShardError, split_spec
 from schemas.io import dump_model, load_plan, load_spec
 from schemas.rank_plans import check_set, load_set
 from schemas.shard import local_shape
@@ -264,7 +264,7 @@ def test_spec_without_parallel_keeps_its_hash() -> None:
 def test_diff_names_a_changed_shard_and_another_rank() -> None:
     """Two rank plans of one set differ only in rank (a model change, said first); a param split another
     way is a param change with its name and both values, not only a shape change."""
-    from planner.diff import diff_plans, render_diff
+    from planner.review.diff import diff_plans, render_diff
 
     spec = load_spec(SPECS["llama-3-8b"][0])
     plans = planner.plan_ranks(spec, 2, gpu_budget=8 * 10**9)

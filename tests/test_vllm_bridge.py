@@ -24,9 +24,9 @@ from cli_samples import invoke
 from conftest import EXAMPLES
 
 import planner
-from planner.vllm_export import export, gib_text, segments_for
-from planner.vllm_flags import parse_vllm_flags
-from planner.vllm_plan import from_vllm
+from planner.vllm.export import export, gib_text, segments_for
+from planner.vllm.flags import parse_vllm_flags
+from planner.vllm.plan import from_vllm
 from schemas import load_spec
 from schemas.errors import InputError
 from schemas.plan import Plan

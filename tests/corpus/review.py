@@ -68,7 +68,7 @@ CASES = [
     _case("line-hash-inside-a-word", "planner plan spec.yaml -o plan#1.yaml\n", expect=("'#': a line is one plan command",)),
     _case("line-unclosed-quote", "planner plan 'spec.yaml -o plan.yaml\n", expect=("No closing quotation",)),
     _case("line-continued-past-the-end", "planner plan spec.yaml \\\n", expect=("no -o PLAN",)),
-    # what sh would read otherwise (planner/manifest_lines.py; tests/test_manifest_lines.py compares with sh)
+    # what sh would read otherwise (planner/review/manifest_lines.py; tests/test_manifest_lines.py compares with sh)
     _case("line-crlf", GOOD_LINE.replace("\n", "\r\n"), expect=("planner-plans.sh:1: a carriage return",
                                                                 "LF line ends")),
     _case("line-crlf-on-the-second-line", GOOD_LINE + "planner plan spec.yaml -o b.yaml\r\n",

@@ -1,4 +1,4 @@
-"""Tensor parallel by attention heads (planner/tp_heads.py): world sizes no engine splits the heads over,
+"""Tensor parallel by attention heads (planner/tp/heads.py): world sizes no engine splits the heads over,
 shapes that are no whole number of heads, and bad `model.attention` sections. Exit 2 with the file, the
 line, the param and the heads."""
 

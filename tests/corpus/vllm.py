@@ -1,6 +1,6 @@
 """Bad input to the vLLM bridge: `plan --from-vllm FLAGS` and `export --to vllm`.
 
-One strict parser reads the flag string (planner/vllm_flags.py); each case is a different way a
+One strict parser reads the flag string (planner/vllm/flags.py); each case is a different way a
 vLLM command line goes wrong. All exit 2 with the flag named, except a budget the flags overrun (1).
 """
 

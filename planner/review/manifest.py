@@ -7,7 +7,7 @@ makes every plan again. `planner check-plans` reads it to know which plan belong
 options. Paths in it are relative to the manifest's folder.
 
 So that sh and this reader see the same words, each line follows one strict grammar
-(planner/manifest_lines.py): plain words and quotes, LF line ends, a backslash only as the last character
+(planner/review/manifest_lines.py): plain words and quotes, LF line ends, a backslash only as the last character
 of a continued line; anything sh would read otherwise is refused with its line. Every line is parsed by the plan command's own option parser, so a misspelled or
 out-of-range option is found here, with its line, before anything is checked.
 """
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner.manifest_lines import command_lines
+from planner.review.manifest_lines import command_lines
 from schemas.errors import InputError, Problem
 from schemas.input_file import read_input
 
@@ -94,7 +94,7 @@ def _entry(number: int, words: Sequence[str], folder: str, plan_command: Any) ->
     """One plan command's words as an Entry, or ValueError saying what is wrong with them."""
     if words[:2] != ["planner", "plan"]:
         raise ValueError(f"'{' '.join(words[:2])}': expected {ONE_A_LINE}")
-    from planner.plan_invoke import parse
+    from planner.review.plan_invoke import parse
 
     ctx = parse(plan_command, words[2:])
     params = ctx.params

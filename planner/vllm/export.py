@@ -1,7 +1,7 @@
 """`planner export PLAN --to vllm`: the vLLM flags that make this plan, or why none do and what comes closest.
 
-Decided here, worded in planner/vllm_export_render.py. A plan is expressible when vLLM's own
-selection (planner/vllm_select.py) for some flags offloads exactly its params with its backend and
+Decided here, worded in planner/vllm/export_render.py. A plan is expressible when vLLM's own
+selection (planner/vllm/select.py) for some flags offloads exactly its params with its backend and
 slots, so that ``plan --from-vllm`` of the flags gives the same placement. Not expressible:
 
 - params offloaded outside the decoder layers (an embedding, the LM head): vLLM offloads only the
@@ -32,8 +32,8 @@ from schemas.spec import Layer, Tensor
 from planner.graph import build_graph, find_block_stack
 from planner.kinds import param_kind
 from planner.names import join_names
-from planner.vllm_flags import VllmFlags
-from planner.vllm_select import StackLayer, select
+from planner.vllm.flags import VllmFlags
+from planner.vllm.select import StackLayer, select
 
 _CLOSEST_GROUPS = 8  # the closest plan tries group sizes 1..8
 
@@ -77,7 +77,7 @@ def spec_layers(plan: Plan) -> list[Layer]:
 
 
 def export(plan: Plan) -> Export:
-    from planner.vllm_plan import stack_view
+    from planner.vllm.plan import stack_view
 
     layers = spec_layers(plan)
     stack = find_block_stack(build_graph(layers))
@@ -147,7 +147,7 @@ def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer],
 def segments_for(required: Iterable[str], forbidden: Iterable[str]) -> tuple[str, ...] | None:
     """Segments (vLLM's --offload-params) that match every ``required`` name and no ``forbidden`` one:
     () when nothing is forbidden (no filter), None when no set of segments can."""
-    from planner.vllm_layout import matches
+    from planner.vllm.layout import matches
 
     need, bad = set(required), set(forbidden)
     if not bad:
@@ -262,7 +262,7 @@ def _find_uva(view: Sequence[StackLayer], off: dict[str, set[str]]) -> VllmFlags
         return Problem("a budget spread", f"vLLM's --cpu-offload-gb offloads params in layer order from the first "
                                           f"decoder layer, and this plan keeps {kept} on the GPU while it offloads "
                                           f"{seq[last][0]}.{seq[last][1].name}")
-    from planner.vllm_layout import matches
+    from planner.vllm.layout import matches
 
     eligible = [p.nbytes for _, p in seq if not segs or matches(p.name, segs)]
     count = len(required)
@@ -290,7 +290,7 @@ def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[S
              offloaded: dict[str, set[str]]) -> Closest | None:
     from planner.predict import predict
     from planner.predicted import chosen_profile, plan_workload
-    from planner.vllm_plan import build
+    from planner.vllm.plan import build
 
     if not stack:
         return None

@@ -1,4 +1,4 @@
-"""`planner show DIR` and `planner diff OLD_DIR NEW_DIR` for rank sets (planner/tp.py writes them): a table
+"""`planner show DIR` and `planner diff OLD_DIR NEW_DIR` for rank sets (planner/tp/ranks.py writes them): a table
 of the ranks with the slowest rank's predicted step, and a diff rank by rank."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from schemas.plan import Plan
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
-from planner import tp_notes
-from planner.diff import PlanDiff, diff_plans, render_diff
-from planner.tp import slowest_of
+from planner.tp import notes as tp_notes
+from planner.review.diff import PlanDiff, diff_plans, render_diff
+from planner.tp.ranks import slowest_of
 
 RANK_FIELDS = ("peak_gpu_bytes", "resident_bytes", "offloaded_bytes", "buffer_bytes", "pinned_host_bytes")
 

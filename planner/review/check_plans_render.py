@@ -1,4 +1,4 @@
-"""The words of `planner check-plans` (planner/check_plans.py decides): each line's `plan --check`
+"""The words of `planner check-plans` (planner/review/check_plans.py decides): each line's `plan --check`
 output as it printed it, a failed line followed by the manifest line it came from, then one closing
 sentence with the counts and what to run. The same words serve text and markdown."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from planner.check_plans import FAILED, MISSING, OUT_OF_DATE, UP_TO_DATE, Outcome, Selection
+from planner.review.check_plans import FAILED, MISSING, OUT_OF_DATE, UP_TO_DATE, Outcome, Selection
 
 
 def outcome_text(outcome: Outcome, manifest: str, md: bool = False) -> tuple[str, str]:

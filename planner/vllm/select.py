@@ -3,7 +3,7 @@
 Both offloaders see only the decoder layers that ``make_layers`` builds (this planner's block
 stack), in order (vllm/model_executor/models/utils.py ``make_layers``; vllm/model_executor/
 offloader/base.py: "wrap_modules is only called from make_layers"). The embedding, the final
-norm and the LM head are never offloaded. Each layer's params are vLLM's (planner/vllm_layout.py).
+norm and the LM head are never offloaded. Each layer's params are vLLM's (planner/vllm/layout.py).
 
 - Prefetch (vllm/model_executor/offloader/prefetch.py, ``PrefetchOffloader.wrap_modules``):
   stack layer ``i`` is a candidate iff ``i % G >= G - K``: the *last* K of every group of G
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.vllm_flags import VllmFlags
-from planner.vllm_layout import VllmParam, matches
+from planner.vllm.flags import VllmFlags
+from planner.vllm.layout import VllmParam, matches
 
 
 @dataclass(frozen=True)

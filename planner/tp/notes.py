@@ -1,4 +1,4 @@
-"""The words of tensor-parallel planning (planner/tp.py and planner/tp_split.py decide): the notes every rank
+"""The words of tensor-parallel planning (planner/tp/ranks.py and planner/tp/split.py decide): the notes every rank
 plan carries and the lines that sum up a rank set. No rank number appears in a note, so that the plans of a
 set differ only in ``summary.rank``."""
 

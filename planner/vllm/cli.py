@@ -6,7 +6,7 @@ from typing import Any
 
 from schemas.errors import InputError
 
-from planner.vllm_flags import OPTION, parse_vllm_flags
+from planner.vllm.flags import OPTION, parse_vllm_flags
 
 # plan options that vLLM's flags decide, so they cannot go with --from-vllm
 _DECIDED = {"backend": "--backend", "strategy": "--strategy", "group_size": "--group-size",
@@ -21,7 +21,7 @@ def plan_from_vllm(spec: Any, flags_text: str, options: dict[str, Any]) -> Any:
         raise InputError(f"{OPTION} takes what to offload from vLLM's flags; {', '.join(clash)} cannot go with it "
                          "(give vLLM's own flag inside --from-vllm, e.g. --offload-prefetch-step 2)")
     flags = parse_vllm_flags(flags_text)
-    from planner.vllm_plan import from_vllm
+    from planner.vllm.plan import from_vllm
 
     return from_vllm(spec, flags, gpu_budget=options.get("gpu_budget"), cpu_budget=options.get("cpu_budget"),
                      hardware=options.get("hardware"), workload=options.get("workload"))

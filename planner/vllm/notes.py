@@ -1,4 +1,4 @@
-"""The words of `plan --from-vllm` (planner/vllm_plan.py decides): the plan's backend_reason and the notes
+"""The words of `plan --from-vllm` (planner/vllm/plan.py decides): the plan's backend_reason and the notes
 that say which vLLM rule chose what, and how this plan's buffer pool differs from vLLM's."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from schemas.sizes import format_bytes
 
 from planner.names import join_names
-from planner.vllm_flags import VllmFlags
-from planner.vllm_select import Selection
+from planner.vllm.flags import VllmFlags
+from planner.vllm.select import Selection
 
 
 def pool_note(slots: int, vllm_pool: int, plan_pool: int) -> str:

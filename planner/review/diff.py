@@ -1,4 +1,4 @@
-"""What changed between two plans, decided here and worded in planner/diff_render.py.
+"""What changed between two plans, decided here and worded in planner/review/diff_render.py.
 
 In review order: how much moved (the churn), the model (name, spec hash, layers added, removed or
 renamed, param shapes and dtypes), memory with the predicted step time per workload (compared only
@@ -15,7 +15,7 @@ from schemas.plan import Plan, PlanLayer, PlanParam
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
-from planner.diff_render import render_diff
+from planner.review.diff_render import render_diff
 from planner.names import join_names
 
 __all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "placements", "render_diff"]

@@ -1,5 +1,5 @@
 """`planner plan SPEC ... --check PLAN`: is the committed PLAN what the planner makes now from SPEC
-with these options? Decided here, worded in planner/lockfile_render.py.
+with these options? Decided here, worded in planner/review/lockfile_render.py.
 
 The committed plan is compared after loading, not byte for byte: a plan is the same when every
 field is equal, predictions included (they follow from the same spec, options and hardware
@@ -30,7 +30,7 @@ from schemas.io import load_model, parse_text, read_text, source_name
 from schemas.plan import PLAN_VERSION, Plan
 
 from planner import exit_codes
-from planner.diff import PlanDiff, diff_plans
+from planner.review.diff import PlanDiff, diff_plans
 
 SAME, CHANGED, OTHER_SPEC, OLDER_VERSION = "same", "changed", "other_spec", "older_version"
 STDIN_PLAN = "PLAN"  # the refresh command's -o when the committed plan came on stdin

@@ -1,4 +1,4 @@
-"""The words of a `planner plan --check` verdict (planner/lockfile.py decides it): text, markdown for
+"""The words of a `planner plan --check` verdict (planner/review/lockfile.py decides it): text, markdown for
 a pull request, json for tools. Text and markdown give the diff (committed -> now) first, then the
 verdict with the command that refreshes the plan, as the last line in text."""
 
@@ -9,9 +9,9 @@ import json
 from schemas.plan import PLAN_VERSION
 from schemas.rank_plans import rank_plan_name
 
-from planner.diff import render_diff
-from planner.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, Check
-from planner.lockfile_set import SetCheck
+from planner.review.diff import render_diff
+from planner.review.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, Check
+from planner.review.lockfile_set import SetCheck
 
 SHA_SHOWN = 12  # hex digits of a spec hash in a sentence
 

@@ -1,6 +1,6 @@
 """Tensor-parallel planning: one plan per rank, each a normal plan of that rank's shards.
 
-``plan_ranks(spec, world_size, **kwargs)`` splits every param (planner/tp_split.py), plans the rank spec
+``plan_ranks(spec, world_size, **kwargs)`` splits every param (planner/tp/split.py), plans the rank spec
 like any spec (``planner.plan`` with the same keyword arguments; budgets are per GPU), and marks the plan
 with each param's ``shard``, the original spec's hash and ``rank``/``world_size``. Splits are even, so
 every rank's part has the same shapes and the ranks' plans differ only in ``summary.rank``.
@@ -15,9 +15,9 @@ from schemas.plan import Plan
 from schemas.spec import SpecFile
 from schemas.spec_hash import spec_sha256
 
-from planner import tp_notes
+from planner.tp import notes as tp_notes
 from planner.errors import InfeasibleError
-from planner.tp_split import Split, split_spec
+from planner.tp.split import Split, split_spec
 
 
 def _marked(plan: Plan, split: Split, spec: SpecFile) -> Plan:

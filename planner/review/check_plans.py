@@ -1,9 +1,9 @@
 """`planner check-plans [FILES...]`: are the committed plans still what their commands make?
 
-The commands come from the plans manifest (planner/plan_manifest.py). With no FILES every line is
+The commands come from the plans manifest (planner/review/manifest.py). With no FILES every line is
 checked; with FILES (the changed files pre-commit passes) the lines that name one of them as their
 spec, plan or --hardware file, and every line when the manifest itself is among them. Each line is
-run as `planner plan ... --check PLAN` (planner/lockfile.py decides the verdict), in this process.
+run as `planner plan ... --check PLAN` (planner/review/lockfile.py decides the verdict), in this process.
 
 A given file that no line names is not checked: a spec without a committed plan, or any other file
 pre-commit passes. Two such files are bad input: one that does not exist, and a plan (no line says
@@ -11,7 +11,7 @@ how it is made). A plan a line names that does not exist yet is out of date: it 
 
 Exit code: the largest of the lines' (0 all up to date, 1 some out of date or not fitting their
 budget, 2 bad input: a bad manifest line, a spec that does not load, a file above). Worded in
-planner/check_plans_render.py.
+planner/review/check_plans_render.py.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from schemas.io import guess_kind, parse_text, read_text
 from schemas.rank_plans import RANK_FILE
 
 from planner import exit_codes
-from planner.plan_invoke import invoke
-from planner.plan_manifest import Entry, path_key
+from planner.review.plan_invoke import invoke
+from planner.review.manifest import Entry, path_key
 
 UP_TO_DATE, OUT_OF_DATE, MISSING, FAILED = "up to date", "out of date", "missing", "failed"
 
@@ -149,8 +149,8 @@ def run(plan_command: Any, files: Sequence[str], manifest: str, diff_format: str
     instead with ``list_only``), say each verdict as it comes and the counts last; the exit code."""
     import sys
 
-    from planner.check_plans_render import outcome_text, summary
-    from planner.plan_manifest import read_manifest
+    from planner.review.check_plans_render import outcome_text, summary
+    from planner.review.manifest import read_manifest
 
     selection = select(read_manifest(manifest, plan_command), files, manifest)
     for problem in selection.problems:

@@ -1,5 +1,5 @@
 """`planner export --to vllm` in words: the flags (text: one line for a shell), or the parts vLLM's
-flags cannot express with the closest plan they can (text or JSON). Decided in planner/vllm_export.py."""
+flags cannot express with the closest plan they can (text or JSON). Decided in planner/vllm/export.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shlex
 
 from schemas.sizes import format_bytes
 
-from planner.vllm_export import Export
+from planner.vllm.export import Export
 
 
 def render(result: Export, plan_name: str, fmt: str) -> str:

@@ -1,4 +1,4 @@
-"""The words of a plan diff (planner/diff.py decides it): text for a terminal, markdown for a
+"""The words of a plan diff (planner/review/diff.py decides it): text for a terminal, markdown for a
 pull-request comment, json for tools. Text and markdown give the same facts in the same order:
 the churn line, the model, memory and predicted step time, params moved, settings, the schedule
 (a count, the first few, "and N more"), the rest."""
@@ -14,7 +14,7 @@ from schemas.sizes import format_bytes
 from planner.names import compress_names
 
 if TYPE_CHECKING:
-    from planner.diff import Change, Churn, ModelDiff, ParamGroup, PlanDiff, PrefetchChange, TimeDelta
+    from planner.review.diff import Change, Churn, ModelDiff, ParamGroup, PlanDiff, PrefetchChange, TimeDelta
 
 SCHEDULE_SHOWN = 5  # schedule changes listed before "and N more"
 NO_CHANGES = "no changes"

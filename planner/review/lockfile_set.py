@@ -1,9 +1,9 @@
 """`planner plan SPEC --tp N --check DIR`: is the committed rank set in DIR what the planner makes now?
 
-Each rank's committed plan is checked as `--check PLAN` checks one plan (planner/lockfile.py), against the
+Each rank's committed plan is checked as `--check PLAN` checks one plan (planner/review/lockfile.py), against the
 rank plan made now; the set is up to date when every rank is and DIR holds exactly N rank plans. Every
 verdict's refresh command writes the whole set again: the user's command line with ``-o DIR``.
-Worded in planner/lockfile_render.py.
+Worded in planner/review/lockfile_render.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from schemas.plan import Plan
 from schemas.rank_plans import one_file_a_rank
 
 from planner import exit_codes
-from planner.lockfile import SAME, Check, check_plan
+from planner.review.lockfile import SAME, Check, check_plan
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """`planner plan SPEC --from-vllm "FLAGS"`: the plan vLLM would execute for these offload flags.
 
-vLLM's rules decide (planner/vllm_select.py, on vLLM's view of each layer: planner/vllm_layout.py);
+vLLM's rules decide (planner/vllm/select.py, on vLLM's view of each layer: planner/vllm/layout.py);
 ``planner.assemble`` writes the plan as for any strategy, so ``planner show``/``diff`` compare it
 with auto's plan. The plan says where it came from in its first note and its backend_reason;
 its strategy is ``group`` (prefetch flags) or ``budget`` (``--cpu-offload-gb``). Those notes are worded in
-planner/vllm_notes.py.
+planner/vllm/notes.py.
 
 What this planner does differently while executing the same selection (said in the notes):
 the buffer pool holds a buffer only for the slots whose layers use it (vLLM: every key in every
@@ -25,15 +25,15 @@ from schemas.spec import Layer, SpecFile
 from schemas.spec_hash import spec_sha256
 from schemas.workload import DEFAULT_WORKLOAD, Workload
 
-from planner import vllm_notes
+from planner.vllm import notes as vllm_notes
 from planner.assemble import assemble
 from planner.assignment import Assignment
 from planner.errors import InfeasibleError, PlanningError
 from planner.graph import build_graph, find_block_stack, layers_in_order, tied_owners
 from planner.predict import predict
-from planner.vllm_flags import VllmFlags
-from planner.vllm_layout import SpecParam, vllm_params
-from planner.vllm_select import StackLayer, select
+from planner.vllm.flags import VllmFlags
+from planner.vllm.layout import SpecParam, vllm_params
+from planner.vllm.select import StackLayer, select
 
 
 def stack_view(layers: Sequence[Layer], stack: Sequence[str]) -> list[StackLayer]:

@@ -1,4 +1,4 @@
-"""`planner plan --tp N`: what the command line adds to tensor-parallel planning (planner/tp.py): the world
+"""`planner plan --tp N`: what the command line adds to tensor-parallel planning (planner/tp/ranks.py): the world
 size from the flag or the spec, the checks of the request, writing the set and saying what each rank costs."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import sys
 from schemas.plan import Plan
 from schemas.spec import SpecFile
 
-from planner import tp_notes
-from planner.tp import slowest_rank
-from planner.tp_output import check_folder, write_rank_plans
+from planner.tp import notes as tp_notes
+from planner.tp.ranks import slowest_rank
+from planner.tp.output import check_folder, write_rank_plans
 
 
 def world_size(flag: int | None, spec: SpecFile) -> int:

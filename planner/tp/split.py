@@ -1,6 +1,6 @@
 """One rank's spec: every param's shard decided (the spec's ``shard:``, else planner/shard_rules.py) and its
 shape replaced by the rank's part. Every rank's part has the same shape (splits are even), so one rank spec
-serves all ranks. Deciding only; the words are in planner/tp_notes.py.
+serves all ranks. Deciding only; the words are in planner/tp/notes.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from schemas.shard import local_shape, split_dim
 from schemas.spec import REPEAT_TOKEN, AttentionSpec, SpecFile
 
 from planner.shard_rules import default_rule
-from planner.tp_heads import NEEDS, head_split, module_of
+from planner.tp.heads import NEEDS, head_split, module_of
 
 BY_HEADS = ("attention q/k/v", "attention output")  # the default rules whose rows are heads x head_dim
 FIX_HEADS = "give it shard: explicitly, or a world size the heads allow"

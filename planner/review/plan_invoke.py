@@ -1,5 +1,5 @@
 """`planner plan` run from its click command in this process: a manifest line's words parsed by the
-command's own option parser, and a check run with its output captured (planner/check_plans.py).
+command's own option parser, and a check run with its output captured (planner/review/check_plans.py).
 
 Typer 0.2x ships its own copy of click, whose exceptions are not click's; older typer uses click.
 Both are handled here, so nothing else needs to know which one runs.

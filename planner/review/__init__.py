@@ -1,0 +1,1 @@
+"""Plans in review: diff, the --check lockfile, check-plans and its manifest."""
