@@ -1,18 +1,10 @@
-"""The exit codes of the `planner` command (README, "Errors and exit codes", has the same table).
-
-Light on purpose: the CLI reads it at start-up for its --help text. The errors that end a
-command carry their own code (``schemas.errors.PlannerError.exit_code``) with these values.
-"""
+"""The `planner` command's exit-code notes for --help and the debug switch; the codes themselves are
+``schemas/exit_codes.py`` (re-exported here for the CLI)."""
 
 from __future__ import annotations
 
-OK = 0
-CHANGED = 1  # `planner diff`: the plans differ
-INFEASIBLE = 1  # no plan fits the budget
-BAD_INPUT = 2  # a file, an option or an output path the command cannot use
-INTERNAL_ERROR = 70  # a bug in planner (EX_SOFTWARE of sysexits.h)
-INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports 128 + 2; no output file is left half-written
-BROKEN_PIPE = 141  # stdout was closed early (`planner show plan.yaml | head`), as a shell reports SIGPIPE
+from schemas.exit_codes import (BAD_INPUT, BROKEN_PIPE, CHANGED, INFEASIBLE, INTERNAL_ERROR,  # noqa: F401
+                                 INTERRUPTED, OK)
 
 DEBUG_ENV = "PLANNER_DEBUG"  # set to 1: an internal error shows its traceback, as --debug does
 

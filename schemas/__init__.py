@@ -1,13 +1,35 @@
-"""File formats of the offload planner: the model/memory spec and the plan (pure data)."""
+"""File formats of the offload planner: the model/memory spec and the plan (pure data).
 
-from schemas.errors import InputError
-from schemas.io import dump_model, load_plan, load_spec
-from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
-from schemas.sizes import format_bytes, parse_size
-from schemas.spec import Layer, LayerSpec, MemorySection, ModelSection, OffloadSection, ParamSpec, SpecFile, Tensor
+The names below load on first use (PEP 562), so ``import schemas.exit_codes`` (the CLI's start-up) costs no
+pydantic; ``from schemas import Plan`` works as before.
+"""
 
-__all__ = [
-    "BufferKey", "BufferPool", "InputError", "Layer", "LayerSpec", "MemorySection", "ModelSection",
-    "OffloadSection", "ParamSpec", "Plan", "PlanLayer", "PlanParam", "Prefetch", "SpecFile",
-    "Summary", "Tensor", "dump_model", "format_bytes", "load_plan", "load_spec", "parse_size",
-]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "InputError": "schemas.errors",
+    "dump_model": "schemas.io", "load_plan": "schemas.io", "load_spec": "schemas.io",
+    "BufferKey": "schemas.plan", "BufferPool": "schemas.plan", "Plan": "schemas.plan", "PlanLayer": "schemas.plan",
+    "PlanParam": "schemas.plan", "Prefetch": "schemas.plan", "Summary": "schemas.plan",
+    "format_bytes": "schemas.sizes", "parse_size": "schemas.sizes",
+    "Layer": "schemas.spec", "LayerSpec": "schemas.spec", "MemorySection": "schemas.spec",
+    "ModelSection": "schemas.spec", "OffloadSection": "schemas.spec", "ParamSpec": "schemas.spec",
+    "SpecFile": "schemas.spec", "Tensor": "schemas.spec",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'schemas' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, RootModel, ValidationError
 
+from schemas import exit_codes
+
 MAX_LISTED = 10
 
 
@@ -41,9 +43,9 @@ class Problem:
         return f"{where}{field}{self.text}"
 
 
-# exit codes of the `planner` command for the errors below (the whole table: planner/exit_codes.py)
-EXIT_NOT_POSSIBLE = 1  # a valid request that cannot be carried out (no plan fits the budget)
-EXIT_BAD_INPUT = 2
+# exit codes of the `planner` command for the errors below (the whole table: schemas/exit_codes.py)
+EXIT_NOT_POSSIBLE = exit_codes.INFEASIBLE  # a valid request that cannot be carried out (no plan fits the budget)
+EXIT_BAD_INPUT = exit_codes.BAD_INPUT
 
 
 class PlannerError(Exception):
