@@ -44,6 +44,7 @@ from bench_cost import build  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
+from planner.kinds import param_kind  # noqa: E402
 from planner.layer_cost import touched_experts  # noqa: E402
 from planner.predict import predict  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
@@ -120,10 +121,11 @@ def moved_bytes(plan, tokens: int = 1) -> float:
         uva = set(layer.uva)
         for rel in layer.offloaded:
             p = layer.params[rel]
+            kind = p.kind or param_kind(layer.name, rel)  # a plan names a kind only where the spec did
             share = 1.0
-            if rel in uva and layer.moe is not None and p.kind == "routed_experts":
+            if rel in uva and layer.moe is not None and kind == "routed_experts":
                 share = touched_experts(layer.moe.experts, layer.moe.top_k, tokens) / layer.moe.experts
-            elif rel in uva and p.kind == "embedding" and "lm_head" not in layer.name:  # a lookup reads its rows
+            elif rel in uva and kind == "embedding" and "lm_head" not in layer.name:  # a lookup reads its rows
                 share = min(1.0, tokens / p.shape[0])
             total += p.bytes * share
     return total

@@ -25,7 +25,6 @@ class PlacementCost:
 
     def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload):
         self.layers = layers
-        self.hw = hw
         items = workload.items()
         total = sum(item.weight for _, item in items)
         self.tokens = [(item.tokens, item.weight / total, item.mode) for _, item in items]

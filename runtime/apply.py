@@ -37,6 +37,10 @@ log = logging.getLogger("runtime")
 _ACTIVE: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary()
 
 
+# what a Handle holds process-wide while its plan is applied (taken in Handle.__init__), and gives back
+_RELEASE_HELD: list[Step] = [("compile guards", compile_guard.release), ("capture hook", capture.release)]
+
+
 class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
 
@@ -50,8 +54,7 @@ class Handle:
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
                                      ("weights", placement.restore), ("guards", self._remove_guards),
-                                     ("compile caches", reset_compiled_code),
-                                     ("compile guards", compile_guard.release), ("capture hook", capture.release)]
+                                     ("compile caches", reset_compiled_code), *_RELEASE_HELD]
         _ACTIVE[id(self)] = self
         compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
         capture.hold()  # captures join the copies issued in them before they end
@@ -173,7 +176,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
         if handle is not None:  # it holds the dynamo and capture settings: give them back
             _ACTIVE.pop(id(handle), None)
-            steps += [("compile guards", compile_guard.release), ("capture hook", capture.release)]
+            steps += _RELEASE_HELD
         _, problems = run_steps(steps + [("weights", placement.restore)])
         if problems:  # the original error is what the caller needs; say what could not be undone
             log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))
