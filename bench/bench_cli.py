@@ -33,7 +33,7 @@ def imported_after_help() -> list[str]:
     """Heavy modules in sys.modules after the CLI has imported and rendered --help."""
     code = (
         "import sys\n"
-        "from planner.cli import main\n"
+        "from planner.cli.app import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
@@ -49,7 +49,7 @@ def main() -> int:
 
     script = shutil.which("planner")
     commands = {"planner --help": [script, "--help"]} if script else {}
-    commands["python -m planner.cli --help"] = [sys.executable, "-m", "planner.cli", "--help"]
+    commands["python -m planner.cli.app --help"] = [sys.executable, "-m", "planner.cli.app", "--help"]
     commands["python -c pass (interpreter floor)"] = [sys.executable, "-c", "pass"]
 
     print(f"machine: {platform.machine()}, {platform.system()}, Python {platform.python_version()}, "

@@ -45,8 +45,8 @@ from bench_cost import build  # noqa: E402
 import planner  # noqa: E402
 import runtime  # noqa: E402
 from planner.kinds import param_kind  # noqa: E402
-from planner.layer_cost import touched_experts  # noqa: E402
-from planner.predict import predict  # noqa: E402
+from planner.cost.layer import touched_experts  # noqa: E402
+from planner.cost.predict import predict  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
 from runtime.token_clock import TokenClock  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402

@@ -89,7 +89,7 @@ def main() -> None:
                      ["plan", str(path), "-o", str(Path(tmp) / f"p.{fmt}"), "--format", fmt]) for fmt in ("yaml", "json")]
             runs.append(("`planner --help` subprocess", ["--help"]))
             for name, argv in runs:
-                cmd = [sys.executable, "-m", "planner.cli", *argv]
+                cmd = [sys.executable, "-m", "planner.cli.app", *argv]
                 t, proc = best(lambda: subprocess.run(cmd, capture_output=True, env=env), max(args.repeat, 5))
                 ok = "" if proc.returncode == 0 else f" (exit {proc.returncode}: {proc.stderr.decode()[-200:]})"
                 rows.append((f"{name}{ok}", t))

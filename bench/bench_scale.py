@@ -3,7 +3,7 @@
     python bench/bench_scale.py [--root DIR] [--runs N]
 
 ``--root``: the source tree to time (default this one; a checkout of an older commit gives "before").
-Each case runs as a subprocess ``python -m planner.cli ...`` with PYTHONPATH=ROOT; best of N wall and
+Each case runs as a subprocess ``python -m planner.cli.app ...`` with PYTHONPATH=ROOT; best of N wall and
 the child's user + sys CPU of that run. Inputs (bench/synthetic_spec.py) are written to a temp folder:
 - plan auto: 1,000 blocks x 20 params, each listed on its own, --gpu-budget 10GiB (strategy auto);
 - plan, 1,000 workloads: 32 blocks x 10 params and a workload section of 1,000 forwards;
@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent.parent
 def _run(root: Path, args: list[str]) -> tuple[float, float, int]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "planner.cli", *args], env={**os.environ, "PYTHONPATH": str(root)},
+    done = subprocess.run([sys.executable, "-m", "planner.cli.app", *args], env={**os.environ, "PYTHONPATH": str(root)},
                           cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # -m puts cwd first
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -57,7 +57,7 @@ def cli_timed(argv: list[str], repeat: int) -> tuple[float, float, int]:
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        code = subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, env=env).returncode
+        code = subprocess.run([sys.executable, "-m", "planner.cli.app", *argv], capture_output=True, env=env).returncode
         wall.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)

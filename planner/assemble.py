@@ -1,25 +1,95 @@
-"""spec layers + an ``Assignment`` -> the plan file: params, totals, schedule and buffer pool.
+"""The planner's decision as one record (``Assignment``), and that record made into the plan file.
+
+A strategy (budget, group, auto or any other) decides: which params leave the GPU and how each comes
+back. ``assemble`` turns the spec's layers and an ``Assignment`` into the plan: params, totals, schedule
+and buffer pool. Nothing else passes from deciding to assembling, so a new strategy only has to produce
+an ``Assignment``.
 
 The schedule and the buffer pool cover the prefetched layers only (those with an offloaded
 param not on UVA); UVA params need neither. The step, when the assignment leaves it to the
-planner, is the longest run of consecutive prefetched layers (at least 1).
+planner, is the longest run of consecutive prefetched layers (at least 1). ``pool_of`` sizes the pool
+of a placement (layer -> param -> backend); strategy auto also sizes candidate placements with it
+where the pool's upper bound is not enough (a layer spanning the slots).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
-from schemas.spec import Layer, Tensor
-
-from planner.assignment import PARAM_BACKENDS, Assignment
-from schemas.buffer_pool import pool_bytes
 from planner.errors import PlanningError
 from planner.kinds import classify, name_key, param_kind
-from planner.assemble_notes import schedule_notes, span_notes, tied_note
-from planner.pool_of import layers_with_prefetch, pool_of
-from schemas.schedule import DEFAULT_PREFETCH_STEP, schedule
-from planner.select import longest_run
+from planner.layers import longest_run
+from planner.words.assemble_notes import schedule_notes, span_notes, tied_note
+from schemas.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes, signature
+from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
+from schemas.schedule import DEFAULT_PREFETCH_STEP, num_slots, schedule
+from schemas.spec import Layer, Tensor
+
+
+ParamBackend = Literal["prefetch", "uva"]
+PARAM_BACKENDS: tuple[ParamBackend, ...] = ("prefetch", "uva")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """``where``: layer name -> param (relative to its layer) -> its backend; a param (or layer)
+    absent is resident. Any layer may appear, in or out of the block stack; a tied param or a
+    param other params are tied to may not (``assemble`` refuses them)."""
+
+    where: Mapping[str, Mapping[str, ParamBackend]]
+    prefetch_step: int | None  # buffer slots; None: the default (schemas.schedule.DEFAULT_PREFETCH_STEP)
+    strategy: str  # what decided (the plan's summary.strategy)
+    reason: str  # why this backend (summary.backend_reason)
+    notes: tuple[str, ...] = ()  # the decision in sentences (summary.notes, before the schedule's)
+    span: frozenset[str] = frozenset()  # prefetched layers whose buffers lie over the slots' (schemas/schedule.py)
+
+    @property
+    def backend(self) -> str:
+        """The plan's backend: none, prefetch, uva, or mixed when both occur."""
+        used = {b for params in self.where.values() for b in params.values()}
+        if not used:
+            return "none"
+        return used.pop() if len(used) == 1 else "mixed"
+
+
+def uniform(layers: Iterable[tuple[str, Iterable[str]]], backend: ParamBackend) -> dict[str, dict[str, ParamBackend]]:
+    """``where`` for (layer, params) pairs all on one backend."""
+    return {layer: dict.fromkeys(params, backend) for layer, params in layers}
+
+
+def layers_with_prefetch(layers: Sequence[Layer], where: Mapping[str, Mapping[str, str]]) -> list[Layer]:
+    """The layers with a prefetched param, in execution order."""
+    return [layer for layer in layers if any(b == "prefetch" for b in where.get(layer.name, {}).values())]
+
+
+def signatures(prefetched: Sequence[Layer], where: Mapping[str, Mapping[str, str]]) -> list[Signature]:
+    """The pool signature of each prefetched layer: its prefetched params (one object per distinct value).
+
+    Layers listing the same params share one tuple of them (schemas/spec.py), so a signature is made
+    once per distinct (params, prefetched names)."""
+    interned: dict[Signature, Signature] = {}
+    made: dict[tuple, Signature] = {}
+    out = []
+    for layer in prefetched:
+        mine = where[layer.name]
+        key = (id(layer.params), *(p for p, b in mine.items() if b == "prefetch"))
+        sig = made.get(key)
+        if sig is None:
+            sig = signature(t for t in layer.params if mine.get(t.name) == "prefetch")
+            sig = made[key] = interned.setdefault(sig, sig)
+        out.append(sig)
+    return out
+
+
+def pool_of(prefetched: Sequence[Layer], where: Mapping[str, Mapping[str, str]], step: int,
+            span: Collection[str] = ()) -> tuple[int, list[PoolEntry]]:
+    """(slot count, pool entries) of the prefetched layers at prefetch step ``step``; ``span``: the names of
+    the layers that span the slots."""
+    spanning = [layer.name in span for layer in prefetched]
+    slots = num_slots(len(prefetched) - sum(spanning), step)
+    return slots, build_pool(signatures(prefetched, where), slots, spanning)
 
 
 def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str, spec_sha256: str,

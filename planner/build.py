@@ -17,20 +17,20 @@ from schemas.spec import Layer, MemorySection, OffloadSection, SpecFile
 from schemas.workload import DEFAULT_WORKLOAD, Workload
 
 from planner.assemble import assemble
-from planner.assignment import Assignment, ParamBackend
+from planner.assemble import Assignment, ParamBackend
 from schemas.buffer_pool import Signature, signature
-from planner.cost import Candidate, Cost, evaluate
+from planner.strategy.footprint import Candidate, Cost, evaluate
 from planner.errors import InfeasibleError, PlanningError
-from planner.graph import build_graph, find_block_stack, layers_in_order, tied_owners
+from planner.layers import build_graph, find_block_stack, layers_in_order, tied_owners
 from planner.kinds import param_kind
-from planner.names import join_names
-from planner.predict import predict
-from planner import auto_notes
-from planner.decide_auto import assignment as auto_assignment
-from planner.decide_auto import decide as decide_auto
+from planner.words.names import join_names
+from planner.cost.predict import predict
+from planner.words import auto_notes
+from planner.strategy.auto import assignment as auto_assignment
+from planner.strategy.auto import decide as decide_auto
 from schemas.schedule import DEFAULT_PREFETCH_STEP
-from planner.select import eligible_params, group_rule
-from planner.select_budget import Tier, prefer_tiers, previous_state, search, single_tier
+from planner.layers import eligible_params, group_rule
+from planner.strategy.budget import Tier, prefer_tiers, previous_state, search, single_tier
 
 WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
 
@@ -323,7 +323,7 @@ def _prefer_notes(m: _Model) -> list[str]:
 
 
 # ---------------------------------------------------------------------------
-# The decision as a record (planner/assignment.py), for planner/assemble.py.
+# The decision as a record (planner/assemble.py), for planner/assemble.py.
 
 
 def _assignment(m: _Model, out: _Outcome) -> Assignment:
@@ -392,7 +392,7 @@ def plan(
 
 
 def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload) -> Plan:
-    """strategy auto (planner/decide_auto.py), with the best plan of the budget strategy as the runner-up."""
+    """strategy auto (planner/strategy/auto.py), with the best plan of the budget strategy as the runner-up."""
     decision = decide_auto(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
                            m.total_bytes)
     names = [layer.name for layer in m.layers]

@@ -1,7 +1,7 @@
 """What a plan is predicted to cost: step time per workload, on a named hardware profile.
 
 Predictions are informative (the plan's memory fields are the contract): they are computed
-from the plan, the profile and the workload by ``planner.predict``. The plan carries the profile
+from the plan, the profile and the workload by ``planner.cost.predict``. The plan carries the profile
 they were made with (``profile``), so predicting again uses the same figures; a plan is not
 re-predicted when it is loaded (a simulated forward per workload is too slow for that), but the
 plan check refuses predictions that contradict themselves or the plan (``schemas.plan_check``).

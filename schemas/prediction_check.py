@@ -1,5 +1,5 @@
 """The plan check of a plan's predictions: what a simulated forward always satisfies, re-proved from the
-plan and the profile it carries (``planner.timeline`` makes the figures; re-running it at every load
+plan and the profile it carries (``planner.cost.timeline`` makes the figures; re-running it at every load
 would cost a simulated forward per workload, so its invariants are checked instead).
 
 Per workload: the step is at least the copy stream's busy time (a forward ends with the join of the
@@ -54,7 +54,7 @@ def check_predictions(plan: Plan, offloaded_layers: int, found: Finding) -> None
 
 
 def _copy_ms(plan: Plan, prefetched: list[int], hw: HardwareProfile) -> float:
-    """The copy stream's busy time of one forward: every prefetched param copied once (planner.layer_cost)."""
+    """The copy stream's busy time of one forward: every prefetched param copied once (planner.cost.layer)."""
     total = 0.0
     for i in prefetched:
         layer = plan.layers[i]

@@ -7,7 +7,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from planner.cli import app
+from planner.cli.app import app
 
 TINY_SPEC = """\
 model:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from planner.assemble import assemble
-from planner.assignment import Assignment
+from planner.assemble import Assignment
 from schemas import Plan, SpecFile
 from schemas.spec_hash import spec_sha256
 

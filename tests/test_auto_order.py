@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.auto import build_order, fit, peaks, where
-from planner.spread_order import van_der_corput as _van_der_corput
+from planner.strategy.auto_order import build_order, fit, peaks, where
+from planner.strategy.spread_order import van_der_corput as _van_der_corput
 from planner.errors import InfeasibleError
-from planner.graph import build_graph, tied_owners
-from planner.select import eligible_params
+from planner.layers import build_graph, tied_owners
+from planner.layers import eligible_params
 from schemas import load_spec
 from schemas.hardware import load_hardware
 from schemas.workload import Workload, WorkloadItem

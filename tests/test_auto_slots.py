@@ -8,7 +8,7 @@ import pytest
 from conftest import make_spec
 
 import planner
-from planner.predict_placement import PlacementCost
+from planner.cost.placement import PlacementCost
 from schemas import load_spec
 from schemas.hardware import load_hardware
 from schemas.workload import Workload, WorkloadItem

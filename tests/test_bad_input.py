@@ -222,7 +222,7 @@ def test_real_process_has_no_traceback(case_id: str, tmp_path: Path) -> None:
     elif case.text is not None:
         f.write_text(case.text)
     args = [a.format(f=f, d=tmp_path) for a in case.args]
-    proc = subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "planner.cli.app", *args], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     for fragment in case.expect:

@@ -8,9 +8,9 @@ import pytest
 from cli_samples import invoke
 
 import planner
-from planner.chart import chart
-from planner.predict import timeline
-from planner.predicted import chosen_profile
+from planner.cli.chart import chart
+from planner.cost.predict import timeline
+from planner.cost.predicted import chosen_profile
 from schemas.io import dump_model
 
 pytest.importorskip("matplotlib")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from cli_samples import invoke, tiny_plan
 
-from planner import output
+from planner.cli import output
 from schemas.io import load_model
 from schemas.plan import Plan
 
@@ -259,7 +259,7 @@ def test_help_teaches_with_examples() -> None:
 
 
 def test_cli_start_up_imports_no_heavy_modules() -> None:
-    code = ("import sys, planner.cli; "
+    code = ("import sys, planner.cli.app; "
             "print(sorted(m for m in ('torch', 'networkx', 'pydantic', 'planner.build') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -267,7 +267,7 @@ def test_cli_start_up_imports_no_heavy_modules() -> None:
 
 
 def test_console_entry_point_runs_as_a_process() -> None:
-    proc = subprocess.run([sys.executable, "-m", "planner.cli", "validate", LLAMA],
+    proc = subprocess.run([sys.executable, "-m", "planner.cli.app", "validate", LLAMA],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "valid spec" in proc.stdout

@@ -1,4 +1,4 @@
-"""Every option and argument of every `planner` command (planner/cli_strict.py): an empty value is refused, and
+"""Every option and argument of every `planner` command (planner/cli/strict.py): an empty value is refused, and
 an option that takes one value is refused when given twice (click would silently keep the last); a repeatable
 option keeps every value."""
 
@@ -10,7 +10,7 @@ import pytest
 from cli_samples import invoke
 from typer.main import get_command
 
-from planner.cli import app
+from planner.cli.app import app
 from planner.review.plan_invoke import _exceptions
 
 ROOT = get_command(app)

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from planner.layer_cost import LayerWork, layer_work, touched_experts
-from planner.timeline import Copy, simulate
+from planner.cost.layer import LayerWork, layer_work, touched_experts
+from planner.cost.timeline import Copy, simulate
 from schemas.hardware import HardwareProfile, UvaPoint, load_hardware
 from schemas.plan import PlanLayer, PlanParam
 from schemas.spec import MoeSpec

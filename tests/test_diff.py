@@ -53,7 +53,7 @@ def test_equal_plans_have_no_changes(llama8b, plans):
 
 
 def test_identical_plan_files_exit_0_with_one_line(tmp_path, plans):
-    from planner.cli import app
+    from planner.cli.app import app
 
     a, b = tmp_path / "a.plan.yaml", tmp_path / "b.plan.yaml"
     for path in (a, b):

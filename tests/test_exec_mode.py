@@ -10,9 +10,9 @@ import yaml
 from typer.testing import CliRunner
 
 import planner
-from planner.cli import ExecMode, app
-from planner.layer_cost import profile_for
-from planner.predict import predict
+from planner.cli.app import ExecMode, app
+from planner.cost.layer import profile_for
+from planner.cost.predict import predict
 from schemas import load_spec
 from schemas.hardware import load_hardware
 from schemas.io import dump_model

@@ -13,7 +13,9 @@ import pytest
 from cli_samples import TINY_SPEC, invoke
 from pydantic import BaseModel, ValidationError, model_validator
 
-from planner import cli_errors, exit_codes
+from planner.cli import errors as cli_errors
+
+from planner.cli import exit_codes
 from planner.errors import InfeasibleError, PlanningError
 from runtime.errors import ApplyError, PlanMismatchError
 from schemas import errors as schema_errors
@@ -93,7 +95,7 @@ def _validation_error() -> ValidationError:
 
 def _closed_early(*args: str) -> subprocess.CompletedProcess[str]:
     """Run `planner ARGS` with stdout a pipe whose reader is gone before anything is written."""
-    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli.app", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None and proc.stderr is not None
@@ -124,7 +126,7 @@ def test_a_closed_stdout_ends_quietly_with_141(big_plan: Path, tmp_path: Path, a
 
 
 def test_head_on_the_command_line_sees_the_first_lines_and_a_quiet_exit(big_plan: Path) -> None:
-    script = f'"{sys.executable}" -m planner.cli show "{big_plan}" | head -1; echo "status=${{PIPESTATUS[0]}}"'
+    script = f'"{sys.executable}" -m planner.cli.app show "{big_plan}" | head -1; echo "status=${{PIPESTATUS[0]}}"'
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     first, status = done.stdout.splitlines()
@@ -139,7 +141,7 @@ def test_head_on_the_command_line_sees_the_first_lines_and_a_quiet_exit(big_plan
 
 @pytest.fixture
 def buggy_validate(monkeypatch: pytest.MonkeyPatch) -> None:
-    from planner import show
+    from planner.cli import show
 
     def broken(_: object) -> str:
         return {}["summary"]  # a bug: KeyError
@@ -296,7 +298,7 @@ def test_the_readme_table_has_every_code() -> None:
 
 
 def test_help_starts_without_pydantic_networkx_or_torch() -> None:
-    code = ("import sys\nfrom planner.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys\nfrom planner.cli.app import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'networkx', 'pydantic') or "
             "(m.startswith('schemas.') and m != 'schemas.exit_codes')))")  # the package itself loads lazily
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -306,7 +308,7 @@ def test_help_starts_without_pydantic_networkx_or_torch() -> None:
 
 def test_ctrl_c_exits_130_and_leaves_no_output_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A KeyboardInterrupt while the plan is written: exit 130, one line on stderr, the old -o file intact."""
-    import planner.output
+    import planner.cli.output
 
     out = tmp_path / "plan.yaml"
     out.write_text("old\n")
@@ -314,7 +316,7 @@ def test_ctrl_c_exits_130_and_leaves_no_output_file(tmp_path: Path, monkeypatch:
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(planner.output.os, "fsync", interrupted)
+    monkeypatch.setattr(planner.cli.output.os, "fsync", interrupted)
     result = invoke("plan", LLAMA, "-g", "12GB", "-o", str(out))
     assert result.exit_code == exit_codes.INTERRUPTED, result.output
     assert out.read_text() == "old\n"

@@ -10,9 +10,9 @@ import pytest
 from cli_samples import invoke
 
 import planner
-from planner.explain import explain
-from planner.predict import timeline
-from planner.predicted import chosen_profile
+from planner.cli.explain import explain
+from planner.cost.predict import timeline
+from planner.cost.predicted import chosen_profile
 from schemas.errors import InputError
 from schemas.io import dump_model
 from schemas.measured import MeasuredStats
@@ -36,7 +36,7 @@ def _stats(plan, slow_layer: str, stall_ms: float, step_ms: float | None = 50.0)
     """Two forwards measured exactly as predicted, except one layer's copy takes 3x and stalls."""
     hw = chosen_profile(plan, None)
     t = timeline(plan, hw, 1)
-    from planner.layer_cost import layer_work
+    from planner.cost.layer import layer_work
 
     layers = []
     for layer, lt in zip(plan.layers, t.layers):

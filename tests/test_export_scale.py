@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.vllm import export as vllm_export
-from planner.select import group_rule
+from planner.layers import group_rule
 from planner.vllm.export import _find_group, segments_for
 from planner.vllm.flags import VllmFlags
 from planner.vllm.layout import VllmParam
@@ -93,7 +93,7 @@ def test_show_prints_a_deep_plan_as_plain_lines(monkeypatch) -> None:
     from rich.table import Table
 
     import planner
-    from planner import show
+    from planner.cli import show
     from schemas.io import load_model
     from schemas.spec import SpecFile
 

@@ -46,7 +46,7 @@ def tiny_plan():
 @given(field=st.sampled_from(FIGURES), value=ANY_FLOAT)
 def test_a_profile_with_any_figure_is_refused_or_predicts_finite_times(tmp_path_factory, tiny_plan, field: str,
                                                                        value: float) -> None:
-    from planner.predict import predict
+    from planner.cost.predict import predict
     from schemas.workload import Workload, WorkloadItem
 
     data = load_hardware("h200").model_dump(mode="json") | {field: value}

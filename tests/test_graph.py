@@ -1,6 +1,6 @@
 from conftest import make_spec
 
-from planner.graph import build_graph, find_block_stack, layers_in_order, tied_edges, tied_owners
+from planner.layers import build_graph, find_block_stack, layers_in_order, tied_edges, tied_owners
 from schemas import SpecFile
 
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.kinds import PARAM_KINDS, classify, param_kind
-from planner.select import eligible_params
+from planner.layers import eligible_params
 from schemas import SpecFile
 
 BLOCK = "model.layers.7"

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers", "runtime")
 # (file, function) pairs allowed to import runtime inside the function
-LAZY_RUNTIME = {("planner/cli.py", "spec_command"), ("planner/cli.py", "calibrate_command")}
+LAZY_RUNTIME = {("planner/cli/app.py", "spec_command"), ("planner/cli/app.py", "calibrate_command")}
 
 
 def imported(node: ast.AST) -> list[str]:

@@ -13,10 +13,10 @@ import planner
 from cli_samples import invoke
 from corpus.plans import SPEC_TEXT
 from planner.assemble import assemble
-from planner.assignment import Assignment
+from planner.assemble import Assignment
 from planner.review.diff import diff_plans, render_diff
 from planner.errors import PlanningError
-from planner.layer_cost import layer_work
+from planner.cost.layer import layer_work
 from schemas import SpecFile, load_spec
 from schemas.hardware import load_hardware
 from schemas.io import dump_model, parse_text, plan_data

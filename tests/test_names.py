@@ -1,4 +1,4 @@
-from planner.names import compress_names, join_names
+from planner.words.names import compress_names, join_names
 
 
 def test_compress_names_is_exact():

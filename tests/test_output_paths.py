@@ -1,4 +1,4 @@
-"""`-o PATH` writes where the user asked, and only there (planner/output.py).
+"""`-o PATH` writes where the user asked, and only there (planner/cli/output.py).
 
 Regular files are replaced atomically; symlinks are followed to the file they end at and
 stay links; FIFOs and character devices are written directly, never renamed over; every
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from cli_samples import TINY_SPEC, invoke
 
-from planner import output
+from planner.cli import output
 
 TEXT = "plan_version: 2\n" + "x: 1\n" * 2000
 

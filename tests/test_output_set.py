@@ -1,4 +1,4 @@
-"""A set of files is written all or none (planner/output_set.py): a failure injected at any step of any file
+"""A set of files is written all or none (planner/cli/output_set.py): a failure injected at any step of any file
 leaves the folder exactly as it was, with no temporary file; the error names the user's path."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner
-from planner.output_set import write_set
+from planner.cli.output_set import write_set
 from schemas.io import load_model
 from schemas.spec import SpecFile
 

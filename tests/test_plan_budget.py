@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import planner
 from schemas.schedule import num_slots
-from planner.spread_order import last_first
+from planner.strategy.spread_order import last_first
 
 PARAMS = ("attn.q", "attn.k", "mlp.w1", "mlp.w2", "norm")
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 import planner
 from planner.errors import InfeasibleError
 from planner.kinds import param_kind
-from planner.spread_order import last_first
+from planner.strategy.spread_order import last_first
 from schemas import Plan, SpecFile, dump_model, load_spec
 from schemas.io import load_model
 
@@ -281,7 +281,7 @@ def moe_specs(draw):
 @given(moe_specs(), st.floats(0.25, 1.1))
 def test_prefer_plans_fit_keep_the_order_and_are_minimal(spec, fraction):
     from planner.build import _merge, _model, _state_cost
-    from planner.select_budget import previous_state
+    from planner.strategy.budget import previous_state
 
     total = sum(layer.nbytes for layer in spec.model.expanded())
     budget = max(1, int(total * fraction))

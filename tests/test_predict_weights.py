@@ -29,8 +29,8 @@ def _plan():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(min_value=1e-6, max_value=1e6), min_size=1, max_size=3))
 def test_any_positive_weights_give_a_step_between_the_fastest_and_the_slowest(weights: list[float]) -> None:
-    from planner.predict import predict
-    from planner.predicted import chosen_profile
+    from planner.cost.predict import predict
+    from planner.cost.predicted import chosen_profile
 
     spec_plan = _plan()
     names = ["decode", "prefill", "decode8"]

@@ -41,8 +41,8 @@ def test_export_names_any_embedding_by_its_kind() -> None:
     """export --to vllm: an offloaded GPT-2 position embedding (``transformer.wpe``) is 'an offloaded
     embedding' as planner/kinds.py classifies it (the export guessed from 'embed'/'lm_head'/'wte' in the name)."""
     from planner.assemble import assemble
-    from planner.assignment import Assignment
-    from planner.graph import build_graph, layers_in_order
+    from planner.assemble import Assignment
+    from planner.layers import build_graph, layers_in_order
     from planner.vllm.export import export
     from schemas.io import parse_text
     from schemas.spec import SpecFile

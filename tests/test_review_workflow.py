@@ -46,7 +46,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "planner"
-    shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c 'from planner.cli import main; main()' \"$@\"\n")
+    shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c 'from planner.cli.app import main; main()' \"$@\"\n")
     shim.chmod(0o755)
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     python_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -91,8 +91,8 @@ def test_hook_entry_is_the_planner_check_plans_command() -> None:
     assert hook["id"] and hook["name"] and hook["language"] == "python"
     program, command = shlex.split(hook["entry"])
     scripts = re.search(r"\[project\.scripts\]\n(.*?)\n\n", (ROOT / "pyproject.toml").read_text(), re.S)
-    assert scripts and f'{program} = "planner.cli:main"' in scripts.group(1)
-    from planner.cli import app, main
+    assert scripts and f'{program} = "planner.cli.app:main"' in scripts.group(1)
+    from planner.cli.app import app, main
 
     from typer.main import get_command
 

@@ -17,7 +17,7 @@ import planner  # noqa: E402
 import runtime  # noqa: E402
 from models import LlamaConfig, make_llama  # noqa: E402
 from planner.assemble import assemble  # noqa: E402
-from planner.assignment import Assignment  # noqa: E402
+from planner.assemble import Assignment  # noqa: E402
 from runtime import prefetch_ops as ops  # noqa: E402
 from runtime.apply import _ACTIVE  # noqa: E402
 from schemas.spec_hash import spec_sha256  # noqa: E402

@@ -3,7 +3,7 @@
 import pytest
 
 from schemas.schedule import num_slots, schedule
-from planner.select import spread
+from planner.layers import spread
 
 FORWARDS = 3
 

@@ -1,10 +1,10 @@
 """The bounded budget search gives byte-identical plans and errors to the exhaustive one it replaced.
 
-``reference_search`` is the search as it was before planner/peak_bound.py (every state evaluated
+``reference_search`` is the search as it was before planner/strategy/peak_bound.py (every state evaluated
 in ladder order); it is kept here as the specification of the result. It prices each state
 plainly with the slot rule of docs/DESIGN.md (``reference_cost``: ``min(N, step)`` slots, offloaded
 layer ``j`` in slot ``j % slots``, each slot as large as the largest buffers of its layers), so
-the fast search and ``planner.cost.evaluate`` are both checked against it.
+the fast search and ``planner.strategy.footprint.evaluate`` are both checked against it.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pydantic import ValidationError
 
 import planner
 import planner.build
-from planner.cost import Cost, evaluate
+from planner.strategy.footprint import Cost, evaluate
 from planner.errors import InfeasibleError, PlanningError
-from planner.peak_bound import tier_bound
-from planner.select_budget import Search, Tier, _fewest_possible
+from planner.strategy.peak_bound import tier_bound
+from planner.strategy.budget import Search, Tier, _fewest_possible
 from schemas import dump_model
 
 

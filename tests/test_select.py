@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.select import eligible_params, group_rule, longest_run, matches_segments, spread
+from planner.layers import eligible_params, group_rule, longest_run, matches_segments, spread
 from schemas import SpecFile
 
 

@@ -81,8 +81,8 @@ def calibrated_h200():
 
 def test_a_calibrated_profile_named_like_a_bundled_one_is_the_one_predicted_again(llama8b, calibrated_h200,
                                                                                  tmp_path: Path):
-    from planner.predict import predict
-    from planner.predicted import chosen_profile
+    from planner.cost.predict import predict
+    from planner.cost.predicted import chosen_profile
     from schemas.hardware import load_hardware
     from schemas.io import load_plan
     from schemas.workload import Workload, WorkloadItem

@@ -164,7 +164,7 @@ def test_missing_torch_is_a_clean_error(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_the_spec_command_imports_runtime_only_for_hf_configs(tmp_path: Path) -> None:
-    code = ("import sys; from typer.testing import CliRunner; from planner.cli import app; "
+    code = ("import sys; from typer.testing import CliRunner; from planner.cli.app import app; "
             f"r = CliRunner().invoke(app, ['spec', '--from-safetensors', {str(tmp_path / 'none')!r}]); "
             "assert r.exit_code == 2, r.output; "
             "print(sorted(m for m in ('torch', 'runtime', 'transformers') if m in sys.modules))")

@@ -10,7 +10,7 @@ import pytest
 from cli_samples import TINY_SPEC, invoke
 
 import planner
-from planner.shard_rules import default_rule
+from planner.tp.shard_rules import default_rule
 from planner.tp.split import ShardError, split_spec
 from schemas.io import dump_model, load_plan, load_spec
 from schemas.rank_plans import check_set, load_set

@@ -26,7 +26,7 @@ from schemas.hardware import is_profile_file, spec_hardware
 from schemas.io import guess_kind, parse_text, read_text
 from schemas.rank_plans import RANK_FILE
 
-from planner import exit_codes
+from planner.cli import exit_codes
 from planner.review.plan_invoke import invoke
 from planner.review.manifest import Entry, path_key
 

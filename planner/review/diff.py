@@ -16,7 +16,7 @@ from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
 from planner.review.diff_render import render_diff
-from planner.names import join_names
+from planner.words.names import join_names
 
 __all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "placements", "render_diff"]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from schemas.sizes import format_bytes
 
-from planner.names import compress_names
+from planner.words.names import compress_names
 
 if TYPE_CHECKING:
     from planner.review.diff import Change, Churn, ModelDiff, ParamGroup, PlanDiff, PrefetchChange, TimeDelta

@@ -29,7 +29,7 @@ from schemas.errors import InputError
 from schemas.io import load_model, parse_text, read_text, source_name
 from schemas.plan import PLAN_VERSION, Plan
 
-from planner import exit_codes
+from planner.cli import exit_codes
 from planner.review.diff import PlanDiff, diff_plans
 
 SAME, CHANGED, OTHER_SPEC, OLDER_VERSION = "same", "changed", "other_spec", "older_version"

@@ -18,7 +18,7 @@ from schemas.errors import InputError
 from schemas.plan import Plan
 from schemas.rank_plans import one_file_a_rank
 
-from planner import exit_codes
+from planner.cli import exit_codes
 from planner.review.lockfile import SAME, Check, check_plan
 
 

@@ -108,7 +108,7 @@ def _entry(number: int, words: Sequence[str], folder: str, plan_command: Any) ->
         raise ValueError("no -o PLAN: each line writes the committed plan it makes to a file (-o PLAN)")
     if spec == "-":
         raise ValueError("SPEC is '-' (stdin): a committed plan is made from a spec file")
-    from planner.command_line import words_given
+    from planner.cli.command_line import words_given
 
     options = words_given(ctx, leave_out=("spec", "output", "hardware"))
     if hardware is not None:

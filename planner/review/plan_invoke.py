@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any
 
-from planner import exit_codes
+from planner.cli import exit_codes
 
 PROG = "planner plan"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from schemas.shard import SHARDS
 from schemas.sizes import format_bytes
 
-from planner.names import join_names
+from planner.words.names import join_names
 
 SHARD_WORDS = {"dim0": "by output features (dim0)", "dim1": "by input features (dim1)",
                "vocab": "by vocabulary", "experts": "by expert",

@@ -2,7 +2,7 @@
 
 The folder is created when missing. Every other rank plan file in the folder (a rank beyond the new world
 size, or the other format's file of a rank) is removed: the folder's rank files are exactly the new set.
-Other files in the folder are left alone. All of it is one ``write_set`` (planner/output_set.py): every file
+Other files in the folder are left alone. All of it is one ``write_set`` (planner/cli/output_set.py): every file
 written and removed, or the folder exactly as it was.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from planner.output_set import write_set
+from planner.cli.output_set import write_set
 from schemas.errors import InputError
 from schemas.io import dump_model
 from schemas.plan import Plan

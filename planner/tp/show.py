@@ -105,7 +105,7 @@ def show_set(folder: str, fmt: str, chart: str | None, hardware: str | None, wor
     from schemas.errors import InputError
     from schemas.rank_plans import load_set
 
-    from planner.predicted import chosen_predictions
+    from planner.cost.predicted import chosen_predictions
 
     if chart is not None:
         raise InputError(f"--chart draws one plan, and {folder} is a folder of rank plans: give one rank's file, "
@@ -126,7 +126,7 @@ def diff_set_folders(old: str, new: str, fmt: str) -> int:
     from schemas.errors import InputError
     from schemas.rank_plans import load_set
 
-    from planner.exit_codes import CHANGED, OK
+    from planner.cli.exit_codes import CHANGED, OK
 
     if not (os.path.isdir(old) and os.path.isdir(new)):
         folder, other = (old, new) if os.path.isdir(old) else (new, old)

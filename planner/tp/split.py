@@ -1,4 +1,4 @@
-"""One rank's spec: every param's shard decided (the spec's ``shard:``, else planner/shard_rules.py) and its
+"""One rank's spec: every param's shard decided (the spec's ``shard:``, else planner/tp/shard_rules.py) and its
 shape replaced by the rank's part. Every rank's part has the same shape (splits are even), so one rank spec
 serves all ranks. Deciding only; the words are in planner/tp/notes.py.
 """
@@ -12,7 +12,7 @@ from schemas.errors import InputError, Problem, format_path
 from schemas.shard import local_shape, split_dim
 from schemas.spec import REPEAT_TOKEN, AttentionSpec, SpecFile
 
-from planner.shard_rules import default_rule
+from planner.tp.shard_rules import default_rule
 from planner.tp.heads import NEEDS, head_split, module_of
 
 BY_HEADS = ("attention q/k/v", "attention output")  # the default rules whose rows are heads x head_dim

@@ -15,7 +15,7 @@ _DECIDED = {"backend": "--backend", "strategy": "--strategy", "group_size": "--g
 
 
 def plan_from_vllm(spec: Any, flags_text: str, options: dict[str, Any]) -> Any:
-    """`planner plan SPEC --from-vllm FLAGS` with the other plan options (as planner.cli collects them)."""
+    """`planner plan SPEC --from-vllm FLAGS` with the other plan options (as planner.cli.app collects them)."""
     clash = [flag for key, flag in _DECIDED.items() if options.get(key) is not None]
     if clash:
         raise InputError(f"{OPTION} takes what to offload from vLLM's flags; {', '.join(clash)} cannot go with it "

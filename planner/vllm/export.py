@@ -29,9 +29,9 @@ from fractions import Fraction
 from schemas.plan import Plan
 from schemas.spec import Layer, Tensor
 
-from planner.graph import build_graph, find_block_stack
+from planner.layers import build_graph, find_block_stack
 from planner.kinds import param_kind
-from planner.names import join_names
+from planner.words.names import join_names
 from planner.vllm.flags import VllmFlags
 from planner.vllm.select import StackLayer, select
 
@@ -288,8 +288,8 @@ def gib_text(low: int, high: int) -> str:
 
 def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[StackLayer],
              offloaded: dict[str, set[str]]) -> Closest | None:
-    from planner.predict import predict
-    from planner.predicted import chosen_profile, plan_workload
+    from planner.cost.predict import predict
+    from planner.cost.predicted import chosen_profile, plan_workload
     from planner.vllm.plan import build
 
     if not stack:

@@ -109,6 +109,6 @@ def _rank(rel: str) -> int:
 
 def matches(name: str, segments: Iterable[str]) -> bool:
     """vLLM's param filter: some segment occurs in ``name`` as a run of whole dotted segments."""
-    from planner.select import matches_segments
+    from planner.layers import matches_segments
 
     return any(matches_segments(name, s) for s in segments)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from schemas.sizes import format_bytes
 
-from planner.names import join_names
+from planner.words.names import join_names
 from planner.vllm.flags import VllmFlags
 from planner.vllm.select import Selection
 

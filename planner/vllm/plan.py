@@ -27,10 +27,10 @@ from schemas.workload import DEFAULT_WORKLOAD, Workload
 
 from planner.vllm import notes as vllm_notes
 from planner.assemble import assemble
-from planner.assignment import Assignment
+from planner.assemble import Assignment
 from planner.errors import InfeasibleError, PlanningError
-from planner.graph import build_graph, find_block_stack, layers_in_order, tied_owners
-from planner.predict import predict
+from planner.layers import build_graph, find_block_stack, layers_in_order, tied_owners
+from planner.cost.predict import predict
 from planner.vllm.flags import VllmFlags
 from planner.vllm.layout import SpecParam, vllm_params
 from planner.vllm.select import StackLayer, select

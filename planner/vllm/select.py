@@ -49,14 +49,14 @@ class Selection:
         return sum(p.nbytes for params in self.chosen.values() for p in params)
 
     def where(self) -> dict[str, dict[str, str]]:
-        """The spec params offloaded, as ``planner.assignment.Assignment.where``."""
+        """The spec params offloaded, as ``planner.assemble.Assignment.where``."""
         backend = "uva" if self.mode == "uva" else "prefetch"
         return {layer: {m: backend for p in params for m in p.members} for layer, params in self.chosen.items()}
 
 
 def group_picks(num_layers: int, group_size: int, num_in_group: int) -> list[int]:
     """vLLM's group rule: stack index i is a candidate iff i % G >= G - K (the last K of each group)."""
-    from planner.select import group_rule
+    from planner.layers import group_rule
 
     return group_rule(num_layers, group_size, num_in_group)
 

@@ -69,7 +69,7 @@ GROUP_ARGS = ("--strategy", "group", "--group-size", "3", "--num-in-group", "2")
 
 def _assemble(where: dict) -> Any:
     from planner.assemble import assemble
-    from planner.assignment import Assignment
+    from planner.assemble import Assignment
 
     spec = SpecFile.model_validate(parse_text(SPEC_TEXT, "spec"))
     return assemble(spec.model.expanded(), Assignment(where, None, "budget", "test"), model_name="t",

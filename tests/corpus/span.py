@@ -35,7 +35,7 @@ model:
 @cache
 def _plan_json() -> str:
     from planner.assemble import assemble
-    from planner.assignment import Assignment
+    from planner.assemble import Assignment
     from schemas.io import plan_data
     from schemas.spec_hash import spec_sha256
 

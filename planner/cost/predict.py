@@ -1,4 +1,4 @@
-"""A plan's predicted cost: per workload, one simulated forward (``planner.timeline``)."""
+"""A plan's predicted cost: per workload, one simulated forward (``planner.cost.timeline``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from schemas.reals import MILLISECONDS
 from schemas.workload import Workload
 
 from planner.errors import PlanningError
-from planner.layer_cost import layers_work, profile_for
-from planner.timeline import Copy, Timeline, simulate
+from planner.cost.layer import layers_work, profile_for
+from planner.cost.timeline import Copy, Timeline, simulate
 
 
 def copies_of(plan: Plan) -> list[Copy]:

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Mapping
 
-from planner import exit_codes
+from planner.cli import exit_codes
 
 ONE_MB = 10**6  # a budget below this was most likely meant with a unit
 

@@ -1,6 +1,6 @@
 """`planner explain PLAN --measured STATS.json`: the prediction next to what the runtime measured.
 
-Per prefetched layer, the predicted copy time and stall (``planner.timeline``) against the
+Per prefetched layer, the predicted copy time and stall (``planner.cost.timeline``) against the
 measured ones (``schemas.measured``, from ``Handle.stats()``), the largest misses first,
 and the totals. The measured figure of each field is the median over the forwards in the
 file, leaving out the first when there are several (it carries the warm-up). A time the
@@ -19,8 +19,8 @@ from schemas.hardware import HardwareProfile
 from schemas.measured import MeasuredForward, MeasuredStats
 from schemas.plan import Plan
 
-from planner.layer_cost import layer_work
-from planner.predict import timeline
+from planner.cost.layer import layer_work
+from planner.cost.predict import timeline
 
 MISSES_SHOWN = 10
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas.buffer_pool import signature
-from planner.cost import Candidate, Cost, evaluate
-from planner.peak_bound import tier_bound
+from planner.strategy.footprint import Candidate, Cost, evaluate
+from planner.strategy.peak_bound import tier_bound
 from functools import cached_property
 
-from planner.spread_order import last_first
+from planner.strategy.spread_order import last_first
 from schemas.spec import Tensor
 
 
@@ -41,7 +41,7 @@ class Tier:
 
     @cached_property
     def priority(self) -> tuple[int, ...]:
-        """Member indices in the order they are taken (planner/spread_order.py)."""
+        """Member indices in the order they are taken (planner/strategy/spread_order.py)."""
         return tuple(last_first(len(self.members)))
 
     def chosen(self, n: int) -> list[int]:
@@ -144,7 +144,7 @@ def search(
 
     ``start``: no state before it in ladder order is tried.
 
-    Only the states that ``peak_bound`` cannot rule out are evaluated (planner/peak_bound.py).
+    Only the states that ``peak_bound`` cannot rule out are evaluated (planner/strategy/peak_bound.py).
     """
     common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
     bounds = [tier_bound(t.base, t.full, t.members, total_bytes=total_bytes) for t in tiers]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.decide_auto import AutoDecision
-from planner.names import join_names
+from planner.strategy.auto import AutoDecision
+from planner.words.names import join_names
 from schemas.sizes import format_bytes
 from schemas.workload import Workload
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from schemas.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes
 from schemas.schedule import num_slots
-from planner.select import longest_run
+from planner.layers import longest_run
 
 
 @dataclass(frozen=True)

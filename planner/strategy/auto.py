@@ -1,5 +1,5 @@
-"""strategy auto, deciding: every layer's eligible params, the order of moves (planner/auto.py),
-the slot path (planner/auto_slots.py), the first pair on it that fits, as an Assignment plus the
+"""strategy auto, deciding: every layer's eligible params, the order of moves (planner/strategy/auto_order.py),
+the slot path (planner/strategy/auto_slots.py), the first pair on it that fits, as an Assignment plus the
 facts its notes are written from."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.assignment import Assignment
-from planner.auto import Order, build_order, infeasible, peaks, span_placement, where
-from planner.auto_slots import SlotPath, fixed_path, slot_path
+from planner.assemble import Assignment
+from planner.strategy.auto_order import Order, build_order, infeasible, peaks, span_placement, where
+from planner.strategy.auto_slots import SlotPath, fixed_path, slot_path
 from planner.errors import InfeasibleError
-from planner.pool_of import layers_with_prefetch, pool_of
-from planner.predict_placement import PlacementCost
-from planner.select import eligible_params
+from planner.assemble import layers_with_prefetch, pool_of
+from planner.cost.placement import PlacementCost
+from planner.layers import eligible_params
 from schemas.buffer_pool import pool_bytes
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection

@@ -1,11 +1,11 @@
 """A cheap lower bound on the peak of a budget-search state, with its exact offloaded bytes.
 
-The budget search (planner/select_budget.py) must find the first state of its ladder whose
-plan fits, and the lowest peak when none does. Evaluating a state (planner/cost.py) costs
+The budget search (planner/strategy/budget.py) must find the first state of its ladder whose
+plan fits, and the lowest peak when none does. Evaluating a state (planner/strategy/footprint.py) costs
 time linear in the number of offloaded layers, and a ladder has as many states as layers, so
 evaluating them all is quadratic. ``TierBound`` answers, for a state ``n`` of one tier, the
 exact offloaded bytes and number of offloaded layers (prefix sums over the tier's fixed
-priority order, planner/spread_order.py), and a lower bound on the peak, in constant time.
+priority order, planner/strategy/spread_order.py), and a lower bound on the peak, in constant time.
 The search evaluates only the states whose bound does not rule them out.
 
 Why the bound holds, for the prefetch backend: the pool has ``k = min(P, step)`` slots for
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.schedule import num_slots
-from planner.spread_order import last_first
+from planner.strategy.spread_order import last_first
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from planner.layer_cost import LayerWork
+from planner.cost.layer import LayerWork
 
 
 @dataclass(frozen=True)

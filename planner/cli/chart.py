@@ -1,7 +1,7 @@
 """`planner show --chart FILE`: a plan's memory per layer and one predicted forward, drawn.
 
 Top panel: bytes per layer, stacked (resident on the GPU, offloaded to host memory), and
-the buffer pool as a line. Bottom panel: one forward as ``planner.timeline`` predicts it,
+the buffer pool as a line. Bottom panel: one forward as ``planner.cost.timeline`` predicts it,
 on three rows: the CPU issuing each layer's kernels (a line with a tick per layer), the
 compute stream (a bar per layer, purple when its weights are offloaded, a red bar where it waits for a copy), the copy stream (a
 bar per prefetched layer's copy; hatched when it fills a slot for the next forward).
@@ -22,8 +22,8 @@ from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
 
-from planner.layer_cost import layers_work
-from planner.predict import timeline
+from planner.cost.layer import layers_work
+from planner.cost.predict import timeline
 
 SUFFIXES = (".png", ".svg", ".pdf")
 _UNITS = (("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1))

@@ -1,6 +1,6 @@
 """The predicted step of a placement (layer -> param -> prefetch|uva, and a slot count) without
-assembling a plan: the same per-layer costs (planner/layer_cost.py) and the same simulated forward
-(planner/timeline.py) as ``planner.predict``, so strategy auto can compare many candidate plans.
+assembling a plan: the same per-layer costs (planner/cost/layer.py) and the same simulated forward
+(planner/cost/timeline.py) as ``planner.cost.predict``, so strategy auto can compare many candidate plans.
 
 Layers with equal names up to their numbers, equal params and equal ties share their per-param
 times (a 1,000-layer stack of one block is costed once per workload).
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from planner.kinds import name_key
-from planner.layer_cost import LayerWork, layer_times, placed_work, profile_for
-from planner.timeline import Copy, simulate
+from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
+from planner.cost.timeline import Copy, simulate
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanParam
 from schemas.schedule import schedule

@@ -69,6 +69,6 @@ def chosen_predictions(plan: Plan, hardware: str | None, workload: str | None) -
     (or when the plan has none: a plan written before the cost model)."""
     if hardware is None and workload is None and plan.predictions is not None:
         return plan.predictions
-    from planner.predict import predict
+    from planner.cost.predict import predict
 
     return predict(plan, chosen_profile(plan, hardware), chosen_workload(plan, workload))

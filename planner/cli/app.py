@@ -2,7 +2,7 @@
 
 Exit codes: schemas/exit_codes.py (0 ok, 1 infeasible budget or `diff` found changes, 2 bad
 input, 70 internal error, 141 stdout closed early); how an exception becomes one:
-planner/cli_errors.py. Start-up stays fast: only typer is imported here at module level;
+planner/cli/errors.py. Start-up stays fast: only typer is imported here at module level;
 pydantic, the schemas, networkx and the planner core are imported inside the commands.
 """
 
@@ -17,9 +17,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from planner import exit_codes
-from planner.cli_strict import StrictCommand
-from planner.exit_codes import exit_codes_note
+from planner.cli import exit_codes
+from planner.cli.strict import StrictCommand
+from planner.cli.exit_codes import exit_codes_note
 
 def _epilog(*examples: str, tail: str = "") -> str:
     """Examples kept verbatim (click's \\b marker stops re-wrapping), then a paragraph of notes."""
@@ -98,7 +98,7 @@ def _debug() -> bool:
 
 def _reports(command: Callable[..., None]) -> Callable[..., None]:
     """Wrap a command so that it ends on an exception with a message and its exit code
-    (planner/cli_errors.py), never a traceback unless --debug asks for one."""
+    (planner/cli/errors.py), never a traceback unless --debug asks for one."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> None:
@@ -110,7 +110,7 @@ def _reports(command: Callable[..., None]) -> Callable[..., None]:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(exit_codes.INTERRUPTED) from None
         except Exception as exc:  # noqa: BLE001 - every failure gets its message and exit code
-            from planner.cli_errors import report
+            from planner.cli.errors import report
 
             raise typer.Exit(report(exc, _debug())) from None
 
@@ -345,13 +345,13 @@ def plan_command(
         raise err.located(source_name(spec), text) from None
     except ValidationError as err:
         if err.title not in SPEC_MODELS:  # a plan the planner made is not valid: a bug, not the user's input
-            from planner.cli_errors import report_bug
+            from planner.cli.errors import report_bug
 
             raise typer.Exit(report_bug(err, _debug())) from None
         where = f"{source_name(spec)} with the command-line options"
         raise InputError(problems_from_validation(err, source=where, root=SpecFile)) from None
     except InfeasibleError as err:
-        from planner.cli_errors import missing_unit_hints, report_infeasible
+        from planner.cli.errors import missing_unit_hints, report_infeasible
 
         given = _sizes_given(text, spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget})
         raise typer.Exit(report_infeasible(err, missing_unit_hints(given))) from None
@@ -362,7 +362,7 @@ def plan_command(
 
         write_set(result, output, fmt.value)  # type: ignore[arg-type]
         return
-    from planner.output import emit
+    from planner.cli.output import emit
 
     emit(dump_model(result, fmt.value), output)
 
@@ -370,7 +370,7 @@ def plan_command(
 def _check_plan(ctx: typer.Context, fresh: Any, spec: str, committed: str, fmt: str) -> int:
     """`plan --check`: the verdict on the committed plan (or rank set) on stdout; its exit code
     (planner/review/lockfile.py, planner/review/lockfile_set.py)."""
-    from planner.command_line import words_given
+    from planner.cli.command_line import words_given
     from planner.review.lockfile import check_plan
     from planner.review.lockfile_render import render_check
 
@@ -412,7 +412,7 @@ def validate_command(
                                         "a folder of rank plans (--tp): each plan and the set.", show_default=False)],
 ) -> None:
     """Check a spec or a plan file and say which it is, with its key facts."""
-    from planner.show import describe
+    from planner.cli.show import describe
     from schemas.io import load_spec_or_plan, source_name
     from schemas.plan import Plan
     from schemas.rank_plans import check_in_its_set, load_set, rank_files
@@ -452,8 +452,8 @@ def show_command(
 ) -> None:
     """Show a plan per layer: resident and offloaded bytes, offloaded params, slot and copy trigger; totals;
     the predicted step time per workload (compute, copy, stall, CPU and what bounds it)."""
-    from planner import show
-    from planner.predicted import chosen_predictions
+    from planner.cli import show
+    from planner.cost.predicted import chosen_predictions
     from schemas.io import load_plan
 
     if os.path.isdir(plan_file):
@@ -463,7 +463,7 @@ def show_command(
         return
     plan = load_plan(plan_file)
     if chart is not None:
-        from planner.chart import check_chart_path
+        from planner.cli.chart import check_chart_path
 
         check_chart_path(chart)
     predictions = chosen_predictions(plan, hardware, workload)
@@ -494,9 +494,9 @@ def _console() -> Any:
 
 
 def _draw_chart(plan: Any, path: str, hardware: Optional[str], workload: Optional[str]) -> None:
-    from planner import chart as drawing
-    from planner.output import write_atomic
-    from planner.predicted import chosen_profile, chosen_workload
+    from planner.cli import chart as drawing
+    from planner.cli.output import write_atomic
+    from planner.cost.predicted import chosen_profile, chosen_workload
 
     name, item = chosen_workload(plan, workload).items()[0]
     drawn = drawing.chart(plan, chosen_profile(plan, hardware), name, item.tokens)
@@ -525,8 +525,8 @@ def explain_command(
     fmt: Annotated[ShowFormat, typer.Option("--format", "-f", help="text or json.")] = ShowFormat.text,
 ) -> None:
     """Per prefetched layer, predicted vs measured copy time and stall, the largest misses first; the totals."""
-    from planner import explain
-    from planner.predicted import chosen_profile, chosen_workload
+    from planner.cli import explain
+    from planner.cost.predicted import chosen_profile, chosen_workload
     from schemas.io import load_plan, source_name
     from schemas.measured import load_measured
 
@@ -628,7 +628,7 @@ def export_command(
         "--output", "-o", help="Write here (atomically); '-' or none: stdout.", show_default=False)] = None,
 ) -> None:
     """Print the vLLM offload flags that make this plan; when none can, say which part and the closest plan."""
-    from planner.output import emit
+    from planner.cli.output import emit
     from planner.vllm.export import export
     from planner.vllm.export_render import render
     from schemas.io import load_plan, source_name
@@ -681,7 +681,7 @@ def spec_command(
                              "pip install 'offload-planner[hf]'") from None
 
         spec_file, made_by = spec_from_hf_config(from_hf_config, name), f"--from-hf-config {from_hf_config}"
-    from planner.output import emit
+    from planner.cli.output import emit
     from schemas.spec_dump import dump_spec, spec_header
 
     made_by += f" --name {name}" if name else ""
@@ -722,7 +722,7 @@ def calibrate_command(
         raise InputError("calibrate needs torch with CUDA: pip install 'offload-planner[runtime]'") from None
     if not torch.cuda.is_available():
         raise InputError("calibrate measures a CUDA GPU, and torch sees none on this machine")
-    from planner.output import emit
+    from planner.cli.output import emit
     from runtime.calibrate import calibrate
     from schemas.io import dump_model
 
@@ -742,7 +742,7 @@ def schema_command(
     """Print the JSON Schema of spec or plan files, for editors to validate and complete them."""
     import json
 
-    from planner.output import emit
+    from planner.cli.output import emit
     from schemas.plan import Plan
     from schemas.spec import SpecFile
 
@@ -768,7 +768,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     except Exception as exc:  # noqa: BLE001 - outside any command (parsing, help): still no traceback
         if argv is not None:
             raise
-        from planner.cli_errors import report
+        from planner.cli.errors import report
 
         code = report(exc, _debug())
     # everything is written (files atomically, streams flushed here), so skip tearing down the
@@ -782,7 +782,7 @@ def _flush(code: int) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     except BrokenPipeError:
-        from planner.cli_errors import silence_stdout
+        from planner.cli.errors import silence_stdout
 
         silence_stdout()
         return exit_codes.BROKEN_PIPE

@@ -1,6 +1,6 @@
 """Writing a set of files all or none: every multi-file output (a rank set) goes through ``write_set``.
 
-1. Every path is checked as ``-o PATH`` is (planner/output.py): a folder, a read-only file or a missing
+1. Every path is checked as ``-o PATH`` is (planner/cli/output.py): a folder, a read-only file or a missing
    folder in the way refuses the whole set before anything is written. A pipe or a device cannot take
    part in an all-or-none write, so it is refused as well.
 2. Every new text is written to a temporary file beside its path and flushed to disk.
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.output import cannot, output_target, stage
+from planner.cli.output import cannot, output_target, stage
 
 UNWRITTEN = "nothing of the set was written"
 

@@ -15,7 +15,7 @@ profile (never from the budget), and the shortest prefix of that order that fits
    layers than there are slots share its buffer signature: a layer unlike the others would need
    buffers of its own and save nothing. Other units fall back to UVA at their UVA cost (marked
    ``unique``); after the last prefetch move the slot path may instead prefetch the largest such layer
-   spanning the slots (``span_candidate``, planner/auto_slots.py).
+   spanning the slots (``span_candidate``, planner/strategy/auto_slots.py).
 4. The order: moves by cost per byte, cheapest first (UVA moves at their own cost; prefetch moves
    at the link's cost per byte, taken in van der Corput order over the candidate layers so that
    every prefix is spread evenly over the stack).
@@ -34,8 +34,8 @@ from dataclasses import dataclass, replace
 from schemas.buffer_pool import Signature, signature
 from planner.errors import InfeasibleError
 from planner.kinds import name_key, param_kind
-from planner.layer_cost import gpu_and_uva_ms
-from planner.spread_order import van_der_corput
+from planner.cost.layer import gpu_and_uva_ms
+from planner.strategy.spread_order import van_der_corput
 from schemas.hardware import HardwareProfile
 from schemas.sizes import format_bytes
 from schemas.spec import Layer, Tensor

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.names import join_names
+from planner.words.names import join_names
 from schemas.schedule import Trigger, num_slots
 from schemas.spec import Layer
 
@@ -47,7 +47,7 @@ def span_notes(layers: Sequence[Layer], positions: list[int], triggers: list[Tri
 
 
 def tied_note(layers: Sequence[Layer]) -> list[str]:
-    """Tied params in the order of the layer graph's tie edges (planner/graph.py): per layer, grouped by owner
+    """Tied params in the order of the layer graph's tie edges (planner/layers.py): per layer, grouped by owner
     layer, the layer right after it first."""
     if not any(layer.tied for layer in layers):
         return []
