@@ -23,9 +23,10 @@ from planner.kinds import classify, name_key, param_kind
 from planner.layers import longest_run
 from planner.words.assemble_notes import schedule_notes, span_notes, tied_note
 from schemas.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes, signature
-from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
+from schemas.plan import Plan
+from schemas.plan_content import BufferKey, BufferPool, PlanLayer, PlanParam, Prefetch, Summary
 from schemas.schedule import DEFAULT_PREFETCH_STEP, num_slots, schedule
-from schemas.spec import Layer, Tensor
+from schemas.spec_layers import Layer, Tensor
 
 
 ParamBackend = Literal["prefetch", "uva"]

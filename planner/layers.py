@@ -20,7 +20,7 @@ import networkx as nx
 
 from planner.kinds import param_kind
 from schemas.numbered import split_numbered
-from schemas.spec import Layer, Tensor
+from schemas.spec_layers import Layer, Tensor
 
 
 def build_graph(layers: Sequence[Layer]) -> nx.DiGraph:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 
 from runtime.uva import device_view
-from schemas.hardware import HardwareProfile, UvaPoint
+from schemas.hardware_profile import HardwareProfile, UvaPoint
 
 TOKENS = (1, 16, 64, 256, 1024, 2048, 4096)
 

@@ -16,7 +16,7 @@ from torch import nn
 from runtime.dtensor import local_tensor
 from schemas import Plan
 from schemas.dtypes import DTYPE_BYTES
-from schemas.spec import storage_elements
+from schemas.spec_layers import storage_elements
 
 # the torch dtype of every dtype name a plan may hold (schemas.dtypes), where this torch has it
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_BYTES if hasattr(torch, name)}

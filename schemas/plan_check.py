@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from schemas import plan_wording as say
+import schemas.plan_wording as say
 from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, has_span, pool_bytes
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
-from schemas.plan_backends import PREFETCHING
+from schemas.plan_content import PREFETCHING, PlanContent, PlanLayer, PlanParam
 from schemas.prediction_check import check_predictions
 from schemas.schedule import num_slots, schedule
-from schemas.spec import storage_elements
-
-if TYPE_CHECKING:
-    from schemas.plan import Plan, PlanLayer, PlanParam
+from schemas.spec_layers import storage_elements
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -45,7 +42,7 @@ class Finding:
         return f"{format_path(self.loc)}: {self.text}"
 
 
-def check_plan(plan: Plan, source: str | None = None) -> None:
+def check_plan(plan: PlanContent, source: str | None = None) -> None:
     """Raise InputError listing every finding of ``plan_findings`` (nothing when the plan is consistent)."""
     findings = plan_findings(plan)
     if findings:
@@ -56,7 +53,7 @@ def findings_text(findings: list[Finding]) -> str:
     return say.summary_intro(len(findings)) + ":\n" + "\n".join(f"  {f}" for f in findings)
 
 
-def plan_findings(plan: Plan) -> list[Finding]:
+def plan_findings(plan: PlanContent) -> list[Finding]:
     out: list[Finding] = []
     tied_to = _tie_targets(plan)
     owners = _owners(plan) if tied_to else {}
@@ -86,7 +83,7 @@ class _Totals:
     buffer: int = 0  # bytes of ``pool``
 
 
-def _tie_targets(plan: Plan) -> dict[str, list[str]]:
+def _tie_targets(plan: PlanContent) -> dict[str, list[str]]:
     """Full name of a tied param's owner -> the full names of the params tied to it."""
     out: dict[str, list[str]] = {}
     for layer in plan.layers:
@@ -95,7 +92,7 @@ def _tie_targets(plan: Plan) -> dict[str, list[str]]:
     return out
 
 
-def _owners(plan: Plan) -> dict[str, tuple[PlanLayer, str]]:
+def _owners(plan: PlanContent) -> dict[str, tuple[PlanLayer, str]]:
     """Full name -> (layer, relative name) of every param and tied param (only built when ties exist)."""
     return {f"{layer.name}.{rel}": (layer, rel) for layer in plan.layers for rel in layer.params}
 
@@ -226,7 +223,7 @@ def _check_tie(loc: Loc, layer: PlanLayer, rel: str, target: str,
             say.param_bytes_source(theirs.shape, theirs.dtype, theirs.stride))))
 
 
-def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
+def _check_summary(plan: PlanContent, totals: _Totals, out: list[Finding]) -> None:
     s = plan.summary
     loc: Loc = ("summary",)
     n = len(totals.offloaded_layers)
@@ -275,7 +272,7 @@ def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
             "the pinned host memory", totals.offloaded, "host budget", "cpu_budget_bytes", s.cpu_budget_bytes)))
 
 
-def _rebuilt_buffer(plan: Plan, totals: _Totals) -> int:
+def _rebuilt_buffer(plan: PlanContent, totals: _Totals) -> int:
     """GPU bytes of the buffer pool the plan's prefetched layers need (checked in _check_prefetch)."""
     s = plan.summary
     if s.backend not in PREFETCHING or not totals.prefetched_layers:
@@ -291,7 +288,7 @@ def _rebuilt_buffer(plan: Plan, totals: _Totals) -> int:
     return totals.buffer
 
 
-def _spanning(plan: Plan, positions: list[int]) -> list[bool]:
+def _spanning(plan: PlanContent, positions: list[int]) -> list[bool]:
     """Per prefetched layer: does the plan say it spans the slots (the planner's choice, read, not derived)."""
     return [(pf := plan.layers[i].prefetch) is not None and pf.span for i in positions]
 
@@ -304,7 +301,7 @@ def _signature(layer: PlanLayer) -> Signature:
                  and rel not in on_uva)
 
 
-def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
+def _check_prefetch(plan: PlanContent, totals: _Totals, out: list[Finding]) -> None:
     s = plan.summary
     positions = totals.prefetched_layers
     if s.backend not in PREFETCHING or not positions:
@@ -341,7 +338,7 @@ def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
                                                                        source)))
 
 
-def _check_pool(plan: Plan, totals: _Totals, k: int, source: str, out: list[Finding]) -> None:
+def _check_pool(plan: PlanContent, totals: _Totals, k: int, source: str, out: list[Finding]) -> None:
     pool = plan.buffer_pool
     assert pool is not None
     entries = totals.pool

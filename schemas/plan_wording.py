@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from schemas.errors import suggest
+
 
 def value(v: Any) -> str:
     if v is None:
@@ -46,8 +48,6 @@ def offloaded_twice(rel: str) -> str:
 
 
 def offloaded_unknown(rel: str, known: Sequence[str]) -> str:
-    from schemas.errors import suggest
-
     return f"'{rel}' is not a param of this layer{suggest(rel, list(known))}"
 
 
@@ -100,8 +100,6 @@ def prefetch_missing(backend: str) -> str:
 
 
 def uva_not_offloaded(rel: str, offloaded: Sequence[str]) -> str:
-    from schemas.errors import suggest
-
     return f"'{rel}' is not an offloaded param of this layer (uva lists offloaded params only){suggest(rel, list(offloaded))}"
 
 

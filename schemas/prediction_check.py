@@ -14,21 +14,19 @@ Figures are written rounded to 4 decimals, so comparisons allow that rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from schemas import plan_wording as say
-
-if TYPE_CHECKING:
-    from schemas.hardware import HardwareProfile
-    from schemas.plan import Plan
-    from schemas.prediction import Prediction, Predictions
+import schemas.plan_wording as say
+from schemas.hardware_profile import HardwareProfile
+from schemas.plan_content import PlanContent
+from schemas.prediction import Prediction, Predictions
 
 ROUNDING = 1e-4  # each figure is rounded to 4 decimals; a sum of three may be off by this much
 
 Finding = Callable[[tuple[Any, ...], str], None]
 
 
-def check_predictions(plan: Plan, offloaded_layers: int, found: Finding) -> None:
+def check_predictions(plan: PlanContent, offloaded_layers: int, found: Finding) -> None:
     """Call ``found(loc, text)`` for each contradiction in ``plan.predictions`` (nothing without predictions).
     ``offloaded_layers``: how many of the plan's layers have offloaded params."""
     preds = plan.predictions
@@ -53,7 +51,7 @@ def check_predictions(plan: Plan, offloaded_layers: int, found: Finding) -> None
     _check_totals(preds, offloaded_layers, found)
 
 
-def _copy_ms(plan: Plan, prefetched: list[int], hw: HardwareProfile) -> float:
+def _copy_ms(plan: PlanContent, prefetched: list[int], hw: HardwareProfile) -> float:
     """The copy stream's busy time of one forward: every prefetched param copied once (planner.cost.layer)."""
     total = 0.0
     for i in prefetched:

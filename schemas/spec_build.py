@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.numbered import NUMBERED as _BLOCK
-from schemas.spec import REPEAT_TOKEN, SpecFile, storage_elements
+from schemas.spec import SpecFile
+from schemas.spec_layers import REPEAT_TOKEN, storage_elements
 
 
 @dataclass

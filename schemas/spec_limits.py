@@ -10,12 +10,9 @@ params, without expanding. docs/DESIGN.md, "Limits", lists them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from schemas.sizes import format_bytes
-
-if TYPE_CHECKING:
-    from schemas.spec import LayerSpec, Tensor
+from schemas.spec_layers import LayerSpec, Tensor
 
 MAX_LAYERS = 100_000  # layers after expansion
 MAX_PARAMS = 2_000_000  # params, buffers and tied names after expansion

@@ -18,10 +18,8 @@ from typing import Literal
 
 from pydantic import Field, RootModel, field_validator
 
-from schemas.ints import PositiveCount
+from schemas.fields import PositiveCount, SHARE, Share, StrictModel
 
-from schemas.reals import SHARE, Share
-from schemas.strict import StrictModel
 
 # token counts a bare name stands for
 DEFAULT_TOKENS: dict[str, int] = {"decode": 1, "prefill": 2048}

@@ -8,9 +8,10 @@ import pytest
 
 from planner.cost.layer import LayerWork, layer_work, touched_experts
 from planner.cost.timeline import Copy, simulate
-from schemas.hardware import HardwareProfile, UvaPoint, load_hardware
-from schemas.plan import PlanLayer, PlanParam
-from schemas.spec import MoeSpec
+from schemas.hardware import load_hardware
+from schemas.hardware_profile import HardwareProfile, UvaPoint
+from schemas.plan_content import PlanLayer, PlanParam
+from schemas.spec_layers import MoeSpec
 
 # 1 GB/s copies (1 MB = 1 ms), 0.5 GB/s UVA, 1000 GB/s GPU memory, 1 TFLOP/s
 HW = HardwareProfile(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.errors import InputError
-from schemas.hardware import HardwareProfile
+from schemas.hardware_profile import HardwareProfile
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
 

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from schemas.errors import InputError, suggest
-from schemas.hardware import HardwareProfile
+from schemas.hardware_profile import HardwareProfile
 from schemas.measured import MeasuredForward, MeasuredStats
 from schemas.plan import Plan
 

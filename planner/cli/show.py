@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from schemas.plan import PREFETCHING, Plan
+from schemas.plan import Plan
+from schemas.plan_content import PREFETCHING
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.kinds import name_key, param_kind
-from schemas.hardware import HardwareProfile
-from schemas.plan import PlanLayer, PlanParam
-from schemas.spec import Tensor
+from schemas.hardware_profile import HardwareProfile
+from schemas.plan_content import PlanLayer, PlanParam
+from schemas.spec_layers import Tensor
 
 _HEADS = {"lm_head", "embed_out"}
 

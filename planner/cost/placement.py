@@ -13,10 +13,10 @@ from collections.abc import Collection, Mapping, Sequence
 from planner.kinds import name_key
 from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
 from planner.cost.timeline import Copy, simulate
-from schemas.hardware import HardwareProfile
-from schemas.plan import PlanParam
+from schemas.hardware_profile import HardwareProfile
+from schemas.plan_content import PlanParam
 from schemas.schedule import schedule
-from schemas.spec import Layer
+from schemas.spec_layers import Layer
 from schemas.workload import Workload
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from schemas.hardware import HardwareProfile
+from schemas.hardware_profile import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
-from schemas.reals import MILLISECONDS
+from schemas.fields import MILLISECONDS
 from schemas.workload import Workload
 
 from planner.errors import PlanningError

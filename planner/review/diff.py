@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.plan import Plan, PlanLayer, PlanParam
+from schemas.plan import Plan
+from schemas.plan_content import PlanLayer, PlanParam
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from schemas.plan import PLAN_VERSION
+from schemas.plan_content import PLAN_VERSION
 from schemas.rank_plans import rank_plan_name
 
 from planner.review.diff import render_diff

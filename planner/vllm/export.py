@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from schemas.plan import Plan
-from schemas.spec import Layer, Tensor
+from schemas.spec_layers import Layer, Tensor
 
 from planner.layers import build_graph, find_block_stack
 from planner.kinds import param_kind

@@ -28,8 +28,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from schemas.errors import InputError, suggest
-from schemas.ints import MAX_INT64
-from schemas.reals import GIB
+from schemas.fields import GIB, MAX_INT64
 
 OPTION = "--from-vllm"
 BACKENDS = ("auto", "uva", "prefetch")

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schemas.hardware import HardwareProfile, load_hardware
+from schemas.hardware import load_hardware
+from schemas.hardware_profile import HardwareProfile
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
-from schemas.spec import Layer, SpecFile
+from schemas.spec import SpecFile
+from schemas.spec_layers import Layer
 from schemas.spec_hash import spec_sha256
 from schemas.workload import DEFAULT_WORKLOAD, Workload
 
