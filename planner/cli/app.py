@@ -3,7 +3,7 @@
 Exit codes: schemas/exit_codes.py (0 ok, 1 infeasible budget or `diff` found changes, 2 bad
 input, 70 internal error, 141 stdout closed early); how an exception becomes one:
 planner/cli/errors.py. Start-up stays fast: only typer is imported here at module level;
-pydantic, the schemas, networkx and the planner core are imported inside the commands.
+pydantic, the schemas and the planner core are imported inside the commands.
 """
 
 from __future__ import annotations
