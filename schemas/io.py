@@ -169,7 +169,11 @@ def plan_data(plan: Plan) -> dict[str, Any]:
     ``plan_version`` and each layer's ``offloaded`` (an empty list for a resident layer)."""
     data = plan.model_dump(mode="json", exclude_defaults=True)
     data = {"plan_version": plan.plan_version, **data}
-    for i, layer in enumerate(data["layers"]):
+    shared: dict[int, Any] = {}  # id(PlanParam) -> its data: layers listing one param object share one dict
+    for i, (model, layer) in enumerate(zip(plan.layers, data["layers"])):
+        params = layer["params"]
+        for rel, p in model.params.items():
+            params[rel] = shared.setdefault(id(p), params[rel])
         if "offloaded" not in layer:
             layer["offloaded"] = []
             data["layers"][i] = {k: layer[k] for k in _LAYER_FIELDS if k in layer}

@@ -81,6 +81,9 @@ class _Totals:
     uva_params: int = 0  # offloaded params read through UVA
     pool: list[PoolEntry] = field(default_factory=list)
     buffer: int = 0  # bytes of ``pool``
+    # per distinct param object (repeated layers share them; PlanParams are frozen): checked once, keyed once
+    good: set[int] = field(default_factory=set)  # id(PlanParam) of the params whose bytes agree
+    keys: dict[tuple[str, int], tuple[PoolKey, int]] = field(default_factory=dict)  # (rel, id) -> (key, bytes)
 
 
 def _tie_targets(plan: PlanContent) -> dict[str, list[str]]:
@@ -97,10 +100,16 @@ def _owners(plan: PlanContent) -> dict[str, tuple[PlanLayer, str]]:
     return {f"{layer.name}.{rel}": (layer, rel) for layer in plan.layers for rel in layer.params}
 
 
-def _param_bytes(i: int, rel: str, p: PlanParam, out: list[Finding]) -> None:
+def _param_bytes(i: int, rel: str, p: PlanParam, out: list[Finding], good: set[int]) -> None:
+    if id(p) in good:
+        return
     size = DTYPE_BYTES.get(p.dtype)
     if size is None or p.stride is not None or p.bytes != storage_elements(p.shape, None) * size:
+        found = len(out)
         _param_problems(("layers", i, "params", rel), p, out)
+        if len(out) > found:
+            return
+    good.add(id(p))
 
 
 def _param_problems(loc: Loc, p: PlanParam, out: list[Finding]) -> None:
@@ -128,7 +137,7 @@ def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list
     params = layer.params
     own = 0
     for rel, p in params.items():
-        _param_bytes(i, rel, p, out)
+        _param_bytes(i, rel, p, out, totals.good)
         if rel not in layer.tied:
             own += p.bytes
     offloaded = 0
@@ -281,7 +290,8 @@ def _rebuilt_buffer(plan: PlanContent, totals: _Totals) -> int:
     if step is None:
         return plan.buffer_pool.bytes if plan.buffer_pool is not None else 0
     interned: dict[Signature, Signature] = {}  # equal layers share one signature: few objects, one pass
-    sigs = [interned.setdefault(sig, sig) for sig in map(_signature, (plan.layers[i] for i in totals.prefetched_layers))]
+    sigs = [interned.setdefault(sig, sig) for sig in (_signature(plan.layers[i], totals.keys)
+                                                       for i in totals.prefetched_layers)]
     span = _spanning(plan, totals.prefetched_layers)
     totals.pool = build_pool(sigs, num_slots(len(sigs) - sum(span), step), span)
     totals.buffer = pool_bytes(totals.pool)
@@ -293,12 +303,19 @@ def _spanning(plan: PlanContent, positions: list[int]) -> list[bool]:
     return [(pf := plan.layers[i].prefetch) is not None and pf.span for i in positions]
 
 
-def _signature(layer: PlanLayer) -> Signature:
-    """The pool keys of the layer's prefetched params (offloaded, not on UVA)."""
+def _signature(layer: PlanLayer, keys: dict[tuple[str, int], tuple[PoolKey, int]]) -> Signature:
+    """The pool keys of the layer's prefetched params (offloaded, not on UVA); ``keys``: those made already."""
     params, on_uva = layer.params, set(layer.uva)
-    return tuple((PoolKey.of(rel, params[rel].shape, params[rel].dtype, params[rel].stride), params[rel].bytes)
-                 for rel in dict.fromkeys(layer.offloaded) if rel in params and rel not in layer.tied
-                 and rel not in on_uva)
+    out = []
+    for rel in dict.fromkeys(layer.offloaded):
+        p = params.get(rel)
+        if p is None or rel in layer.tied or rel in on_uva:
+            continue
+        entry = keys.get((rel, id(p)))
+        if entry is None:
+            entry = keys[(rel, id(p))] = (PoolKey.of(rel, p.shape, p.dtype, p.stride), p.bytes)
+        out.append(entry)
+    return tuple(out)
 
 
 def _check_prefetch(plan: PlanContent, totals: _Totals, out: list[Finding]) -> None:

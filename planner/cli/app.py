@@ -9,6 +9,7 @@ pydantic, the schemas and the planner core are imported inside the commands.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -605,7 +606,13 @@ def schema_command(
 
 def main(argv: Optional[list[str]] = None) -> None:
     """The `planner` command. With ``argv`` (called from Python) it raises SystemExit like any
-    click program; on the command line it ends the process with the exit code itself."""
+    click program; on the command line it ends the process with the exit code itself.
+
+    On the command line the cycle collector is off: a command reads its files, computes and writes, and what it
+    makes lives until the process ends (at once, below), so a collection finds next to nothing (about a thousand
+    objects after a 1,000-layer plan) and costs time (0.16 s of that plan's 2.1 s, measured on a loaded machine)."""
+    if argv is None:
+        gc.disable()
     try:
         app(args=argv, prog_name="planner")
         code = exit_codes.OK

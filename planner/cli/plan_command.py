@@ -22,10 +22,8 @@ def make_plan(params: Mapping[str, Any]) -> Any:
     """The plan that `planner plan` makes from ``params`` (a list of rank plans when tensor parallel)."""
     from pydantic import ValidationError
 
-    import planner as core
     from planner.errors import InfeasibleError
     from planner.tp.cli import asked, check_request, world_size
-    from planner.tp.split import ShardError
     from schemas.errors import InputError, problems_from_validation
     from schemas.io import load_model, read_text, source_name
     from schemas.spec import SpecFile
@@ -50,17 +48,7 @@ def make_plan(params: Mapping[str, Any]) -> Any:
     if world > 1:
         check_request(world, output, check, world_asked)
     try:
-        from_vllm = params.get("from_vllm")
-        if from_vllm is not None:
-            from planner.vllm.cli import plan_from_vllm
-
-            if world > 1:
-                raise InputError(f"--from-vllm with {world_asked}: vLLM's flags are read for one GPU's plan; "
-                                 "plan each rank with --tp and the planner's own options instead")
-            return plan_from_vllm(spec_file, from_vllm, options)
-        return core.plan(spec_file, **options) if world == 1 else core.plan_ranks(spec_file, world, **options)
-    except ShardError as err:
-        raise err.located(source_name(spec), text) from None
+        return _plans(spec_file, world, world_asked, options, params.get("from_vllm"), spec, text)
     except ValidationError as err:
         if err.title not in SPEC_MODELS:  # a plan the planner made is not valid: a bug, not the user's input
             raise InternalError(err) from None
@@ -73,6 +61,30 @@ def make_plan(params: Mapping[str, Any]) -> Any:
                                           "cpu_budget": params.get("cpu_budget")})
         err.hints = missing_unit_hints(given)
         raise
+
+
+def _plans(spec_file: Any, world: int, world_asked: str, options: dict[str, Any], from_vllm: str | None, spec: str,
+           text: str) -> Any:
+    """The plan of one GPU (by the planner's rules, or vLLM's for ``from_vllm``), or the rank plans of ``world``."""
+    import planner as core
+    from schemas.errors import InputError
+    from schemas.io import source_name
+
+    if from_vllm is not None:
+        from planner.vllm.cli import plan_from_vllm
+
+        if world > 1:
+            raise InputError(f"--from-vllm with {world_asked}: vLLM's flags are read for one GPU's plan; "
+                             "plan each rank with --tp and the planner's own options instead")
+        return plan_from_vllm(spec_file, from_vllm, options)
+    if world == 1:
+        return core.plan(spec_file, **options)
+    from planner.tp.split import ShardError
+
+    try:
+        return core.plan_ranks(spec_file, world, **options)
+    except ShardError as err:
+        raise err.located(source_name(spec), text) from None
 
 
 def check_verdict(ctx: Any, fresh: Any, spec: str, committed: str, fmt: str) -> tuple[int, str]:
