@@ -7,8 +7,9 @@ Builds the plan, then for each of its workloads times (best of 5, wall) ``simula
 networkx DAG (node weights: CPU issue, compute, copy; edges: the streams' order, the trigger events, the
 copy-done waits) with its critical path (``dag_longest_path_length``), checks that both give the same step
 time, and counts how many forwards strategy auto simulates for one plan. Needs networkx (not a dependency of
-the planner: ``pip install networkx``). Prints one JSON line per measurement, the cold import of networkx last. The CPU-bound MoE layers (a
-routing read back mid-layer) are not modelled here: the synthetic spec has none.
+the planner: ``pip install networkx``). Prints one JSON line per measurement, the cold import of networkx
+last. The CPU-bound MoE layers (a routing read back mid-layer) are not modelled here: the synthetic spec has
+none.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ def main() -> None:
         print(json.dumps({"workload": row.workload, "nodes": g.number_of_nodes(), "edges": g.number_of_edges(),
                           "simulate_ms": round(t_sim * 1e3, 3), "dag_build_ms": round(t_build * 1e3, 3),
                           "critical_path_ms": round(t_path * 1e3, 3), "step_ms": round(tl.step_ms, 4),
-                          "dag_step_ms": round(length, 4), "same": abs(length - tl.step_ms) < 1e-9 * max(1, tl.step_ms)}))
+                          "dag_step_ms": round(length, 4),
+                          "same": abs(length - tl.step_ms) < 1e-9 * max(1, tl.step_ms)}))
     cold = subprocess.run([sys.executable, "-X", "importtime", "-c", "import networkx"], capture_output=True,
                           text=True).stderr.strip().splitlines()[-1]  # "import time: self | cumulative | networkx"
     print(json.dumps({"what": "cold import of networkx", "ms": round(int(cold.split("|")[1]) / 1e3, 1)}))

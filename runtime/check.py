@@ -78,7 +78,7 @@ def check(plan: Plan, model: nn.Module, *, unplanned: str, spec: SpecFile | None
     problems += layout_problems(plan, refs, device)
     problems += naming_problems(plan, refs)
     loose = loose_tensors(model, refs)
-    offloaded = [refs[key] for key in ((layer.name, r) for layer in plan.layers for r in layer.offloaded) if key in refs]
+    offloaded = [refs[(layer.name, r)] for layer in plan.layers for r in layer.offloaded if (layer.name, r) in refs]
     problems += loose_problems(loose, unplanned) + buffer_problems(offloaded, read_only_buffers)
     if problems:
         raise PlanMismatchError(problems, plan.summary.model)
