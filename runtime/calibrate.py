@@ -5,6 +5,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``h2d_gbps``: pinned host -> GPU copies of 256 MiB;
 - ``uva_gbps``, ``uva_passes``: ``x @ W.T`` with an 8192x8192 weight read through a UVA view of
   pinned host memory, at 1 ... 4096 tokens; passes = bytes read (time x UVA rate) / weight bytes;
+- ``link_shared_gbps``: a 1 GiB pinned copy on one stream and a 1-token matmul reading another 1 GiB
+  weight through UVA on a second stream, started together: 2 GiB / the time until both are done (the
+  copy engine and UVA reads share the one host link: docs/DESIGN.md, "Cost model");
 - ``gpu_mem_gbps``: the same matmul at 1 token with the weight in GPU memory (a memory-bound GEMV);
 - ``matmul_tflops``: the same matmul at 4096 tokens in GPU memory;
 - ``launch_us``: CPU time per small eager kernel; ``copy_call_us``: per small async copy;
@@ -74,6 +77,40 @@ def link(device: torch.device) -> dict[str, float]:
     dev = torch.empty(n, dtype=torch.uint8, device=device)
     ms = gpu_ms(lambda: dev.copy_(host, non_blocking=True))
     return {"h2d_gbps": n / ms / 1e6}
+
+
+def _two_streams_ms(first: Callable[[], object], second: Callable[[], object], repeat: int = 5) -> float:
+    """Median milliseconds from launching ``first`` and ``second`` together, each on its own stream, until
+    both are done (events on the current stream: the streams wait for its start and it waits for both)."""
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    times = []
+    for i in range(repeat + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        here = torch.cuda.current_stream()
+        start.record(here)
+        for stream, fn in zip(streams, (first, second)):
+            stream.wait_event(start)
+            with torch.cuda.stream(stream):
+                fn()
+        for stream in streams:
+            here.wait_stream(stream)
+        end.record(here)
+        end.synchronize()
+        if i:  # the first run warms up
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def shared_link(device: torch.device) -> dict[str, float]:
+    """A pinned copy and a UVA read of equal bytes at once: their bytes together / the time both take."""
+    n = 2**30
+    host = torch.empty(n, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(n, dtype=torch.uint8, device=device)
+    w_host = torch.empty(n // 2 // 8192, 8192, dtype=torch.bfloat16).pin_memory()
+    w_uva = device_view(w_host, device)
+    x = torch.randn(1, 8192, dtype=torch.bfloat16, device=device)
+    ms = _two_streams_ms(lambda: dev.copy_(host, non_blocking=True), lambda: x @ w_uva.T)
+    return {"link_shared_gbps": 2 * n / ms / 1e6}
 
 
 def matmuls(device: torch.device) -> dict[str, object]:
@@ -195,6 +232,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
         raise RuntimeError("calibrate measures a CUDA GPU, and none is available here")
     figures: dict[str, object] = {}
     figures.update(link(device))
+    figures.update(shared_link(device))
     figures.update(matmuls(device))
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))

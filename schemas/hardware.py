@@ -34,6 +34,10 @@ class HardwareProfile(StrictModel):
     source: PrintableText = Field(description="where the figures come from: machine, software, command, date")
     h2d_gbps: Rate = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
     uva_gbps: Rate = Field(description="rate at which a GPU kernel reads pinned host memory in place")
+    link_shared_gbps: Rate | None = Field(
+        default=None, description="a pinned host -> GPU copy and a UVA read of equal bytes run at once on two "
+        "streams: the bytes of both / the time both take, GB/s. The copy engine and UVA reads share one host "
+        "link (about the harmonic mean of h2d_gbps and uva_gbps when they take turns); absent: assumed so")
     uva_passes: list[UvaPoint] = Field(
         min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
     gpu_mem_gbps: Rate = Field(description="GPU memory read rate of a large kernel, GB/s")

@@ -48,6 +48,10 @@ class LayerWork:
     # block reads the routing back to loop over the experts it hit); None: no such wait
     synced_gpu_ms: float | None = None
     synced_cpu_ms: float = 0.0
+    # the host link's time of the layer's UVA reads (their bytes at the UVA rate, re-reads included), and
+    # the part of it read after the mid-layer wait: what the copy stream shares the link with
+    uva_link_ms: float = 0.0
+    synced_uva_link_ms: float = 0.0
 
 
 def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:
@@ -86,14 +90,18 @@ def _numel(p: PlanParam) -> int:
 
 
 def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: str,
-              moe: tuple[int, int] | None) -> float:
-    """Time of one param's kernel; ``where``: gpu (resident or a prefetch slot) or uva."""
+              moe: tuple[int, int] | None) -> tuple[float, float]:
+    """Time of one param's kernel and the part of it the host link is busy (0 unless ``where`` is uva);
+    ``where``: gpu (resident or a prefetch slot) or uva."""
     rate = hw.uva_gbps if where == "uva" else hw.gpu_mem_gbps
+    link = where == "uva"
     if role == "lookup":
         row = p.bytes / max(p.shape[0], 1)
-        return min(p.bytes, tokens * row) / rate / 1e6
+        ms = min(p.bytes, tokens * row) / rate / 1e6
+        return ms, ms if link else 0.0
     if role == "vector":
-        return p.bytes / rate / 1e6
+        ms = p.bytes / rate / 1e6
+        return ms, ms if link else 0.0
     numel = _numel(p)
     if role == "routed" and moe is not None:
         experts, top_k = moe
@@ -103,9 +111,10 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         rows = tokens * top_k / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
-    passes = hw.passes(rows) if where == "uva" else 1.0
-    fixed = hw.uva_expert_call_ms if (where == "uva" and role == "routed") else 0.0
-    return fixed + max(flops / (hw.matmul_tflops * 1e9), nbytes * passes / rate / 1e6)
+    passes = hw.passes(rows) if link else 1.0
+    fixed = hw.uva_expert_call_ms if (link and role == "routed") else 0.0
+    read = nbytes * passes / rate / 1e6
+    return fixed + max(flops / (hw.matmul_tflops * 1e9), read), read if link else 0.0
 
 
 @dataclass(frozen=True)
@@ -117,22 +126,28 @@ class ParamTime:
     routed: bool
     gpu_ms: float
     uva_ms: float
+    uva_link_ms: float  # the host link's part of uva_ms
 
 
 def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProfile,
                moe: tuple[int, int] | None) -> ParamTime:
     role = _role(layer, rel, p)
-    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe),
-                     _param_ms(role, p, tokens, hw, "uva", moe))
+    uva, link = _param_ms(role, p, tokens, hw, "uva", moe)
+    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe)[0], uva, link)
 
 
 def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, on_uva, copied,
                 hw: HardwareProfile) -> LayerWork:
     """A layer's work with ``on_uva`` params read through UVA and ``copied`` ones prefetched (sets of names)."""
-    gpu = routed = 0.0
+    gpu = routed = link = routed_link = 0.0
     copy_bytes = copies = 0
     for t in times:
-        ms = t.uva_ms if t.rel in on_uva else t.gpu_ms
+        if t.rel in on_uva:
+            ms = t.uva_ms
+            link += t.uva_link_ms
+            routed_link += t.uva_link_ms if t.routed else 0.0
+        else:
+            ms = t.gpu_ms
         gpu += ms
         routed += ms if t.routed else 0.0
         if t.rel in copied:
@@ -141,7 +156,8 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
     copy_ms = copy_bytes / hw.h2d_gbps / 1e6 + copies * hw.copy_call_us / 1e3
     synced = routed if moe_sync else None
     return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,
-                     expert_us / 1e3 if synced is not None else 0.0)
+                     expert_us / 1e3 if synced is not None else 0.0, link,
+                     routed_link if synced is not None else 0.0)
 
 
 def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
@@ -202,4 +218,4 @@ def gpu_and_uva_ms(layer: str, t: Tensor, tokens: int, hw: HardwareProfile,
     """A spec tensor's kernel time at ``tokens`` from GPU memory and read through UVA."""
     p = PlanParam.model_construct(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes, kind=t.kind)
     role = _role(layer, t.name, p)
-    return _param_ms(role, p, tokens, hw, "gpu", moe), _param_ms(role, p, tokens, hw, "uva", moe)
+    return _param_ms(role, p, tokens, hw, "gpu", moe)[0], _param_ms(role, p, tokens, hw, "uva", moe)[0]

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from planner.kinds import name_key
 from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
+from planner.cost.link import link_share
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanParam
@@ -29,6 +30,7 @@ class PlacementCost:
         total = sum(item.weight for _, item in items)
         self.tokens = [(item.tokens, item.weight / total, item.mode) for _, item in items]
         self._hw = {mode: profile_for(hw, mode) for _, _, mode in self.tokens}
+        self._link = link_share(hw)
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}
         classes: dict[tuple, int] = {}
@@ -79,11 +81,11 @@ class PlacementCost:
         copies = [Copy(p, t.copy_before(n), t.previous_forward)
                   for p, t in zip(positions, schedule(positions, n, slots, span))] if positions else []
         total = 0.0
-        for tokens, share, mode in self.tokens:
+        for tokens, weight, mode in self.tokens:
             work = list(self._resident(tokens, mode))
             for i, (uva, copied) in placed.items():
                 work[i] = self._layer_work(i, tokens, mode, uva, copied)
-            total += share * simulate(work, copies).step_ms
+            total += weight * simulate(work, copies, self._link).step_ms
         return total
 
     def _resident(self, tokens: int, mode: str) -> list[LayerWork]:

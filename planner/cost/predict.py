@@ -10,6 +10,7 @@ from schemas.workload import Workload
 
 from planner.errors import PlanningError
 from planner.cost.layer import layers_work, profile_for
+from planner.cost.link import link_share
 from planner.cost.timeline import Copy, Timeline, simulate
 
 
@@ -23,7 +24,7 @@ def copies_of(plan: Plan) -> list[Copy]:
 def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
     """One forward of ``plan`` at ``tokens`` on ``hw``."""
     work = layers_work(plan.layers, tokens, hw)
-    return simulate(work, copies_of(plan))
+    return simulate(work, copies_of(plan), link_share(hw))
 
 
 def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
