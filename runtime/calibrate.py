@@ -16,7 +16,12 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
 - ``uva_expert_call_ms``: a Qwen3-MoE experts module with its weights resident, then read through
-  UVA: the time beyond the bytes it reads, per grouped expert matmul.
+  UVA: the time beyond the bytes it reads, per grouped expert matmul;
+- ``attention_tflops``, ``elementwise_bytes``: a transformers Llama decoder layer of Llama-3-8B's shape
+  (resident) at 2,048 tokens, and scaled dot-product attention alone at its shape (causal): the attention's
+  flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
+  above) and the attention, as bytes at ``gpu_mem_gbps`` per token and output element of its matrices
+  (planner/cost/block.py reads them back the same way).
 """
 
 from __future__ import annotations
@@ -225,6 +230,48 @@ def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
     return {"uva_expert_call_ms": statistics.median(estimates)}
 
 
+# a decoder block: hidden, intermediate, query heads, key/value heads, head dim (Llama-3-8B's)
+LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
+
+
+def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: float,
+                  shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK, tokens: int = 2048,
+                  timer: Callable[[Callable[[], object]], float] = gpu_ms) -> dict[str, float]:
+    """What a decoder block computes beyond its matmuls: ``attention_tflops`` and ``elementwise_bytes``."""
+    try:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    except ImportError:
+        return {}
+    hidden, inter, heads, kv_heads, head_dim = shape
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, head_dim=head_dim, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    layer = LlamaDecoderLayer(config, layer_idx=0).to(device, dtype).eval()
+    rotary = LlamaRotaryEmbedding(config).to(device)
+    x = torch.randn(1, tokens, hidden, dtype=dtype, device=device)
+    positions = torch.arange(tokens, device=device)[None]
+    q = torch.randn(1, heads, tokens, head_dim, dtype=dtype, device=device)
+    k, v = (torch.randn(1, kv_heads, tokens, head_dim, dtype=dtype, device=device) for _ in range(2))
+    with torch.inference_mode():
+        cos_sin = rotary(x, positions)
+        block = timer(lambda: layer(x, attention_mask=None, position_ids=positions, position_embeddings=cos_sin))
+        attention = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                   enable_gqa=True))
+    flops = 4.0 * tokens * (tokens + 1) / 2 * heads * head_dim
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    matrices = [(heads * head_dim, hidden), (kv_heads * head_dim, hidden), (kv_heads * head_dim, hidden),
+                (hidden, heads * head_dim), (inter, hidden), (inter, hidden), (hidden, inter)]
+    # the roofline of planner/cost/layer.py for a resident matrix: flops at the matmul rate or bytes at memory's
+    matmul = sum(max(2.0 * tokens * r * c / (matmul_tflops * 1e9), r * c * itemsize / gpu_mem_gbps / 1e6)
+                 for r, c in matrices)
+    rest = max(0.0, block - matmul - attention)
+    outputs = sum(r for r, _ in matrices)
+    return {"attention_tflops": flops / attention / 1e9,
+            "elementwise_bytes": rest * gpu_mem_gbps * 1e6 / (tokens * outputs)}
+
+
 def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> tuple[HardwareProfile, dict]:
     """Measure the local GPU; returns the profile and the raw timings."""
     device = torch.device(device)
@@ -237,6 +284,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
+    figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()

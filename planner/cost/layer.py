@@ -20,7 +20,8 @@ CPU time (eager PyTorch): ``moe_block_cpu_us`` for an MoE block, ``block_cpu_us`
 another decoder block (a layer with 4 or more matrices), ``launch_us`` per param for a small
 layer, plus ``expert_cpu_us`` per touched expert (MoE blocks that loop over experts). With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
 the expert loop, so the experts' kernels start only after everything before them has run.
-Attention's own arithmetic (softmax over the context) is not counted.
+What the roofline of the matrices misses in a decoder block (attention's own arithmetic over the context,
+norms and elementwise work) is added per block: planner/cost/block.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from functools import lru_cache
 
+from planner.cost.block import ONE, Sequences, block_ms, block_shape
 from planner.kinds import name_key, param_kind
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanLayer, PlanParam
@@ -136,10 +138,11 @@ def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProf
     return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe)[0], uva, link)
 
 
-def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, on_uva, copied,
-                hw: HardwareProfile) -> LayerWork:
-    """A layer's work with ``on_uva`` params read through UVA and ``copied`` ones prefetched (sets of names)."""
-    gpu = routed = link = routed_link = 0.0
+def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, block: float,
+                on_uva, copied, hw: HardwareProfile) -> LayerWork:
+    """A layer's work with ``on_uva`` params read through UVA and ``copied`` ones prefetched (sets of names);
+    ``block``: the GPU ms of its work besides the params' kernels (planner/cost/block.py)."""
+    gpu, routed, link, routed_link = block, 0.0, 0.0, 0.0
     copy_bytes = copies = 0
     for t in times:
         if t.rel in on_uva:
@@ -173,23 +176,26 @@ def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
     return base, expert
 
 
-def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int,
-                hw: HardwareProfile) -> tuple[list[ParamTime], float, float, bool]:
-    """Per-param times and (cpu µs, expert µs, synced) of a layer whose params are (rel, PlanParam) pairs."""
+def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw: HardwareProfile,
+                seqs: Sequences = ONE) -> tuple[list[ParamTime], float, float, bool, float]:
+    """Per-param times and (cpu µs, expert µs, synced, block ms) of a layer whose params are (rel, PlanParam)
+    pairs, at ``tokens`` in ``seqs``."""
     times = [param_time(name, rel, p, tokens, hw, moe) for rel, p in params]
-    matrices = sum(1 for (rel, p) in params if _role(name, rel, p) in ("matmul", "routed"))
+    roles = [(rel, p, _role(name, rel, p)) for rel, p in params]
+    matrices = sum(1 for _, _, role in roles if role in ("matmul", "routed"))
     base, expert = cpu_us(matrices, len(times), moe, tokens, hw)
-    return times, base, expert, moe is not None and hw.moe_sync
+    block = block_ms(block_shape(roles, moe), tokens, seqs, hw) if moe is not None or matrices >= 4 else 0.0
+    return times, base, expert, moe is not None and hw.moe_sync, block
 
 
-def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile) -> LayerWork:
+def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequences = ONE) -> LayerWork:
     """The layer's GPU, CPU and copy time at ``tokens``: its ``uva`` params read over the link, its other
     offloaded params copied."""
     on_uva = set(layer.uva)
     copied = set(layer.offloaded) - on_uva
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-    times, base, expert, sync = layer_times(layer.name, list(layer.params.items()), moe, tokens, hw)
-    return placed_work(times, base, expert, sync, on_uva, copied, hw)
+    return placed_work(*layer_times(layer.name, list(layer.params.items()), moe, tokens, hw, seqs),
+                       on_uva, copied, hw)
 
 
 def _description(layer: PlanLayer) -> tuple:
@@ -199,7 +205,7 @@ def _description(layer: PlanLayer) -> tuple:
     return name_key(layer.name), params, moe, tuple(layer.uva), tuple(layer.offloaded)
 
 
-def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile) -> list[LayerWork]:
+def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile, seqs: Sequences = ONE) -> list[LayerWork]:
     """``layer_work`` of each layer, computed once per distinct description (a stack of a thousand
     equal blocks is costed once)."""
     seen: dict[tuple, LayerWork] = {}
@@ -208,7 +214,7 @@ def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile) -> li
         key = _description(layer)
         work = seen.get(key)
         if work is None:
-            work = seen[key] = layer_work(layer, tokens, hw)
+            work = seen[key] = layer_work(layer, tokens, hw, seqs)
         out.append(work)
     return out
 

@@ -9,6 +9,7 @@ from schemas.reals import MILLISECONDS
 from schemas.workload import Workload
 
 from planner.errors import PlanningError
+from planner.cost.block import ONE, Sequences, sequences_of
 from planner.cost.layer import layers_work, profile_for
 from planner.cost.link import link_share
 from planner.cost.timeline import Copy, Timeline, simulate
@@ -21,9 +22,9 @@ def copies_of(plan: Plan) -> list[Copy]:
             for i, layer in enumerate(plan.layers) if layer.prefetch is not None]
 
 
-def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
-    """One forward of ``plan`` at ``tokens`` on ``hw``."""
-    work = layers_work(plan.layers, tokens, hw)
+def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE) -> Timeline:
+    """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``."""
+    work = layers_work(plan.layers, tokens, hw, seqs)
     return simulate(work, copies_of(plan), link_share(hw))
 
 
@@ -42,7 +43,7 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.tokens)
+        t = timeline(plan, profile_for(hw, item.mode), item.tokens, sequences_of(item))
         _in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
