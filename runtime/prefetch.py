@@ -17,7 +17,8 @@ Eager hooks call these methods directly; only code being traced by torch.compile
 the custom ops (runtime/prefetch_ops.py), whose bodies call the same methods.
 Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
 layer that finds someone else's weights in its slot (after an interrupted forward, say) gets a
-synchronous copy.
+synchronous copy. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
+never triggered again.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ class PrefetchOffloader(Offloader):
             use = pos + (n_layers if pl.prefetch.previous_forward else 0)
             regions = (pl.prefetch.slot,) if not pl.prefetch.span else (*range(plan.buffer_pool.slots), SPAN_ONLY)
             self.layers.append(_Layer(pl.name, pos, regions, pairs, nbytes, use))
-            self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
+            if not pl.prefetch.once:  # a slot's only user stays in it once copied at apply time
+                self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
         for trig, js in self.triggers.items():
             js.sort(key=lambda j: self.layers[j].use_order)
         if self.cuda:
@@ -178,7 +180,8 @@ class PrefetchOffloader(Offloader):
 
     def post_init(self) -> None:
         """Point every offloaded param at its slot buffer, then prime the slots the plan
-        fills during the previous forward, so the first forward finds them ready."""
+        fills during the previous forward and those its only user keeps (``once``), so the first
+        forward finds them ready."""
         host_of = {o.ref.full: o for o in self.offloaded}
         for pl in self.plan.layers:
             if pl.prefetch is None:
@@ -187,7 +190,8 @@ class PrefetchOffloader(Offloader):
                 ref = host_of[f"{pl.name}.{rel}"].ref
                 ref.local.data = self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)
         for j, layer in enumerate(self.layers):
-            if self.plan.layers[layer.position].prefetch.previous_forward:
+            pf = self.plan.layers[layer.position].prefetch
+            if pf.previous_forward or pf.once:
                 self._copy_now(j)
         self.sync_prev_onload()
         self.current = ForwardStats()

@@ -38,6 +38,7 @@ REPEAT_TOKEN = "{i}"
 ParamKind = Literal["attention", "dense_mlp", "shared_experts", "routed_experts", "router", "norm", "scale",
                     "embedding", "other"]
 PARAM_KINDS: tuple[str, ...] = get_args(ParamKind)
+ParamOrder = Literal["registration", "name"]
 
 _VALID_PARAMS = Memo()  # content_key(input) -> the ParamSpec validated from it
 
@@ -188,6 +189,11 @@ class ModelSection(StrictModel):
     attention: AttentionSpec | None = Field(
         default=None, description="attention heads, for tensor parallel (optional; needed at --tp N > 1 when "
                                   "a split depends on them)")
+    param_order: ParamOrder | None = Field(
+        default=None, description="the order each layer lists its params in: registration (as the module "
+        "registers them and named_parameters() lists them: what describe() and --from-hf-config write; the "
+        "default) or name (sorted by name: what --from-safetensors writes, as a checkpoint does not keep the "
+        "module's order). vLLM's --cpu-offload-gb walks params in registration order")
 
     _expanded: tuple[Layer, ...] = PrivateAttr(default=())
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
@@ -16,15 +18,18 @@ from planner.cost.timeline import Copy, Timeline, simulate
 
 
 def copies_of(plan: Plan) -> list[Copy]:
-    """The prefetch copies of a plan, by position."""
+    """The prefetch copies of a plan's forward, by position (a layer copied once, at apply time, has none)."""
     position = {layer.name: i for i, layer in enumerate(plan.layers)}
     return [Copy(i, position[layer.prefetch.copy_before], layer.prefetch.previous_forward)
-            for i, layer in enumerate(plan.layers) if layer.prefetch is not None]
+            for i, layer in enumerate(plan.layers) if layer.prefetch is not None and not layer.prefetch.once]
 
 
 def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE) -> Timeline:
     """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``."""
     work = layers_work(plan.layers, tokens, hw, seqs)
+    for i, layer in enumerate(plan.layers):
+        if layer.prefetch is not None and layer.prefetch.once:  # its slot keeps it: nothing to copy
+            work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
     return simulate(work, copies_of(plan), link_share(hw))
 
 
