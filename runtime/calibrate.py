@@ -106,16 +106,25 @@ def _two_streams_ms(first: Callable[[], object], second: Callable[[], object], r
     return statistics.median(times)
 
 
-def shared_link(device: torch.device) -> dict[str, float]:
-    """A pinned copy and a UVA read of equal bytes at once: their bytes together / the time both take."""
+def shared_link(device: torch.device) -> dict[str, object]:
+    """A pinned copy and a UVA read of equal bytes at once: their bytes together / the time both take (and,
+    in ``raw_link``, each alone and both, ms)."""
     n = 2**30
     host = torch.empty(n, dtype=torch.uint8).pin_memory()
     dev = torch.empty(n, dtype=torch.uint8, device=device)
     w_host = torch.empty(n // 2 // 8192, 8192, dtype=torch.bfloat16).pin_memory()
     w_uva = device_view(w_host, device)
     x = torch.randn(1, 8192, dtype=torch.bfloat16, device=device)
-    ms = _two_streams_ms(lambda: dev.copy_(host, non_blocking=True), lambda: x @ w_uva.T)
-    return {"link_shared_gbps": 2 * n / ms / 1e6}
+
+    def copy() -> None:
+        dev.copy_(host, non_blocking=True)
+
+    def read() -> None:
+        x @ w_uva.T
+
+    both = _two_streams_ms(copy, read)
+    raw = {"bytes": n, "copy_ms": gpu_ms(copy, repeat=5), "read_ms": gpu_ms(read, repeat=5), "both_ms": both}
+    return {"link_shared_gbps": 2 * n / both / 1e6, "raw_link": raw}
 
 
 def matmuls(device: torch.device) -> dict[str, object]:
@@ -285,7 +294,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
-    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
+    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()
     figures.setdefault("block_cpu_us", 30 * float(figures["launch_us"]))  # no transformers: ~30 kernels
