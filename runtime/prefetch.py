@@ -19,7 +19,8 @@ Eager hooks call these methods directly; only code being traced by torch.compile
 the custom ops (runtime/prefetch_ops.py), whose bodies call the same methods.
 Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
 layer that finds someone else's weights in its slot (after an interrupted forward, say) gets a
-synchronous copy.
+synchronous copy. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
+never triggered again.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class PrefetchOffloader(Offloader):
             use = pos + (n_layers if pl.prefetch.previous_forward else 0)
             regions = (pl.prefetch.slot,) if not pl.prefetch.span else (*range(plan.buffer_pool.slots), SPAN_ONLY)
             self.layers.append(_Layer(pl.name, pos, regions, params, nbytes, use))
-            self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
+            if not pl.prefetch.once:  # a slot's only user stays in it once copied at apply time
+                self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
         for trig, js in self.triggers.items():
             js.sort(key=lambda j: self.layers[j].use_order)
         if self.cuda:
@@ -189,12 +191,14 @@ class PrefetchOffloader(Offloader):
 
     def post_init(self) -> None:
         """Point every offloaded param at its slot buffer, then prime the slots the plan
-        fills during the previous forward, so the first forward finds them ready."""
+        fills during the previous forward and those its only user keeps (``once``), so the first
+        forward finds them ready."""
         for layer in self.layers:
             for o, buf in layer.params:
                 o.ref.local.data = buf
         for j, layer in enumerate(self.layers):
-            if self.plan.layers[layer.position].prefetch.previous_forward:
+            pf = self.plan.layers[layer.position].prefetch
+            if pf.previous_forward or pf.once:
                 self._copy_now(j)
         self.sync_prev_onload()
         self.current = ForwardStats()

@@ -101,6 +101,8 @@ POSITIVE_MICROSECONDS = Quantity("us", 0.0, MAX_SECONDS * 1e6, low_open=True)
 SHARE = Quantity("", 1e-6, 1e6)
 # how many times a weight is read (a UVA matmul's passes over it)
 PASSES = Quantity("", 1.0, 1e6)
+# memory traffic per element of a tensor (a block's elementwise work per output element of its matrices)
+BYTES_PER_ELEMENT = Quantity("bytes", 0.0, 1e6)
 # GiB of host memory (vLLM's --cpu-offload-gb): up to the int64 bytes a size can be
 GIB = Quantity("GiB", 0.0, float(2**63 - 1) / 2**30)
 
@@ -112,3 +114,4 @@ PositiveMicroseconds = POSITIVE_MICROSECONDS.of()
 Milliseconds = MILLISECONDS.of()
 Share = SHARE.of()
 Passes = PASSES.of()
+BytesPerElement = BYTES_PER_ELEMENT.of()

@@ -10,9 +10,14 @@ from typing import ClassVar
 
 from pydantic import Field, StrictBool, field_validator
 
-from schemas.fields import (Microseconds, Milliseconds, Passes, PositiveCount, PositiveMicroseconds, Rate,
-                            StrictModel, Tflops)
+from schemas.fields import (BytesPerElement, Microseconds, Milliseconds, Passes, PositiveCount,
+                            PositiveMicroseconds, Rate, StrictModel, Tflops)
 from schemas.spec_names import PrintableName, PrintableText
+
+# what the roofline of a block's matrices misses, as fitted on the H200 (Llama-3-8B shape, prefill of 2,048
+# tokens, resident: 62.7 ms measured; docs/BENCHMARKS.md, "Cost model"): the defaults of a profile without them
+H200_ATTENTION_TFLOPS = 300.0
+H200_ELEMENTWISE_BYTES = 17.0
 
 
 class UvaPoint(StrictModel):
@@ -29,10 +34,21 @@ class HardwareProfile(StrictModel):
     source: PrintableText = Field(description="where the figures come from: machine, software, command, date")
     h2d_gbps: Rate = Field(description="pinned host -> GPU copy rate, GB/s (10^9 bytes)")
     uva_gbps: Rate = Field(description="rate at which a GPU kernel reads pinned host memory in place")
+    link_shared_gbps: Rate | None = Field(
+        default=None, description="a pinned host -> GPU copy and a UVA read of equal bytes run at once on two "
+        "streams: the bytes of both / the time both take, GB/s. The copy engine and UVA reads share one host "
+        "link (about the harmonic mean of h2d_gbps and uva_gbps when they take turns); absent: assumed so")
     uva_passes: list[UvaPoint] = Field(
         min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
     gpu_mem_gbps: Rate = Field(description="GPU memory read rate of a large kernel, GB/s")
     matmul_tflops: Tflops = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
+    attention_tflops: Tflops = Field(
+        default=H200_ATTENTION_TFLOPS, description="rate of attention's own arithmetic (Q·Kᵀ and the weighted "
+        "sum of V over the context: scaled dot-product attention as transformers runs it, causal), TFLOP/s")
+    elementwise_bytes: BytesPerElement = Field(
+        default=H200_ELEMENTWISE_BYTES, description="GPU memory traffic of a decoder block's work between its "
+        "matmuls (norms, rotary embedding, activation, residual adds: what the matmul roofline misses), per "
+        "token and per output element of the block's matrices, in bytes at gpu_mem_gbps")
     launch_us: PositiveMicroseconds = Field(description="CPU time to issue one small eager kernel, microseconds")
     block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")

@@ -23,7 +23,7 @@ from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
 from schemas.plan_content import PREFETCHING, PlanContent, PlanLayer, PlanParam
 from schemas.prediction_check import check_predictions
-from schemas.schedule import num_slots, schedule
+from schemas.schedule import filled_once, num_slots, schedule
 from schemas.spec_layers import storage_elements
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -293,9 +293,15 @@ def _rebuilt_buffer(plan: PlanContent, totals: _Totals) -> int:
     sigs = [interned.setdefault(sig, sig) for sig in (_signature(plan.layers[i], totals.keys)
                                                        for i in totals.prefetched_layers)]
     span = _spanning(plan, totals.prefetched_layers)
-    totals.pool = build_pool(sigs, num_slots(len(sigs) - sum(span), step), span)
+    every = _every_slot(plan)
+    totals.pool = build_pool(sigs, step if every else num_slots(len(sigs) - sum(span), step), span, every)
     totals.buffer = pool_bytes(totals.pool)
     return totals.buffer
+
+
+def _every_slot(plan: PlanContent) -> bool:
+    """Whether the plan's pool gives every key a buffer in each of prefetch_step slots (vLLM's pool)."""
+    return plan.buffer_pool is not None and plan.buffer_pool.every_slot
 
 
 def _spanning(plan: PlanContent, positions: list[int]) -> list[bool]:
@@ -331,7 +337,7 @@ def _check_prefetch(plan: PlanContent, totals: _Totals, out: list[Finding]) -> N
         return
     n, step = len(positions), s.prefetch_step
     span = _spanning(plan, positions)
-    k = num_slots(n - sum(span), step)
+    k = step if _every_slot(plan) else num_slots(n - sum(span), step)
     source = say.schedule_source(step, n, k, sum(span))
     if plan.buffer_pool is None:
         out.append(Finding(("buffer_pool",), say.pool_missing(s.backend)))
@@ -340,11 +346,16 @@ def _check_prefetch(plan: PlanContent, totals: _Totals, out: list[Finding]) -> N
     layers = plan.layers
     num_layers = len(layers)
     spans = {p for p, spanning in zip(positions, span) if spanning}
-    for p, t in zip(positions, schedule(positions, num_layers, step, spans)):
+    triggers = schedule(positions, num_layers, step, spans)
+    alone = filled_once(triggers)
+    for p, t, once in zip(positions, triggers, alone):
         pf = layers[p].prefetch
         if pf is None:
             continue  # reported with the layer
         loc: Loc = ("layers", p, "prefetch")
+        if pf.once and not once:
+            others = sum(1 for u in triggers if u.slot == t.slot) - 1
+            out.append(Finding(loc + ("once",), say.once_shared(t.slot, others, bool(spans))))
         before = layers[t.copy_before(num_layers)].name
         if pf.slot != t.slot and not t.span:
             out.append(Finding(loc + ("slot",), say.mismatch(pf.slot, t.slot, source)))

@@ -59,6 +59,10 @@ class Prefetch(StrictModel):
         description="copy_before runs in the previous forward pass (wrap-around): "
         "the runtime primes these slots at apply time",
     )
+    once: StrictBool = Field(
+        default=False, description="the layer is its slot's only user (and no layer spans the slots): it is "
+        "copied once when the plan is applied and never again, its bytes staying in the slot (what vLLM's "
+        "prefetch runtime does for a slot holding one layer; plan --from-vllm)")
 
     @model_validator(mode="after")
     def _slot_or_span(self) -> Prefetch:
@@ -125,6 +129,10 @@ class BufferKey(StrictModel):
 
 class BufferPool(StrictModel):
     slots: Count = Field(description="number of slot ids")
+    every_slot: StrictBool = Field(
+        default=False, description="every key has a buffer in each of the prefetch_step slots, whether a layer "
+        "holding it uses that slot or not (vLLM's StaticBufferPool; plan --from-vllm); else only in the slots "
+        "its layers use")
     keys: list[BufferKey]
     bytes: Count = Field(description="GPU bytes of all buffers (of the arena, when a layer spans the slots)")
 

@@ -130,6 +130,14 @@ def schedule_source(step: int, n: int, slots: int, spanning: int = 0) -> str:
             f"{over}")
 
 
+def once_shared(slot: int | None, others: int, spanning: bool) -> str:
+    if spanning:
+        return ("once: a layer spans the slots, so every slot's bytes are overwritten each forward: only a "
+                "slot's only user in a plan without spanning layers is copied once")
+    return (f"once: slot {slot} also holds {others} other offloaded layer{'s' if others != 1 else ''}, which "
+            "overwrite it: only a slot's only user (with no layer spanning the slots) is copied once")
+
+
 def pool_bytes_source(arena: bool) -> str:
     if arena:
         return "the arena of the buffers the offloaded layers need (slots one after the other, spanning buffers over them)"
@@ -223,7 +231,7 @@ def time_without_prefetch(name: str, found: float) -> str:
 
 def copy_time_source() -> str:
     return ("the plan's prefetched bytes at the profile's link rate (predictions.profile.h2d_gbps) plus one "
-            "copy call a param (copy_call_us)")
+            "copy call a param (copy_call_us), layers copied once (prefetch.once) left out")
 
 
 def wrong_bound(bound: str, largest: str) -> str:

@@ -6,7 +6,8 @@ Per workload: the step is at least the copy stream's busy time (a forward ends w
 copy stream), the CPU's time, and the compute stream's busy time plus its stalls; the stall is 0
 without prefetched layers; ``bound`` names the largest of copy, compute and CPU. With the profile
 carried, the copy time is the plan's own: its prefetched bytes at the profile's link rate plus one
-copy call per param (the same at every token count). Across workloads: names once each, the weighted
+copy call per param (the same at every token count), leaving out layers copied once (``prefetch.once``).
+Across workloads: names once each, the weighted
 step is the weighted mean of the steps, and ``offloaded_layers`` counts the plan's offloaded layers.
 Figures are written rounded to 4 decimals, so comparisons allow that rounding.
 """
@@ -56,6 +57,8 @@ def _copy_ms(plan: PlanContent, prefetched: list[int], hw: HardwareProfile) -> f
     total = 0.0
     for i in prefetched:
         layer = plan.layers[i]
+        if layer.prefetch is not None and layer.prefetch.once:
+            continue  # copied when the plan is applied, not in a forward
         rels = [rel for rel in layer.prefetched if rel in layer.params]  # an unknown one is a finding already
         copy_bytes = sum(layer.params[rel].bytes for rel in rels)
         total += copy_bytes / hw.h2d_gbps / 1e6 + len(rels) * hw.copy_call_us / 1e3

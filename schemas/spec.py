@@ -16,7 +16,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from schemas.dtypes import canonical_dtype, itemsize
 from schemas.fields import PositiveCount, StrictModel
 from schemas.sizes import Size
-from schemas.spec_layers import (REPEAT_TOKEN, Layer, LayerSpec, ParamKind, ParamSpec, Tensor,
+from schemas.spec_layers import (REPEAT_TOKEN, Layer, LayerSpec, ParamKind, ParamOrder, ParamSpec, Tensor,
                                  storage_elements)
 from schemas.spec_limits import check_bytes, check_counts
 from schemas.spec_names import check_dotted_name, check_printable
@@ -50,6 +50,11 @@ class ModelSection(StrictModel):
     attention: AttentionSpec | None = Field(
         default=None, description="attention heads, for tensor parallel (optional; needed at --tp N > 1 when "
                                   "a split depends on them)")
+    param_order: ParamOrder | None = Field(
+        default=None, description="the order each layer lists its params in: registration (as the module "
+        "registers them and named_parameters() lists them: what describe() and --from-hf-config write; the "
+        "default) or name (sorted by name: what --from-safetensors writes, as a checkpoint does not keep the "
+        "module's order). vLLM's --cpu-offload-gb walks params in registration order")
 
     _expanded: tuple[Layer, ...] = PrivateAttr(default=())
 

@@ -23,6 +23,7 @@ REPEAT_TOKEN = "{i}"
 ParamKind = Literal["attention", "dense_mlp", "shared_experts", "routed_experts", "router", "norm", "scale",
                     "embedding", "other"]
 PARAM_KINDS: tuple[str, ...] = get_args(ParamKind)
+ParamOrder = Literal["registration", "name"]
 
 _VALID_PARAMS = Memo()  # content_key(input) -> the ParamSpec validated from it
 

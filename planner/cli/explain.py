@@ -133,7 +133,7 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
                       len(stats.forwards), len(used))
     predicted_bytes = 0
     for layer, lt in zip(plan.layers, t.layers):
-        if layer.prefetch is None:
+        if layer.prefetch is None or layer.prefetch.once:  # a layer copied once, at apply time: no copy per forward
             continue
         work = layer_work(layer, tokens, hw)
         predicted_bytes += work.copy_bytes

@@ -27,6 +27,7 @@ def layer_rows(plan: Plan) -> list[dict[str, Any]]:
             "span": False if pf is None else pf.span,
             "copy_before": None if pf is None else pf.copy_before,
             "previous_forward": False if pf is None else pf.previous_forward,
+            "once": False if pf is None else pf.once,
         })
     return rows
 
@@ -107,6 +108,8 @@ def render_predictions(preds: Predictions, console: Any) -> None:
 def _trigger(row: dict[str, Any]) -> str:
     if row["copy_before"] is None:
         return ""
+    if row["once"]:
+        return "once, at apply time"
     return row["copy_before"] + (" (prev. forward)" if row["previous_forward"] else "")
 
 

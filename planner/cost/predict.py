@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
-from schemas.hardware_profile import HardwareProfile
+from dataclasses import replace
+
+from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
 from schemas.fields import MILLISECONDS
 from schemas.workload import Workload
 
 from planner.errors import PlanningError
+from planner.cost.block import ONE, Sequences, sequences_of
 from planner.cost.layer import layers_work, profile_for
+from planner.cost.link import link_share
 from planner.cost.timeline import Copy, Timeline, simulate
 
 
 def copies_of(plan: Plan) -> list[Copy]:
-    """The prefetch copies of a plan, by position."""
+    """The prefetch copies of a plan's forward, by position (a layer copied once, at apply time, has none)."""
     position = {layer.name: i for i, layer in enumerate(plan.layers)}
     return [Copy(i, position[layer.prefetch.copy_before], layer.prefetch.previous_forward)
-            for i, layer in enumerate(plan.layers) if layer.prefetch is not None]
+            for i, layer in enumerate(plan.layers) if layer.prefetch is not None and not layer.prefetch.once]
 
 
-def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
-    """One forward of ``plan`` at ``tokens`` on ``hw``."""
-    work = layers_work(plan.layers, tokens, hw)
-    return simulate(work, copies_of(plan))
+def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE) -> Timeline:
+    """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``."""
+    work = layers_work(plan.layers, tokens, hw, seqs)
+    for i, layer in enumerate(plan.layers):
+        if layer.prefetch is not None and layer.prefetch.once:  # its slot keeps it: nothing to copy
+            work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
+    return simulate(work, copies_of(plan), link_share(hw))
 
 
 def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
@@ -41,7 +48,7 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.tokens)
+        t = timeline(plan, profile_for(hw, item.mode), item.tokens, sequences_of(item))
         _in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
