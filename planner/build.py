@@ -31,6 +31,7 @@ from planner.strategy.auto import decide as decide_auto
 from schemas.schedule import DEFAULT_PREFETCH_STEP
 from planner.layers import eligible_params, group_rule
 from planner.strategy.budget import Tier, prefer_tiers, previous_state, search, single_tier
+from planner.strategy.experts import link_view, to_host
 
 WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
 
@@ -47,6 +48,7 @@ class _Model:
     offload: OffloadSection
     tiers: list[Tier]  # the budget search's ladder (one tier without offload.prefer)
     shared: dict[str, set[str]] = field(default_factory=dict)  # layer -> its params other params are tied to
+    host: frozenset[str] = frozenset()  # kinds the host computes (offload.backends cpu; placed as uva)
     _split: dict[tuple[int, str], Candidate] = field(default_factory=dict)  # (id(candidate), base) -> its split
     _sigs: dict[Signature, Signature] = field(default_factory=dict)
 
@@ -101,7 +103,8 @@ class _Model:
         """The per-kind backends as a reason's prefix ('' without offload.backends)."""
         if not self.offload.backends:
             return ""
-        listed = ", ".join(f"{kind} {backend}" for kind, backend in self.offload.backends.items())
+        listed = ", ".join(f"{kind} {'cpu' if kind in self.host else backend}"
+                           for kind, backend in self.offload.backends.items())
         return f"offload.backends: {listed}; other kinds "
 
 
@@ -372,7 +375,8 @@ def plan(
         spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget},
         {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
          "prefetch_step": prefetch_step, "params": params, "kinds": kinds, "prefer": prefer, "backends": backends})
-    m = _model(spec, memory, offload)
+    offload, host = link_view(offload)
+    m = replace(_model(spec, memory, offload), host=host)
     if offload.strategy == "auto" and offload.backend != "none":
         return _plan_auto(spec, m, profile, chosen_workload)
     if offload.backend == "none":
@@ -385,7 +389,7 @@ def plan(
     if out.cost is not None and cpu is not None and out.cost.offloaded_bytes > cpu:
         raise InfeasibleError(f"the plan pins {m.size(out.cost.offloaded_bytes)} of host memory, more than the "
                               f"{m.size(cpu)} cpu_budget", None)
-    result = assemble(m.layers, _assignment(m, out), model_name=spec.model.name,
+    result = assemble(m.layers, to_host(_assignment(m, out), m.layers, m.host, profile), model_name=spec.model.name,
                       spec_sha256=spec_sha256(spec),  # hashed only for a plan: 0.3 s at 10,000 layers
                       gpu_budget=memory.gpu_budget, cpu_budget=memory.cpu_budget, record_kinds=m.by_kind)
     return result.model_copy(update={"predictions": predict(result, profile, chosen_workload)})
@@ -400,7 +404,8 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     def build(notes: list[str]) -> Plan:
         reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
-        result = assemble(m.layers, auto_assignment(decision, reason, notes, step, names), model_name=spec.model.name,
+        chosen = to_host(auto_assignment(decision, reason, notes, step, names), m.layers, m.host, profile)
+        result = assemble(m.layers, chosen, model_name=spec.model.name,
                           spec_sha256=spec_sha256(spec), gpu_budget=m.memory.gpu_budget,
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
         return result.model_copy(update={"predictions": predict(result, profile, workload)})
@@ -418,7 +423,8 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
             continue
         if out.cost is None:
             continue
-        alt = assemble(other.layers, _assignment(other, out), model_name=spec.model.name, spec_sha256="0" * 64,
+        alt = assemble(other.layers, to_host(_assignment(other, out), m.layers, m.host, profile),
+                       model_name=spec.model.name, spec_sha256="0" * 64,
                        gpu_budget=m.memory.gpu_budget, cpu_budget=m.memory.cpu_budget, checked=False)
         ms = predict(alt, profile, workload).weighted_step_ms
         if runner_up is None or ms < runner_up[1]:

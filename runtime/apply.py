@@ -12,6 +12,7 @@ from torch import nn
 
 from runtime import capture, compile_guard
 from runtime.compile_guard import reset_compiled_code
+from runtime.cpu_experts import CpuOffloader, ExpertSplits, split_gpu_bytes, split_problems
 from runtime.check import check_model
 from runtime.errors import ApplyError, PlanMismatchError
 from runtime.guard import Guards, install, refuse_if_applied
@@ -45,15 +46,18 @@ class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
 
     def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement,
-                 watch: WriteWatch) -> None:
+                 watch: WriteWatch, splits: ExpertSplits | None = None) -> None:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
+        self._splits = splits
         self._guards: Guards | None = None
         self._watch = watch
         self.active = True
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
-                                     ("weights", placement.restore), ("guards", self._remove_guards),
+                                     ("weights", placement.restore),
+                                     *([("expert splits", splits.restore)] if splits is not None else []),
+                                     ("guards", self._remove_guards),
                                      ("compile caches", reset_compiled_code), *_RELEASE_HELD]
         _ACTIVE[id(self)] = self
         compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
@@ -67,7 +71,10 @@ class Handle:
     def true_values(self) -> dict[int, torch.Tensor]:
         """id(param or buffer object) -> its true value, for every tensor whose ``.data`` is now a
         compute copy (a prefetch slot, a UVA view, a placeholder); empty once removed."""
-        return self._placement.true_values() if self.active else {}
+        if not self.active:
+            return {}
+        split = {key: value() for key, value in self._splits.true_values().items()} if self._splits else {}
+        return self._placement.true_values() | split
 
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
@@ -146,6 +153,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     _check_device_memory(plan, refs, device)
 
     placement = Placement()
+    splits = ExpertSplits(device)
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = handle = None
@@ -154,8 +162,10 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         placement.group([*refs.values(), *loose_refs])  # views of one storage move as one
         offloaded: list[Offloaded] = []
         for layer in plan.layers:  # offload first: frees GPU memory when the model starts there
-            if layer.offloaded:
-                offloaded += placement.offload_layer([refs[f"{layer.name}.{r}"] for r in layer.offloaded], pin)
+            by_expert = set(layer.experts.params) if layer.experts is not None else set()
+            if len(layer.offloaded) > len(by_expert):
+                offloaded += placement.offload_layer([refs[f"{layer.name}.{r}"] for r in layer.offloaded
+                                                      if r not in by_expert], pin)
                 moved.advance(layer.offloaded_bytes)
         for layer in plan.layers:
             for rel in layer.params:
@@ -164,20 +174,21 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
                     if rel not in layer.tied:  # a tied param is counted once, at its owner
                         moved.advance(layer.params[rel].bytes)
         n_loose = _move_unplanned(loose, loose_refs, placement, device)
-        offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
+        splits.build(plan, model, pin)
+        offloader = make_offloader(_link_backend(plan), plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
         offloader.post_init()
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)
-        handle = Handle(plan, model, offloader, placement, watch)
-        handle._guards = install(handle, model, placement.true_values())
+        handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
+        handle._guards = install(handle, model, placement.true_values() | splits.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
         if handle is not None:  # it holds the dynamo and capture settings: give them back
             _ACTIVE.pop(id(handle), None)
             steps += _RELEASE_HELD
-        _, problems = run_steps(steps + [("weights", placement.restore)])
+        _, problems = run_steps(steps + [("weights", placement.restore), ("expert splits", splits.restore)])
         if problems:  # the original error is what the caller needs; say what could not be undone
             log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))
             exc.add_note("rollback problems: " + "; ".join(problems)) if hasattr(exc, "add_note") else None
@@ -207,7 +218,7 @@ def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, 
         check_model(plan, model)
     except PlanMismatchError as err:
         problems += err.problems
-    problems += layout_problems(plan, model, device)
+    problems += layout_problems(plan, model, device) + split_problems(plan, model)
     problems += naming_problems(plan, model)
     loose = loose_tensors(plan, model)
     problems += loose_problems(loose, unplanned) + buffer_problems(_offloaded(plan, model), read_only_buffers)
@@ -222,11 +233,18 @@ def _offloaded(plan: Plan, model: nn.Module) -> list[TensorRef]:
 
 
 BACKENDS: dict[str, type[Offloader]] = {"none": NoOffloader, "uva": UvaOffloader, "prefetch": PrefetchOffloader,
-                                         "mixed": MixedOffloader}
+                                         "mixed": MixedOffloader, "cpu": CpuOffloader}
+
+
+def _link_backend(plan: Plan) -> str:
+    """The offloader of the plan's link: its backend, save a mixed plan that prefetches nothing (UVA params
+    and experts the host computes), which the cpu offloader runs."""
+    backend = plan.summary.backend
+    return "cpu" if backend == "mixed" and plan.buffer_pool is None else backend
 
 
 def make_offloader(backend: str, **kwargs) -> Offloader:
-    """The offloader of a plan's backend (one file a backend: runtime/uva.py, prefetch.py, mixed.py)."""
+    """The offloader of a plan's backend (one file a backend: runtime/uva.py, prefetch.py, mixed.py, cpu_experts.py)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}'; expected {', '.join(BACKENDS)}")
     return BACKENDS[backend](**kwargs)
@@ -263,7 +281,7 @@ def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
         a, b = extent(t)
         lo, hi = spans.get(storage_key(t), (a, b))
         spans[storage_key(t)] = (min(lo, a), max(hi, b))
-    need = plan.summary.buffer_bytes + sum(hi - lo for lo, hi in spans.values())
+    need = plan.summary.buffer_bytes + sum(hi - lo for lo, hi in spans.values()) + split_gpu_bytes(plan)
     free, _total = torch.cuda.mem_get_info(device)
     if need > free:
         raise ApplyError(f"the plan needs {format_bytes(need)} more on {device} but only "

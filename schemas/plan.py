@@ -18,6 +18,7 @@ from schemas.buffer_pool import PoolEntry, PoolKey
 from schemas.ints import Count
 from schemas.plan_backends import PREFETCHING, PlanBackend  # noqa: F401 (PREFETCHING: re-exported for readers)
 from schemas.plan_check import findings_text, plan_findings
+from schemas.plan_experts import ExpertSplit
 from schemas.prediction import Predictions
 from schemas.shard import Shard
 from schemas.spec import MoeSpec, ParamKind
@@ -94,6 +95,8 @@ class PlanLayer(StrictModel):
     offloaded_bytes: Count
     prefetch: Prefetch | None = None
     moe: MoeSpec | None = Field(default=None, description="routed experts and top-k (from the spec)")
+    experts: ExpertSplit | None = Field(default=None, description="per routed expert: on the GPU, read through UVA "
+                                        "or computed by the host CPU (schemas/plan_experts.py)")
 
     @field_validator("params")
     @classmethod
@@ -103,10 +106,10 @@ class PlanLayer(StrictModel):
 
     @property
     def prefetched(self) -> list[str]:
-        """The offloaded params copied into a buffer slot before the layer runs (not on UVA)."""
-        if not self.uva:
+        """The offloaded params copied into a buffer slot before the layer runs (not on UVA, not split by expert)."""
+        if not self.uva and self.experts is None:
             return list(self.offloaded)
-        on_uva = set(self.uva)
+        on_uva = set(self.uva) | set(self.experts.params if self.experts is not None else ())
         return [rel for rel in self.offloaded if rel not in on_uva]
 
 

@@ -10,6 +10,7 @@ from schemas.workload import Workload
 
 from planner.errors import PlanningError
 from planner.cost.layer import layers_work, profile_for
+from planner.cost.host_experts import split_work
 from planner.cost.timeline import Copy, Timeline, simulate
 
 
@@ -20,9 +21,13 @@ def copies_of(plan: Plan) -> list[Copy]:
             for i, layer in enumerate(plan.layers) if layer.prefetch is not None]
 
 
-def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
-    """One forward of ``plan`` at ``tokens`` on ``hw``."""
+def timeline(plan: Plan, hw: HardwareProfile, tokens: int, routing=None) -> Timeline:
+    """One forward of ``plan`` at ``tokens`` on ``hw``; ``routing``: layer name -> each expert's chance of being
+    picked by a token (measured routing), for layers whose experts are split (planner/cost/host_experts.py)."""
     work = layers_work(plan.layers, tokens, hw)
+    for i, layer in enumerate(plan.layers):
+        if layer.experts is not None:
+            work[i] = split_work(layer, tokens, hw, (routing or {}).get(layer.name))
     return simulate(work, copies_of(plan))
 
 
@@ -38,10 +43,10 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
                                 f"'{hw.name}' {err}; check the profile's figures against the machine") from None
 
 
-def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
+def predict(plan: Plan, hw: HardwareProfile, workload: Workload, routing=None) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.tokens)
+        t = timeline(plan, profile_for(hw, item.mode), item.tokens, routing)
         _in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),

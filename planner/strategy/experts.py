@@ -1,0 +1,90 @@
+"""Routed experts split by expert: the host computes them (the cpu backend), as a record on top of any strategy.
+
+A param the host computes takes what a UVA param takes: host memory and no buffer slot. So the strategies
+place the kinds given ``cpu`` (``offload.backends: {routed_experts: cpu}``) as if they were on UVA
+(``link_view``), and ``to_host`` then turns each layer's UVA params of those kinds into an ``ExpertSplit``
+with every expert on the host (schemas/plan_experts.py). The split takes every per-expert param of the
+layer's experts module (the runtime replaces that module's forward), so a layer where only some of them
+were chosen is refused. ``cpu_max_tokens`` is where the cost model (planner/cost/host_experts.py) finds UVA
+faster than the host: a prefill then reads those experts through UVA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from planner.assemble import Assignment
+from planner.cost.host_experts import cpu_max_tokens
+from planner.errors import PlanningError
+from planner.kinds import param_kind
+from schemas.hardware import HardwareProfile
+from schemas.plan import PlanLayer, PlanParam
+from schemas.plan_experts import ExpertSplit
+from schemas.spec import Layer, OffloadSection
+
+
+def link_view(offload: OffloadSection) -> tuple[OffloadSection, frozenset[str]]:
+    """``offload`` with its cpu kinds on uva (what the strategies place), and those kinds."""
+    chosen = offload.backends or {}
+    host = frozenset(kind for kind, backend in chosen.items() if backend == "cpu")
+    if not host:
+        return offload, host
+    backends = {kind: "uva" if kind in host else backend for kind, backend in chosen.items()}
+    return offload.model_copy(update={"backends": backends}), host
+
+
+def per_expert(layer: Layer, parent: str) -> list[str]:
+    """The layer's params below ``parent`` whose first dimension is the expert, in spec order."""
+    n = layer.moe.experts
+    return [t.name for t in layer.params if t.name.rpartition(".")[0] == parent and t.shape and t.shape[0] == n]
+
+
+def plan_layer(layer: Layer, split: ExpertSplit) -> PlanLayer:
+    """What the cost model reads of a spec layer with ``split`` (an unchecked PlanLayer)."""
+    params = {t.name: PlanParam.model_construct(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes, kind=t.kind)
+              for t in layer.params}
+    return PlanLayer.model_construct(name=layer.name, params=params, experts=split, moe=layer.moe,
+                                     offloaded=list(split.params), uva=[])
+
+
+def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[str],
+            hw: HardwareProfile) -> Assignment:
+    """``assignment`` with the UVA params of ``kinds`` computed by the host, every expert of their layer."""
+    if not kinds:
+        return assignment
+    by_name = {layer.name: layer for layer in layers}
+    where = {name: dict(params) for name, params in assignment.where.items()}
+    experts = dict(assignment.experts)
+    for name, params in assignment.where.items():
+        layer = by_name[name]
+        chosen = [p for p, b in params.items() if b == "uva" and
+                  param_kind(name, p, next(t.kind for t in layer.params if t.name == p)) in kinds]
+        if not chosen:
+            continue
+        split = _host_split(layer, chosen)
+        for p in split.params:
+            where[name].pop(p, None)
+        split = split.model_copy(update={"cpu_max_tokens": cpu_max_tokens(plan_layer(layer, split), hw)})
+        experts[name] = split
+    return replace(assignment, where={n: p for n, p in where.items() if p}, experts=experts)
+
+
+def _host_split(layer: Layer, chosen: list[str]) -> ExpertSplit:
+    if layer.moe is None:
+        raise PlanningError(f"{layer.name}: {', '.join(chosen)} given the cpu backend, but the layer has no moe "
+                            "(experts, top_k): the host computes routed experts of MoE layers only")
+    parents = {p.rpartition(".")[0] for p in chosen}
+    if len(parents) != 1:
+        raise PlanningError(f"{layer.name}: the cpu backend takes one experts module a layer; {', '.join(chosen)} "
+                            "are below several")
+    params = per_expert(layer, parents.pop())
+    left = [p for p in params if p not in chosen]
+    odd = [p for p in chosen if p not in params]
+    if odd:
+        raise PlanningError(f"{layer.name}: {', '.join(odd)} given the cpu backend, but the host computes "
+                            f"per-expert params only (first dimension {layer.moe.experts})")
+    if left:
+        raise PlanningError(f"{layer.name}: the host computes the experts module whole, but {', '.join(left)} "
+                            "stays on the GPU (offload every per-expert param of the module, or none)")
+    return ExpertSplit(params=params, cpu=list(range(layer.moe.experts)))

@@ -1,0 +1,145 @@
+"""Per-expert placement of an MoE layer's routed experts (a plan layer's ``experts``), and its check.
+
+Transformers' MoE models hold a layer's routed experts as a few params whose first dimension is the
+expert (``mlp.experts.gate_up_proj [E, 2I, H]``, ``mlp.experts.down_proj [E, H, I]``). An ``ExpertSplit``
+cuts those params along that dimension and says, per expert, where its slice lives and who computes it:
+
+- ``gpu``: held in GPU memory (hot experts), computed by GPU kernels;
+- ``uva``: in pinned host memory, read in place by GPU kernels through UVA;
+- ``cpu``: in host memory, computed by the host CPU while the GPU runs the rest of the layer (the ``cpu``
+  backend); only the routed tokens' hidden states and the experts' outputs cross the link. Above
+  ``cpu_max_tokens`` tokens in one call (a prefill) the GPU reads these experts through UVA instead.
+
+Every expert is in exactly one list. The split params are listed in the layer's ``offloaded`` (their host
+slices are pinned host bytes) and never in ``uva`` (the split says per expert); a split param's offloaded
+bytes are its host experts' slices: ``bytes / E`` per expert. Prefetching single experts is not offered:
+a copy moves every expert the layer has, which is what the whole-param prefetch backend already does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from schemas.ints import Count, PositiveCount
+from schemas.strict import StrictModel
+
+if TYPE_CHECKING:
+    from schemas.plan import PlanLayer
+
+EXPERT_PLACES = ("gpu", "uva", "cpu")
+
+
+class ExpertSplit(StrictModel):
+    """Where each routed expert of the layer lives and runs; every other param of the layer as usual."""
+
+    params: list[str] = Field(min_length=1, description="the layer's routed-expert params, cut along their first "
+                              "dimension (one slice per expert)")
+    gpu: list[Count] = Field(default_factory=list, description="experts held in GPU memory (hot experts)")
+    uva: list[Count] = Field(default_factory=list, description="experts GPU kernels read in place through UVA")
+    cpu: list[Count] = Field(default_factory=list, description="experts the host CPU computes from host memory")
+    cpu_max_tokens: PositiveCount | None = Field(
+        default=None, description="a call with more tokens than this reads the cpu experts through UVA on the GPU "
+        "instead (a prefill, where the GPU is faster); absent: the host computes them at any size")
+
+    def place_of(self) -> dict[int, str]:
+        """expert -> gpu | uva | cpu (the first list naming it)."""
+        out: dict[int, str] = {}
+        for place in EXPERT_PLACES:
+            for e in getattr(self, place):
+                out.setdefault(e, place)
+        return out
+
+    @property
+    def host(self) -> int:
+        """Experts whose slices live in host memory (uva and cpu)."""
+        return len(self.uva) + len(self.cpu)
+
+
+def host_bytes(param_bytes: int, experts: int, split: ExpertSplit) -> int:
+    """Bytes of a split param that live in host memory: its host experts' slices."""
+    return param_bytes // experts * split.host
+
+
+def split_findings(layer: PlanLayer, backend: str, report: Callable[[tuple, str], None]) -> None:
+    """Every way ``layer.experts`` contradicts the layer or the plan's backend; ``report(loc, text)``."""
+    split = layer.experts
+    if split is None:
+        return
+    loc: tuple[Any, ...] = ("experts",)
+    if layer.moe is None:
+        report(loc, "an expert split needs the layer's moe (experts and top_k)")
+        return
+    n = layer.moe.experts
+    seen: dict[int, str] = {}
+    for place in EXPERT_PLACES:
+        for j, e in enumerate(getattr(split, place)):
+            if e >= n:
+                report(loc + (place, j), f"expert {e} does not exist: the layer has {n} experts (0..{n - 1})")
+            elif e in seen:
+                report(loc + (place, j), f"expert {e} is listed twice (also in {seen[e]})")
+            else:
+                seen[e] = place
+    missing = [e for e in range(n) if e not in seen]
+    if missing:
+        report(loc, f"experts {_ids(missing)} are in none of gpu, uva and cpu: place each of the {n} experts once")
+    if not split.host:
+        report(loc, "every expert is on the GPU: nothing is split (drop experts and keep the params resident)")
+    if split.cpu_max_tokens is not None and not split.cpu:
+        report(loc + ("cpu_max_tokens",), "cpu_max_tokens without cpu experts")
+    _param_findings(layer, split, n, loc, report)
+    _backend_findings(split, backend, loc, report)
+
+
+def _param_findings(layer: PlanLayer, split: ExpertSplit, n: int, loc: tuple, report) -> None:
+    offloaded, on_uva = set(layer.offloaded), set(layer.uva)
+    for j, rel in enumerate(split.params):
+        where = loc + ("params", j)
+        p = layer.params.get(rel)
+        if p is None:
+            report(where, f"'{rel}' is not a param of the layer")
+        elif split.params.index(rel) != j:
+            report(where, f"'{rel}' is listed twice")
+        elif rel in layer.tied:
+            report(where, f"'{rel}' is tied: a tied param is never split")
+        elif not p.shape or p.shape[0] != n:
+            report(where, f"'{rel}' has shape {p.shape}: a split param's first dimension is the expert ({n})")
+        elif p.stride is not None:
+            report(where, f"'{rel}' has a stride: only contiguous params are split by expert")
+        elif rel not in offloaded:
+            report(where, f"'{rel}' is split with experts in host memory but not listed in offloaded")
+        elif rel in on_uva:
+            report(where, f"'{rel}' is split by expert and also listed in uva (the split says which experts are on UVA)")
+
+
+def _backend_findings(split: ExpertSplit, backend: str, loc: tuple, report) -> None:
+    if split.cpu and backend not in ("cpu", "mixed"):
+        report(loc + ("cpu",), f"cpu experts in a plan of backend {backend} (the host computes them: backend cpu, "
+               "or mixed with other backends)")
+    if split.uva and backend not in ("uva", "mixed"):
+        report(loc + ("uva",), f"uva experts in a plan of backend {backend} (backend uva, or mixed with others)")
+
+
+def backends_used(layers: Sequence[PlanLayer]) -> set[str]:
+    """The param backends a plan's layers use: prefetch, uva, cpu."""
+    used: set[str] = set()
+    for layer in layers:
+        split = layer.experts
+        if layer.uva or (split is not None and split.uva):
+            used.add("uva")
+        if split is not None and split.cpu:
+            used.add("cpu")
+        if layer.prefetched:
+            used.add("prefetch")
+    return used
+
+
+def split_params(layer: PlanLayer) -> Mapping[str, ExpertSplit]:
+    """The layer's split params -> its split (empty without one)."""
+    return {} if layer.experts is None else dict.fromkeys(layer.experts.params, layer.experts)
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ", ".join(map(str, ids[:8])) + (f" … ({len(ids)} in all)" if len(ids) > 8 else "")
