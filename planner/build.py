@@ -402,7 +402,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     names = [layer.name for layer in m.layers]
 
     def build(notes: list[str]) -> Plan:
-        reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
+        reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget, m.host)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
         chosen = to_host(auto_assignment(decision, reason, notes, step, names), m.layers, m.host, profile)
         result = assemble(m.layers, chosen, model_name=spec.model.name,
@@ -410,7 +410,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
         return result.model_copy(update={"predictions": predict(result, profile, workload)})
 
-    notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget)
+    notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget, m.host)
     chosen = build(notes)
     runner_up = None
     for backend in ("prefetch", "uva"):
@@ -433,6 +433,6 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
         return chosen
     # the runner-up's note goes after auto's own notes (the schedule's follow them); nothing else changes
     ours = chosen.predictions.weighted_step_ms if chosen.predictions else 0.0
-    with_runner_up = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours), m.memory.gpu_budget)
+    with_runner_up = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours), m.memory.gpu_budget, m.host)
     summary_notes = with_runner_up + chosen.summary.notes[len(notes):]
     return chosen.model_copy(update={"summary": chosen.summary.model_copy(update={"notes": summary_notes})})

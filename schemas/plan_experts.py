@@ -18,18 +18,53 @@ a copy moves every expert the layer has, which is what the whole-param prefetch 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from schemas.ints import Count, PositiveCount
+from schemas.numbered import runs
 from schemas.strict import StrictModel
 
 if TYPE_CHECKING:
     from schemas.plan import PlanLayer
 
 EXPERT_PLACES = ("gpu", "uva", "cpu")
+_RUN = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+
+
+def parse_ids(value: Any) -> Any:
+    """Expert ids as a plan writes them, ``"0-5,7,9-127"`` (runs inclusive), or a list of ids; sorted."""
+    if isinstance(value, str):
+        ids: list[int] = []
+        for part in value.split(",") if value.strip() else []:
+            m = _RUN.fullmatch(part)
+            if m is None:
+                raise ValueError(f"'{part.strip()}' is not an expert id or a run of them (e.g. '0-5,7,9-127')")
+            lo, hi = int(m[1]), int(m[2] or m[1])
+            if hi < lo:
+                raise ValueError(f"'{part.strip()}': a run goes up ({hi} < {lo})")
+            if hi - lo > 1 << 24:
+                raise ValueError(f"'{part.strip()}': a run of more than {1 << 24} experts")
+            ids += range(lo, hi + 1)
+        return sorted(ids)
+    if type(value) is int:  # one id, as YAML reads ``cpu: 5``
+        return [value]
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return sorted(value)
+    return value
+
+
+def format_ids(ids: list[int]) -> str:
+    """``parse_ids``'s text: sorted ids as runs (a repeated id stays repeated)."""
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs(ids))
+
+
+ExpertIds = Annotated[list[Count], BeforeValidator(parse_ids), PlainSerializer(format_ids, return_type=str),
+                      WithJsonSchema({"type": "string", "pattern": r"^(\d+(-\d+)?(,\d+(-\d+)?)*)?$",
+                                      "description": "expert ids, runs inclusive: 0-5,7,9-127"})]
 
 
 class ExpertSplit(StrictModel):
@@ -37,9 +72,9 @@ class ExpertSplit(StrictModel):
 
     params: list[str] = Field(min_length=1, description="the layer's routed-expert params, cut along their first "
                               "dimension (one slice per expert)")
-    gpu: list[Count] = Field(default_factory=list, description="experts held in GPU memory (hot experts)")
-    uva: list[Count] = Field(default_factory=list, description="experts GPU kernels read in place through UVA")
-    cpu: list[Count] = Field(default_factory=list, description="experts the host CPU computes from host memory")
+    gpu: ExpertIds = Field(default_factory=list, description="experts held in GPU memory (hot experts)")
+    uva: ExpertIds = Field(default_factory=list, description="experts GPU kernels read in place through UVA")
+    cpu: ExpertIds = Field(default_factory=list, description="experts the host CPU computes from host memory")
     cpu_max_tokens: PositiveCount | None = Field(
         default=None, description="a call with more tokens than this reads the cpu experts through UVA on the GPU "
         "instead (a prefill, where the GPU is faster); absent: the host computes them at any size")

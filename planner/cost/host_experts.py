@@ -116,25 +116,36 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
                      synced_gpu_ms=parts_ms, synced_cpu_ms=host_ms)
 
 
+def _memory_bound(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> bool:
+    """Whether the host reads its experts' bytes for longer than it computes on them at ``tokens``."""
+    touched, rows = _touched(q, tokens)
+    return touched * shape.nbytes / hw.host_gbps(rows / max(touched, 1e-9)) / 1e6 >= \
+        2.0 * rows * shape.numel / (hw.host_tflops * 1e9)
+
+
 def cpu_max_tokens(layer: PlanLayer, hw: HardwareProfile, shares: Sequence[float] | None = None) -> int | None:
-    """The most tokens at which the host computes the layer's cpu experts no slower than GPU kernels read them
-    through UVA (above it the runtime sends them to the GPU); None when the host is faster at any size (or
-    slower at any: then it computes them as the plan asks)."""
+    """The most tokens at which the host computes the layer's cpu experts; above it the runtime sends them to the
+    GPU through UVA (a prefill). Where the host is faster at one token: the most at which it is still no slower
+    than UVA; else (the plan asks the host even so): the most at which the host is still bound by reading the
+    experts rather than by its arithmetic, past which its time grows with every token. None: no limit."""
     shape = ExpertShape.of(layer)
     q = chances(layer.experts, shape, shares)["cpu"]
+    if not q:
+        return None
     busy = bool(layer.experts.uva)
 
-    def host_wins(t: int) -> bool:
+    def faster(t: int) -> bool:
         return host_part_ms(q, t, shape, hw, busy) <= gpu_part_ms(q, t, shape, hw, True)
 
-    if not q or not host_wins(1):  # the host is slower at any size: it computes them as the plan asks
-        return None
+    keep = faster if faster(1) else (lambda t: _memory_bound(q, t, shape, hw))
+    if not keep(1):
+        return 1
     lo, hi = 1, 2
-    while hi <= MAX_TOKENS_SEARCHED and host_wins(hi):
+    while hi <= MAX_TOKENS_SEARCHED and keep(hi):
         lo, hi = hi, hi * 2
     if hi > MAX_TOKENS_SEARCHED:
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if host_wins(mid) else (lo, mid)
+        lo, hi = (mid, hi) if keep(mid) else (lo, mid)
     return lo

@@ -18,6 +18,7 @@ from planner.assemble import Assignment
 from planner.cost.host_experts import cpu_max_tokens
 from planner.errors import PlanningError
 from planner.kinds import param_kind
+from planner.words.experts_notes import host_limits
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
@@ -67,7 +68,10 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
             where[name].pop(p, None)
         split = split.model_copy(update={"cpu_max_tokens": cpu_max_tokens(plan_layer(layer, split), hw)})
         experts[name] = split
-    return replace(assignment, where={n: p for n, p in where.items() if p}, experts=experts)
+    made = [name for name in experts if name not in assignment.experts]
+    notes = host_limits(made, [experts[name].cpu_max_tokens for name in made])
+    return replace(assignment, where={n: p for n, p in where.items() if p}, experts=experts,
+                   notes=assignment.notes + tuple(notes))
 
 
 def _host_split(layer: Layer, chosen: list[str]) -> ExpertSplit:
