@@ -144,3 +144,14 @@ def test_host_threads_are_set_and_given_back():
 def test_by_thirds_places_every_expert_once():
     places = by_thirds(16)
     assert sorted(e for ids in places.values() for e in ids) == list(range(16))
+
+
+def test_torch_compile_runs_host_experts_eagerly_between_graphs():
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    block = model.model.layers[0].mlp  # router, then the experts: a graph, a break, the host's part run eagerly
+    x = torch.randn(1, 5, 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    with torch.no_grad():
+        ref = block(x)
+        with runtime.apply(split_plan(model), model, device="cpu"):
+            out = torch.compile(block, backend="eager")(x)
+    assert torch.equal(out, ref)
