@@ -13,6 +13,7 @@ from torch import nn
 from runtime import capture, compile_guard
 from runtime.compile_guard import reset_compiled_code
 from runtime.cpu_experts import CpuOffloader, ExpertSplits, split_gpu_bytes, split_problems
+from runtime.routing import RoutingRecorder, experts_modules
 from runtime.check import check_model
 from runtime.errors import ApplyError, PlanMismatchError
 from runtime.guard import Guards, install, refuse_if_applied
@@ -50,6 +51,7 @@ class Handle:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
         self._splits = splits
+        self._routing: RoutingRecorder | None = None
         self._guards: Guards | None = None
         self._watch = watch
         self.active = True
@@ -84,6 +86,13 @@ class Handle:
         return {"backend": self.offloader.name, "forwards": forwards,
                 "pinned_host_bytes": self._placement.host_bytes}
 
+    def routing_stats(self, source: str = ""):
+        """Per MoE layer, the tokens each routed expert received since apply (``apply(..., record_routing=True)``):
+        ``schemas.routing.RoutingStats``, for ``planner plan --routing`` (save it with ``schemas.io.dump_model``)."""
+        if self._routing is None:
+            raise ApplyError("this plan was applied without record_routing=True: nothing was recorded")
+        return self._routing.stats(self.plan.summary.model, source)
+
     def remove(self) -> None:
         """Restore the model. Every step runs even if one fails; then RemoveError lists what
         failed (calling remove() again retries only that). A second call is otherwise a no-op."""
@@ -110,7 +119,7 @@ class Handle:
 def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: str | torch.device = "cuda", *,
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
           spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
-          read_only_buffers: bool = False) -> Handle:
+          read_only_buffers: bool = False, record_routing: bool = False) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -131,6 +140,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     ``rank``, else its rank in ``process_group`` (default: the default group) of an initialized
     ``torch.distributed``. A rank plan must be this rank's and match the model's local shards
     (DTensor params: their local tensors and placements).
+
+    ``record_routing=True``: count, per MoE layer, the tokens each routed expert receives
+    (``Handle.routing_stats()``, runtime/routing.py).
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -182,6 +194,11 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)
         handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
+        if record_routing:
+            handle._routing = RoutingRecorder()
+            handle._pending.insert(0, ("routing hooks", handle._routing.remove))
+            for layer, module in experts_modules(model, (layer.name for layer in plan.layers)):
+                handle._routing.watch(layer, module)
         handle._guards = install(handle, model, placement.true_values() | splits.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []

@@ -34,7 +34,6 @@ original shape, stride, dtype and device. While applied, a split param's ``.data
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from collections.abc import Callable
@@ -44,7 +43,7 @@ import torch
 from torch import nn
 
 from runtime.errors import ApplyError
-from runtime.expert_math import Layout, host_rows, join_rows, part_rows, rows_dtype
+from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, rows_dtype
 from runtime.pinned import HostArena, pack
 from runtime.tensors import TensorRef, resolve
 from runtime.uva import UvaOffloader, device_view
@@ -97,11 +96,7 @@ def split_problems(plan: Plan, model: nn.Module) -> list[str]:
 
 def _module_problems(path: str, module: nn.Module, attrs: list[str], layer: PlanLayer) -> list[str]:
     n = layer.moe.experts if layer.moe is not None else 0
-    try:
-        names = list(inspect.signature(module.forward).parameters)
-    except (TypeError, ValueError):
-        names = []
-    if names[:3] != ["hidden_states", "top_k_index", "top_k_weights"]:
+    if not is_experts_module(module):
         return [f"'{path}' ({type(module).__name__}) is not an experts module as transformers 5 writes them "
                 f"(forward(hidden_states, top_k_index, top_k_weights) over 3-D expert params); experts split by "
                 f"expert ({CPU_BACKEND}, or hot experts) need one"]

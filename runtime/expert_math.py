@@ -50,6 +50,21 @@ class Layout:
         return base + tuple(f"{n}_bias" for n in base) if self.has_bias else base
 
 
+EXPERTS_FORWARD = ["hidden_states", "top_k_index", "top_k_weights"]
+
+
+def is_experts_module(module: nn.Module) -> bool:
+    """Whether ``module``'s forward takes (hidden_states, top_k_index, top_k_weights), as transformers 5's experts
+    modules do."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return False
+    return names[:3] == EXPERTS_FORWARD
+
+
 # rows an expert sees from which one matmul per expert beats torch's grouped kernel on the host CPU (the H200's
 # host: 2,048 tokens 153 ms against 298 ms a layer, 32 tokens 62 ms against 33 ms; bench/probe_cpu_experts.py)
 HOST_LOOP_ROWS = 16

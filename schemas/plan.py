@@ -19,6 +19,7 @@ from schemas.ints import Count
 from schemas.plan_backends import PREFETCHING, PlanBackend  # noqa: F401 (PREFETCHING: re-exported for readers)
 from schemas.plan_check import findings_text, plan_findings
 from schemas.plan_experts import ExpertSplit
+from schemas.routing import RoutingRef
 from schemas.prediction import Predictions
 from schemas.shard import Shard
 from schemas.spec import MoeSpec, ParamKind
@@ -167,6 +168,8 @@ class Summary(StrictModel):
     rank: Count | None = Field(default=None, description="tensor-parallel rank this plan is for")
     world_size: Count | None = Field(default=None, description="tensor-parallel ranks (with rank)")
     notes: list[PrintableText] = Field(default_factory=list)
+    routing: RoutingRef | None = Field(default=None, description="the measured routing the plan was made with "
+                                       "(planner plan --routing): which experts stay on the GPU, the predictions' rates")
 
 
 class Plan(StrictModel):

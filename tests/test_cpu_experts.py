@@ -155,3 +155,26 @@ def test_torch_compile_runs_host_experts_eagerly_between_graphs():
         with runtime.apply(split_plan(model), model, device="cpu"):
             out = torch.compile(block, backend="eager")(x)
     assert torch.equal(out, ref)
+
+
+def test_routing_is_recorded_alone_and_while_applied(tmp_path):
+    from runtime.routing import record_routing
+    from schemas.io import dump_model, load_routing
+
+    model = make_moe("olmoe", implementation="grouped_mm")
+    ids = torch.randint(0, 512, (3, 7))
+    with record_routing(model) as recorder, torch.no_grad():
+        routing = model(ids).logits
+        stats = recorder.stats("olmoe", "test")
+    assert [layer.layer for layer in stats.layers] == ["model.layers.0", "model.layers.1"]
+    assert all(layer.tokens == 21 and sum(layer.counts) == 21 * 4 for layer in stats.layers)
+    with runtime.apply(split_plan(model), model, device="cpu", record_routing=True) as handle:
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits, routing)
+        assert handle.routing_stats().layers == stats.layers  # the same choices, counted by the plan's layers
+    path = tmp_path / "routing.yaml"
+    path.write_text(dump_model(stats))
+    assert load_routing(path)[0] == stats
+    with pytest.raises(runtime.ApplyError, match="record_routing=True"):
+        with runtime.apply(split_plan(model), model, device="cpu") as handle:
+            handle.routing_stats()

@@ -256,6 +256,10 @@ def plan_command(
         "--backends", metavar="KIND=BACKEND,...", help="A backend per kind for its offloaded params, e.g. "
         "routed_experts=uva,attention=prefetch; other kinds use --backend (overrides offload.backends).",
         show_default=False)] = None,
+    routing: Annotated[Optional[str], typer.Option(
+        "--routing", metavar="FILE", help="Measured routing of the MoE layers (runtime.record_routing, "
+        "schemas/routing.py): the most used experts stay on the GPU in what the budget leaves, and the predictions "
+        "use the measured rates; the plan names the file and its sha256.", show_default=False)] = None,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", metavar="NAME|FILE", help="Hardware profile for the predicted step times: a bundled name "
         "(h200) or a file from `planner calibrate` (overrides the spec's hardware; default h200).",
@@ -331,6 +335,10 @@ def plan_command(
     world_asked = asked(tp, world, source_name(spec))
     if world > 1:
         check_request(world, output, check, world_asked)
+    if routing is not None:
+        from planner.cli.routing import routing_options
+
+        options.update(routing_options(routing, world_asked if world > 1 else None, from_vllm))
     try:
         if from_vllm is not None:
             from planner.vllm.cli import plan_from_vllm

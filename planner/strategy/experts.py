@@ -1,4 +1,5 @@
-"""Routed experts split by expert: the host computes them (the cpu backend), as a record on top of any strategy.
+"""Routed experts split by expert, as records on top of any strategy: the host computes them (the cpu backend),
+and measured routing keeps the most used experts on the GPU.
 
 A param the host computes takes what a UVA param takes: host memory and no buffer slot. So the strategies
 place the kinds given ``cpu`` (``offload.backends: {routed_experts: cpu}``) as if they were on UVA
@@ -7,18 +8,24 @@ with every expert on the host (schemas/plan_experts.py). The split takes every p
 layer's experts module (the runtime replaces that module's forward), so a layer where only some of them
 were chosen is refused. ``cpu_max_tokens`` is where the cost model (planner/cost/host_experts.py) finds UVA
 faster than the host: a prefill then reads those experts through UVA.
+
+With measured routing (``planner plan --routing FILE``, schemas/routing.py), ``keep_hot`` redistributes the
+GPU memory the routed experts had: every MoE layer's experts are split, the ones not kept go to UVA (or to
+the host, for kinds given cpu; a prefetched experts layer is read through UVA instead), and the GPU bytes
+left under the budget hold the most used experts of all layers, the most used first (each expert's chance of
+being picked by a token, from the file). A layer whose every expert is kept stays resident whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from planner.assemble import Assignment
 from planner.cost.host_experts import cpu_max_tokens
 from planner.errors import PlanningError
 from planner.kinds import param_kind
-from planner.words.experts_notes import host_limits
+from planner.words.experts_notes import host_limits, hot_note
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
@@ -92,3 +99,81 @@ def _host_split(layer: Layer, chosen: list[str]) -> ExpertSplit:
         raise PlanningError(f"{layer.name}: the host computes the experts module whole, but {', '.join(left)} "
                             "stays on the GPU (offload every per-expert param of the module, or none)")
     return ExpertSplit(params=params, cpu=list(range(layer.moe.experts)))
+
+
+@dataclass(frozen=True)
+class HotResult:
+    assignment: Assignment
+    kept: int  # experts kept on the GPU, in all layers
+    layers: int  # layers split
+    share: float  # of the routed tokens, the share their kept experts receive
+    nbytes: int  # GPU bytes of the kept experts
+
+
+def _experts_parent(layer: Layer) -> str | None:
+    """The module holding the layer's routed experts (the parent of its routed_experts params), if one."""
+    parents = {t.name.rpartition(".")[0] for t in layer.params
+               if param_kind(layer.name, t.name, t.kind) == "routed_experts"}
+    return parents.pop() if len(parents) == 1 else None
+
+
+def keep_hot(assignment: Assignment, layers: Sequence[Layer], shares: Mapping[str, Sequence[float]],
+             gpu_budget: int | None, host: frozenset[str], hw: HardwareProfile,
+             peak_of: Callable[[Assignment], int]) -> HotResult:
+    """``assignment`` with every MoE layer's experts split and the most used kept on the GPU within the budget
+    (``peak_of``: the peak GPU bytes of an assignment's plan)."""
+    where = {name: dict(params) for name, params in assignment.where.items()}
+    experts = dict(assignment.experts)
+    split_layers: list[Layer] = []
+    for layer in layers:
+        if layer.moe is None or layer.name not in shares:
+            continue
+        parent = _experts_parent(layer)
+        params = per_expert(layer, parent) if parent is not None else []
+        mine = where.get(layer.name, {})
+        if not params or any(p in mine and mine[p] not in ("uva", "prefetch") for p in params):
+            continue
+        old = experts.get(layer.name)
+        on_host = old is not None and bool(old.cpu) or "routed_experts" in host
+        n = layer.moe.experts
+        experts[layer.name] = ExpertSplit(params=params, **{"cpu" if on_host else "uva": list(range(n))})
+        for p in params:
+            mine.pop(p, None)
+        where[layer.name] = mine
+        split_layers.append(layer)
+    base = replace(assignment, where={n: p for n, p in where.items() if p}, experts=experts)
+    left = 0 if gpu_budget is None else gpu_budget - peak_of(base)
+    ranked = sorted(((-shares[layer.name][e], i, e) for i, layer in enumerate(split_layers)
+                     for e in range(layer.moe.experts)))
+    kept: dict[str, list[int]] = {}
+    used = total = taken = 0.0
+    for q, i, e in ranked:
+        layer = split_layers[i]
+        size = sum(t.nbytes for t in layer.params if t.name in experts[layer.name].params) // layer.moe.experts
+        total += -q
+        if size <= left:
+            left -= size
+            used += size
+            taken += -q
+            kept.setdefault(layer.name, []).append(e)
+    for layer in split_layers:
+        experts[layer.name] = _with_gpu(experts[layer.name], sorted(kept.get(layer.name, [])), layer, hw,
+                                        shares[layer.name])
+    whole = [name for name, split in experts.items() if split is not None and not split.host]
+    for name in whole:
+        del experts[name]
+    result = replace(base, experts={n: s for n, s in experts.items()},
+                     notes=assignment.notes + (hot_note(len(split_layers) - len(whole), sum(map(len, kept.values())),
+                                                        int(used), taken / total if total else 0.0),))
+    return HotResult(result, sum(map(len, kept.values())), len(split_layers), taken / total if total else 0.0,
+                     int(used))
+
+
+def _with_gpu(split: ExpertSplit, gpu: list[int], layer: Layer, hw: HardwareProfile,
+              shares: Sequence[float]) -> ExpertSplit:
+    rest = "cpu" if split.cpu else "uva"
+    kept = set(gpu)
+    placed = split.model_copy(update={"gpu": gpu, rest: [e for e in getattr(split, rest) if e not in kept]})
+    if placed.cpu:
+        placed = placed.model_copy(update={"cpu_max_tokens": cpu_max_tokens(plan_layer(layer, placed), hw, shares)})
+    return placed

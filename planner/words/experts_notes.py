@@ -21,3 +21,15 @@ def host_limits(layers: Sequence[str], limits: Sequence[int | None]) -> list[str
             out.append(f"cpu backend: the host computes the cpu experts of {where} in calls of up to {limit} tokens; "
                        "a larger call (a prefill) has the GPU read them through UVA, which is faster there")
     return out
+
+
+def hot_note(layers: int, kept: int, nbytes: int, share: float) -> str:
+    """What measured routing kept on the GPU."""
+    from schemas.sizes import format_bytes
+
+    if not kept:
+        return (f"routing: the experts of {layers} MoE layers are split by expert; no GPU memory is left under the "
+                "budget to keep the most used ones there")
+    return (f"routing: then the experts of {layers} MoE layers are split by expert, and the {kept} most used stay on "
+            f"the GPU ({format_bytes(nbytes)}, what the budget leaves); they receive {share:.1%} of the routed tokens "
+            "recorded")
