@@ -13,7 +13,8 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
 - ``uva_expert_call_ms``: a Qwen3-MoE experts module with its weights resident, then read through
-  UVA: the time beyond the bytes it reads, per grouped expert matmul.
+  UVA: the time beyond the bytes it reads, per grouped expert matmul;
+- ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 
 import torch
 
+from runtime.calibrate_host import host_experts
 from runtime.uva import device_view
 from schemas.hardware import HardwareProfile, UvaPoint
 
@@ -199,6 +201,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
+    figures.update(host_experts(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()
