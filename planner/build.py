@@ -58,17 +58,18 @@ class _Model:
     def shares(self) -> dict[str, list[float]] | None:
         return None if self.routing is None else self.routing.shares()
 
-    def placed(self, assignment: Assignment, profile: HardwareProfile) -> Assignment:
-        """A strategy's assignment with its host kinds computed by the host and, with measured routing, the most
-        used experts kept on the GPU (planner/strategy/experts.py)."""
-        chosen = to_host(assignment, self.layers, self.host, profile)
+    def placed(self, assignment: Assignment, profile: HardwareProfile, workload: Workload) -> Assignment:
+        """A strategy's assignment with its host kinds shared between the host and the link and, with measured
+        routing, the most used experts kept on the GPU (planner/strategy/experts.py)."""
+        chosen = to_host(assignment, self.layers, self.host, profile, workload)
         if self.routing is None:
             return chosen
 
         def peak(a: Assignment) -> int:
             return assemble(self.layers, a, model_name="peak", spec_sha256="0" * 64, checked=False).summary.peak_gpu_bytes
 
-        return keep_hot(chosen, self.layers, self.shares, self.memory.gpu_budget, self.host, profile, peak).assignment
+        return keep_hot(chosen, self.layers, self.shares, self.memory.gpu_budget, self.host, profile, workload,
+                        peak).assignment
 
     def finished(self, plan: Plan, profile: HardwareProfile, workload: Workload) -> Plan:
         """The plan with its predictions (at the measured routing rates) and the routing it was made with."""
@@ -427,7 +428,7 @@ def plan(
     if out.cost is not None and cpu is not None and out.cost.offloaded_bytes > cpu:
         raise InfeasibleError(f"the plan pins {m.size(out.cost.offloaded_bytes)} of host memory, more than the "
                               f"{m.size(cpu)} cpu_budget", None)
-    result = assemble(m.layers, m.placed(_assignment(m, out), profile), model_name=spec.model.name,
+    result = assemble(m.layers, m.placed(_assignment(m, out), profile, chosen_workload), model_name=spec.model.name,
                       spec_sha256=spec_sha256(spec),  # hashed only for a plan: 0.3 s at 10,000 layers
                       gpu_budget=memory.gpu_budget, cpu_budget=memory.cpu_budget, record_kinds=m.by_kind)
     return m.finished(result, profile, chosen_workload)
@@ -442,7 +443,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     def build(notes: list[str]) -> Plan:
         reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget, m.host)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
-        chosen = m.placed(auto_assignment(decision, reason, notes, step, names), profile)
+        chosen = m.placed(auto_assignment(decision, reason, notes, step, names), profile, workload)
         result = assemble(m.layers, chosen, model_name=spec.model.name,
                           spec_sha256=spec_sha256(spec), gpu_budget=m.memory.gpu_budget,
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
@@ -461,7 +462,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
             continue
         if out.cost is None:
             continue
-        alt = assemble(other.layers, m.placed(_assignment(other, out), profile),
+        alt = assemble(other.layers, m.placed(_assignment(other, out), profile, workload),
                        model_name=spec.model.name, spec_sha256="0" * 64,
                        gpu_budget=m.memory.gpu_budget, cpu_budget=m.memory.cpu_budget, checked=False)
         ms = predict(alt, profile, workload, m.shares).weighted_step_ms

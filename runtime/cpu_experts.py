@@ -120,6 +120,7 @@ class _Part:
 
     weights: dict[str, torch.Tensor]
     table: torch.Tensor  # [E]: part-local id, or n (not in this part)
+    layout: Layout
 
 
 def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
@@ -150,7 +151,7 @@ class SplitForward:
         staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
         rows = None
         for part in parts:
-            r = part_rows(self.module, self.layout, part.weights, part.table, hidden_states, top_k_index,
+            r = part_rows(self.module, part.layout, part.weights, part.table, hidden_states, top_k_index,
                           top_k_weights)
             rows = r if rows is None else rows + r
         if staged is not None:
@@ -184,7 +185,8 @@ class SplitForward:
             event.synchronize()  # the copies have landed; the GPU runs its parts meanwhile
         pinned = self.device.type == "cuda"
         out = torch.zeros(index.numel(), hidden.shape[-1], dtype=rows_dtype(hidden, weights), pin_memory=pinned)
-        if not host_rows(self.module, self.layout, self.host.weights, self.host.table, hidden, index, weights, out):
+        if not host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index, weights,
+                         out):
             return None
         return out.to(self.device, non_blocking=True) if pinned else out
 
@@ -200,13 +202,16 @@ class _SplitParam:
     device: torch.device
     ids: dict[str, list[int]]  # place -> global expert ids, in the order of its slices
     slices: dict[str, torch.Tensor]  # place -> [n, ...]: on the compute device (gpu) or in host memory
+    flipped: frozenset[str] = frozenset()  # places whose slices are stored with the last two dims swapped
     swapped: bool = False  # .data points at the placeholder
 
     def assemble(self, device: torch.device) -> torch.Tensor:
         full = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=device)
         for place, ids in self.ids.items():
             if ids:
-                full[torch.tensor(ids, dtype=torch.long, device=device)] = self.slices[place].to(device)
+                part = self.slices[place]
+                part = part.transpose(-2, -1) if place in self.flipped else part
+                full[torch.tensor(ids, dtype=torch.long, device=device)] = part.to(device)
         return full
 
 
@@ -236,18 +241,23 @@ class ExpertSplits:
         parent, attrs = _module_path(split.params)
         module = model.get_submodule(f"{layer.name}.{parent}" if parent else layer.name)
         ids = {"gpu": list(split.gpu), "uva": list(split.uva), "cpu": list(split.cpu)}
+        layout = Layout.of(module)
+        flip = layout.flipped(layout.for_host())  # the host's down weights, [n, I, H]
         made = []
-        for rel in split.params:
+        for rel, attr in zip(split.params, attrs):
             ref = resolve(model, layer.name, rel)
             t = ref.local.data
             slices = {}
             if ids["gpu"]:
                 slices["gpu"] = t[torch.tensor(ids["gpu"], device=t.device)].to(self.device)
             host = [p for p in ("uva", "cpu") if ids[p]]
-            arena, views = pack([t[torch.tensor(ids[p], device=t.device)] for p in host], pin)
+            flipped = frozenset({"cpu"} if attr in flip else ())
+            taken = [t[torch.tensor(ids[p], device=t.device)] for p in host]
+            taken = [x.transpose(-2, -1).contiguous() if p in flipped else x for p, x in zip(host, taken)]
+            arena, views = pack(taken, pin)
             self.arenas.append(arena)
             slices |= dict(zip(host, views))
-            sp = _SplitParam(ref, t.shape, t.stride(), t.dtype, t.device, ids, slices)
+            sp = _SplitParam(ref, t.shape, t.stride(), t.dtype, t.device, ids, slices, flipped)
             self.params.append(sp)
             made.append(sp)
         for sp in made:  # every slice is made: now the params give up their own storage
@@ -259,8 +269,11 @@ class ExpertSplits:
                  ids: dict[str, list[int]], experts: int) -> None:
         split = layer.experts
 
+        layout = Layout.of(module)
+
         def part(place: str, view: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> _Part:
-            return _Part({a: view(sp.slices[place]) for a, sp in by_attr.items()}, _table(ids[place], experts, device))
+            return _Part({a: view(sp.slices[place]) for a, sp in by_attr.items()}, _table(ids[place], experts, device),
+                         layout.for_host() if place == "cpu" else layout)
 
         same = lambda t: t  # noqa: E731
         cuda = self.device.type == "cuda"
@@ -273,8 +286,7 @@ class ExpertSplits:
             host = part("cpu", same, torch.device("cpu"))
             if split.cpu_max_tokens is not None:
                 host_on_gpu = part("cpu", uva_view, self.device)
-        forward = SplitForward(module, Layout.of(module), self.device, gpu_parts, host, host_on_gpu,
-                               split.cpu_max_tokens)
+        forward = SplitForward(module, layout, self.device, gpu_parts, host, host_on_gpu, split.cpu_max_tokens)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT)))
         module.forward = torch.compiler.disable(forward) if host is not None else forward
 

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from schemas.plan_experts import dense_pass
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -34,14 +36,25 @@ class Layout:
     up: str  # gate_up_proj, or up_proj without a gate
     has_gate: bool
     has_bias: bool
-    transposed: bool  # weights [E, in, out] instead of [E, out, in]
+    up_t: bool  # the up weight is [E, in, out] instead of [E, out, in]
+    down_t: bool  # the down weight likewise
     post_norm: bool
 
     @classmethod
     def of(cls, module: nn.Module) -> Layout:
         has_gate = bool(getattr(module, "has_gate", True))
+        transposed = bool(getattr(module, "is_transposed", False))
         return cls("gate_up_proj" if has_gate else "up_proj", has_gate, bool(getattr(module, "has_bias", False)),
-                   bool(getattr(module, "is_transposed", False)), bool(getattr(module, "has_post_expert_norm", False)))
+                   transposed, transposed, bool(getattr(module, "has_post_expert_norm", False)))
+
+    def for_host(self) -> Layout:
+        """The layout the host keeps its experts in: down weights [E, I, H], so that every expert's down
+        projection is one matmul over [E·I, H] (the dense pass, ``host_rows``)."""
+        return Layout(self.up, self.has_gate, self.has_bias, self.up_t, True, self.post_norm)
+
+    def flipped(self, other: Layout) -> set[str]:
+        """The weights stored transposed in ``other`` relative to this layout."""
+        return {"down_proj"} if other.down_t != self.down_t else set()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -98,11 +111,11 @@ def _linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, transposed: bo
 def expert_outputs(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], x: torch.Tensor,
                    ids: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """Each row of ``x`` (sorted by part-local expert ``ids``, clamped into the part) through its expert."""
-    a = _linear(x, weights[layout.up], offs, layout.transposed)
+    a = _linear(x, weights[layout.up], offs, layout.up_t)
     if layout.has_bias:
         a = a + weights[f"{layout.up}_bias"][ids]
     a = module._apply_gate(a) if layout.has_gate else module.act_fn(a)
-    o = _linear(a, weights["down_proj"], offs, layout.transposed)
+    o = _linear(a, weights["down_proj"], offs, layout.down_t)
     if layout.has_bias:
         o = o + weights["down_proj_bias"][ids]
     if layout.post_norm:
@@ -132,8 +145,10 @@ def part_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor
 
 def host_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], table: torch.Tensor,
               hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
-              out: torch.Tensor) -> bool:
-    """``part_rows`` on the host, into ``out`` ([T·k, H] of ``rows_dtype``, zeroed by the caller): only the pairs routed to
+              out: torch.Tensor, dense: bool | None = None) -> bool:
+    """``part_rows`` on the host, into ``out`` ([T·k, H] of ``rows_dtype``, zeroed by the caller): the dense pass
+    where few tokens touch most of the part's experts (``schemas.plan_experts.dense_pass``; ``dense`` overrides),
+    else the grouped kernel over only the pairs routed to
     the part are computed. False when none is."""
     n = next(iter(weights.values())).shape[0]
     k = top_k_index.shape[-1]
@@ -141,12 +156,43 @@ def host_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor
     pairs = torch.nonzero(local < n).squeeze(-1)
     if pairs.numel() == 0:
         return False
+    if dense is None:
+        dense = _dense(layout, hidden.shape[0], int(torch.unique(local[pairs]).numel()), n)
+    if dense:
+        _dense_rows(module, layout, weights, local, hidden, top_k_weights, n, out)
+        return True
     ids, order = torch.sort(local[pairs], stable=True)
     pairs = pairs[order]
     offs = torch.cumsum(torch.bincount(ids, minlength=n), 0).to(torch.int32)
     o = expert_outputs(module, layout, weights, hidden[pairs // k], ids, offs)
     out[pairs] = o * top_k_weights.reshape(-1)[pairs].unsqueeze(-1)
     return True
+
+
+def _dense(layout: Layout, tokens: int, touched: int, experts: int) -> bool:
+    """The dense pass where the rule takes it and the layout allows it: each projection one matmul over every
+    expert of the part (up [n·O, H], down [n·I, H]), no norm between an expert's output and the sum."""
+    return layout.down_t and not layout.up_t and not layout.post_norm and dense_pass(tokens, touched, experts)
+
+
+def _dense_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], local: torch.Tensor,
+                hidden: torch.Tensor, top_k_weights: torch.Tensor, n: int, out: torch.Tensor) -> None:
+    """The dense pass: each token's sum over its routed experts of the part, into its first pair's row."""
+    tokens, k = hidden.shape[0], local.numel() // hidden.shape[0]
+    routed = torch.zeros(tokens, n + 1, dtype=top_k_weights.dtype)
+    routed.scatter_(1, local.view(tokens, k), top_k_weights.reshape(tokens, k))
+    routed = routed[:, :n]
+    up = weights[layout.up]
+    a = (hidden @ up.view(-1, up.shape[-1]).T).view(tokens, n, -1)
+    if layout.has_bias:
+        a = a + weights[f"{layout.up}_bias"]
+    a = module._apply_gate(a) if layout.has_gate else module.act_fn(a)
+    a = (a * routed.unsqueeze(-1).to(a.dtype)).reshape(tokens, -1)
+    down = weights["down_proj"]
+    o = a @ down.reshape(-1, down.shape[-1])
+    if layout.has_bias:
+        o = o + routed.to(o.dtype) @ weights["down_proj_bias"]
+    out.view(tokens, k, -1)[:, 0] = o
 
 
 def rows_dtype(hidden: torch.Tensor, top_k_weights: torch.Tensor) -> torch.dtype:

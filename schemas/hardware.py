@@ -67,6 +67,8 @@ class HardwareProfile(StrictModel):
         default_factory=lambda: list(H200_HOST_EXPERTS), min_length=1,
         description="the cpu backend: GB/s of expert weights the host CPU's grouped kernel reads, by the rows each "
         "expert sees; linear between points (default: the H200 machine's host)")
+    host_dense_gbps: Rate = Field(default=59.0, description="the cpu backend: GB/s of expert weights the host's dense "
+                                  "pass reads (every token through every expert, few tokens; schemas/plan_experts.py)")
     host_tflops: Tflops = Field(default=0.52, description="the cpu backend: the host's bf16 rate on the experts' "
                                 "matmuls once compute-bound (many rows an expert), TFLOP/s")
     host_call_us: Microseconds = Field(default=250.0, description="the cpu backend: host time of one layer's call "

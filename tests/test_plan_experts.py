@@ -102,7 +102,9 @@ def test_cpu_experts_in_a_uva_plan_and_cpu_max_tokens_without_cpu_experts():
 def test_backends_cpu_splits_every_expert_of_each_offloaded_layer():
     plan = planner.plan(moe_spec(4), strategy="budget", gpu_budget=20_000, backends={"routed_experts": "cpu"})
     split = [layer for layer in plan.layers if layer.experts is not None]
-    assert split and all(layer.experts.cpu == list(range(E)) and layer.experts.params == SPLIT for layer in split)
+    assert split and all(sorted(layer.experts.cpu + layer.experts.uva) == list(range(E)) and
+                         layer.experts.params == SPLIT for layer in split)
+    assert any(note.startswith("cpu backend: ") for note in plan.summary.notes)
     assert plan.summary.backend_reason.startswith("offload.backends: routed_experts cpu")
     assert plan.predictions.workloads[0].step_ms > 0
 

@@ -6,7 +6,8 @@ A split layer runs its other params as any layer does (planner/cost/layer.py); i
 - uva experts: the same, their bytes read over the host link (``passes`` re-reads, ``uva_expert_call_ms``);
 - cpu experts: the host CPU reads the touched experts' bytes at ``host_gbps(rows)`` (times
   ``host_link_share`` while the link reads host memory for this layer's uva experts), or computes at
-  ``host_tflops`` when that is slower, plus ``host_call_us``; the routed tokens' hidden states go to the host
+  ``host_tflops`` when that is slower, plus ``host_call_us``; where few tokens touch most of its experts it
+  reads all of them once at ``host_dense_gbps`` instead (the dense pass, ``schemas.plan_experts.dense_pass``); the routed tokens' hidden states go to the host
   and the experts' rows (T·k of them) come back over the link.
 
 The host waits until the GPU has reached the experts (the copies to the host follow everything before them),
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from planner.cost.layer import LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanLayer
-from schemas.plan_experts import ExpertSplit
+from schemas.plan_experts import ExpertSplit, dense_pass
 
 PART_LAUNCHES = 12  # kernels one part of a split forward issues (sort, grouped matmuls, gate, weights, rows)
 MAX_TOKENS_SEARCHED = 1 << 20
@@ -87,8 +88,12 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
     if not q:
         return 0.0
     touched, rows = _touched(q, tokens)
-    rate = hw.host_gbps(rows / max(touched, 1e-9)) * (hw.host_link_share if link_busy else 1.0)
-    compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
+    share = hw.host_link_share if link_busy else 1.0
+    if dense_pass(tokens, touched, len(q)):  # all the part's bytes once, at a rate measured at its largest call
+        compute = len(q) * shape.nbytes / (hw.host_dense_gbps * share) / 1e6
+    else:
+        rate = hw.host_gbps(rows / max(touched, 1e-9)) * share
+        compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
     trips = tokens * shape.width * shape.itemsize * (1 + shape.top_k) / hw.h2d_gbps / 1e6
     return hw.host_call_us / 1e3 + compute + trips
 

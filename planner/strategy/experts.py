@@ -4,7 +4,9 @@ and measured routing keeps the most used experts on the GPU.
 A param the host computes takes what a UVA param takes: host memory and no buffer slot. So the strategies
 place the kinds given ``cpu`` (``offload.backends: {routed_experts: cpu}``) as if they were on UVA
 (``link_view``), and ``to_host`` then turns each layer's UVA params of those kinds into an ``ExpertSplit``
-with every expert on the host (schemas/plan_experts.py). The split takes every per-expert param of the
+(schemas/plan_experts.py) that shares the experts between the host and the link: the host and GPU kernels
+reading host memory through UVA run at once, so the host takes as many experts (the least used first) as gives
+the layer its least predicted time over the plan's workload (``balanced``), the link the others. The split takes every per-expert param of the
 layer's experts module (the runtime replaces that module's forward), so a layer where only some of them
 were chosen is refused. ``cpu_max_tokens`` is where the cost model (planner/cost/host_experts.py) finds UVA
 faster than the host: a prefill then reads those experts through UVA.
@@ -22,7 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from planner.assemble import Assignment
-from planner.cost.host_experts import cpu_max_tokens
+from planner.cost.host_experts import cpu_max_tokens, split_work
+from planner.cost.layer import LayerWork, profile_for
 from planner.errors import PlanningError
 from planner.kinds import param_kind
 from planner.words.experts_notes import host_limits, hot_note
@@ -30,6 +33,7 @@ from schemas.hardware import HardwareProfile
 from schemas.plan import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
 from schemas.spec import Layer, OffloadSection
+from schemas.workload import Workload
 
 
 def link_view(offload: OffloadSection) -> tuple[OffloadSection, frozenset[str]]:
@@ -56,9 +60,9 @@ def plan_layer(layer: Layer, split: ExpertSplit) -> PlanLayer:
                                      offloaded=list(split.params), uva=[])
 
 
-def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[str],
-            hw: HardwareProfile) -> Assignment:
-    """``assignment`` with the UVA params of ``kinds`` computed by the host, every expert of their layer."""
+def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[str], hw: HardwareProfile,
+            workload: Workload) -> Assignment:
+    """``assignment`` with the UVA params of ``kinds`` shared between the host and the link, expert by expert."""
     if not kinds:
         return assignment
     by_name = {layer.name: layer for layer in layers}
@@ -73,12 +77,41 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
         split = _host_split(layer, chosen)
         for p in split.params:
             where[name].pop(p, None)
-        split = split.model_copy(update={"cpu_max_tokens": cpu_max_tokens(plan_layer(layer, split), hw)})
-        experts[name] = split
+        experts[name] = balanced(layer, split, hw, workload)
     made = [name for name in experts if name not in assignment.experts]
-    notes = host_limits(made, [experts[name].cpu_max_tokens for name in made])
+    notes = host_limits(made, [experts[name].cpu_max_tokens for name in made],
+                        [(len(experts[name].cpu), by_name[name].moe.experts) for name in made])
     return replace(assignment, where={n: p for n, p in where.items() if p}, experts=experts,
                    notes=assignment.notes + tuple(notes))
+
+
+def _layer_ms(work: LayerWork) -> float:
+    """A layer's time alone: its GPU work, the host's part joined, or the CPU's issuing if longer."""
+    gpu = work.gpu_ms if work.synced_gpu_ms is None else \
+        work.gpu_ms - work.synced_gpu_ms + max(work.synced_gpu_ms, work.synced_cpu_ms)
+    return max(gpu, work.cpu_ms)
+
+
+def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Workload,
+             shares: Sequence[float] | None = None) -> ExpertSplit:
+    """``split`` with its cpu experts cut back to the count (the least used first) that gives the layer its least
+    predicted time over ``workload`` (fewer on ties); the others read through UVA."""
+    pool = sorted(split.cpu, key=lambda e: (shares[e] if shares is not None else 0.0, e))
+    whole = split.model_copy(update={"cpu": sorted(pool)})
+    limit = cpu_max_tokens(plan_layer(layer, whole), hw, shares)
+    items = workload.items()
+    total = sum(item.weight for _, item in items)
+    best: tuple[float, ExpertSplit] | None = None
+    for count in range(0, len(pool) + 1, max(1, len(pool) // 64)) if pool else [0]:
+        cpu = sorted(pool[:count])
+        cand = split.model_copy(update={"cpu": cpu, "uva": sorted(set(split.uva) | set(pool[count:])),
+                                        "cpu_max_tokens": limit if cpu else None})
+        ms = sum(item.weight / total * _layer_ms(split_work(plan_layer(layer, cand), item.tokens,
+                                                            profile_for(hw, item.mode), shares))
+                 for _, item in items)
+        if best is None or ms < best[0] - 1e-9:
+            best = (ms, cand)
+    return best[1]
 
 
 def _host_split(layer: Layer, chosen: list[str]) -> ExpertSplit:
@@ -118,7 +151,7 @@ def _experts_parent(layer: Layer) -> str | None:
 
 
 def keep_hot(assignment: Assignment, layers: Sequence[Layer], shares: Mapping[str, Sequence[float]],
-             gpu_budget: int | None, host: frozenset[str], hw: HardwareProfile,
+             gpu_budget: int | None, host: frozenset[str], hw: HardwareProfile, workload: Workload,
              peak_of: Callable[[Assignment], int]) -> HotResult:
     """``assignment`` with every MoE layer's experts split and the most used kept on the GPU within the budget
     (``peak_of``: the peak GPU bytes of an assignment's plan)."""
@@ -158,7 +191,7 @@ def keep_hot(assignment: Assignment, layers: Sequence[Layer], shares: Mapping[st
             kept.setdefault(layer.name, []).append(e)
     for layer in split_layers:
         experts[layer.name] = _with_gpu(experts[layer.name], sorted(kept.get(layer.name, [])), layer, hw,
-                                        shares[layer.name])
+                                        workload, shares[layer.name])
     whole = [name for name, split in experts.items() if split is not None and not split.host]
     for name in whole:
         del experts[name]
@@ -169,11 +202,11 @@ def keep_hot(assignment: Assignment, layers: Sequence[Layer], shares: Mapping[st
                      int(used))
 
 
-def _with_gpu(split: ExpertSplit, gpu: list[int], layer: Layer, hw: HardwareProfile,
+def _with_gpu(split: ExpertSplit, gpu: list[int], layer: Layer, hw: HardwareProfile, workload: Workload,
               shares: Sequence[float]) -> ExpertSplit:
-    rest = "cpu" if split.cpu else "uva"
+    """``split`` with ``gpu`` kept on the GPU; a host layer's other experts shared between the host and the link."""
     kept = set(gpu)
-    placed = split.model_copy(update={"gpu": gpu, rest: [e for e in getattr(split, rest) if e not in kept]})
-    if placed.cpu:
-        placed = placed.model_copy(update={"cpu_max_tokens": cpu_max_tokens(plan_layer(layer, placed), hw, shares)})
-    return placed
+    if split.cpu:
+        rest = [e for e in range(layer.moe.experts) if e not in kept]
+        return balanced(layer, split.model_copy(update={"gpu": gpu, "cpu": rest, "uva": []}), hw, workload, shares)
+    return split.model_copy(update={"gpu": gpu, "uva": [e for e in split.uva if e not in kept]})

@@ -35,7 +35,7 @@ def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: in
     if uva:
         parts.append(f"UVA for {format_bytes(sum(m.nbytes for m in uva))}")
     if on_host:
-        parts.append(f"the host CPU for {format_bytes(sum(m.nbytes for m in on_host))}")
+        parts.append(f"the host CPU beside UVA for {format_bytes(sum(m.nbytes for m in on_host))}")
     if pf:
         layers = decision.prefetched
         parts.append(f"prefetch of {layers} layers in {_slots(min(layers, decision.slots))}"
@@ -62,7 +62,8 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
         names = join_names((layer_names[m.position] for m in moves), 8)
         if kind in host:
             out.append(f"auto: {kind} of {names} in host memory ({format_bytes(sum(m.nbytes for m in moves))}), "
-                       f"computed by the host CPU (offload.backends {kind}: cpu)")
+                       f"shared expert by expert between the host CPU and GPU kernels reading them through UVA "
+                       f"(offload.backends {kind}: cpu)")
             continue
         out.append(f"auto: {kind} of {names} read in place through UVA ({format_bytes(sum(m.nbytes for m in moves))}): "
                    f"{why}")

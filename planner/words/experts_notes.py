@@ -7,12 +7,23 @@ from collections.abc import Sequence
 from planner.words.names import join_names
 
 
-def host_limits(layers: Sequence[str], limits: Sequence[int | None]) -> list[str]:
-    """One note per distinct cpu_max_tokens of the layers whose host computes experts."""
-    by_limit: dict[int | None, list[str]] = {}
-    for name, limit in zip(layers, limits):
-        by_limit.setdefault(limit, []).append(name)
+def host_limits(layers: Sequence[str], limits: Sequence[int | None], shares: Sequence[tuple[int, int]]) -> list[str]:
+    """One note per distinct (host experts, experts) share and per distinct cpu_max_tokens of the layers whose
+    experts the host and the link share."""
     out = []
+    by_share: dict[tuple[int, int], list[str]] = {}
+    for name, share in zip(layers, shares):
+        by_share.setdefault(share, []).append(name)
+    for (host, experts), names in by_share.items():
+        where = join_names(names, 8)
+        out.append(f"cpu backend: of the {experts} experts of {where}, the host computes {host} and GPU kernels read "
+                   f"{experts - host} through UVA, at once: the split the cost model predicts fastest for the workload"
+                   if host else f"cpu backend: the host computes none of the experts of {where}: reading them through "
+                   "UVA is predicted faster for every expert at this workload")
+    by_limit: dict[int | None, list[str]] = {}
+    for name, limit, share in zip(layers, limits, shares):
+        if share[0]:
+            by_limit.setdefault(limit, []).append(name)
     for limit, names in by_limit.items():
         where = join_names(names, 8)
         if limit is None:
