@@ -119,7 +119,7 @@ class Handle:
 def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: str | torch.device = "cuda", *,
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
           spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
-          read_only_buffers: bool = False, record_routing: bool = False) -> Handle:
+          read_only_buffers: bool = False, record_routing: bool = False, host_threads: int | None = None) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -142,7 +142,8 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     (DTensor params: their local tensors and placements).
 
     ``record_routing=True``: count, per MoE layer, the tokens each routed expert receives
-    (``Handle.routing_stats()``, runtime/routing.py).
+    (``Handle.routing_stats()``, runtime/routing.py). ``host_threads``: the threads torch's host kernels use while a
+    plan whose host computes experts is applied (default: every CPU this process may run on).
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -165,7 +166,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     _check_device_memory(plan, refs, device)
 
     placement = Placement()
-    splits = ExpertSplits(device)
+    if host_threads is not None and (type(host_threads) is not int or host_threads < 1):
+        raise ApplyError(f"host_threads={host_threads!r}: expected a whole number of threads, 1 or more")
+    splits = ExpertSplits(device, host_threads=host_threads)
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = handle = None

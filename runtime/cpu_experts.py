@@ -224,6 +224,7 @@ class ExpertSplits:
     arenas: list[HostArena] = field(default_factory=list)
     forwards: list[tuple[nn.Module, object]] = field(default_factory=list)  # (module, its own forward attribute)
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
+    host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
 
     def build(self, plan: Plan, model: nn.Module, pin: bool) -> None:
         """Split every layer with ``experts`` (``split_problems`` found nothing). On failure what was done stays
@@ -233,7 +234,7 @@ class ExpertSplits:
                 self._split_layer(layer, model, pin)
         if any(layer.experts is not None and layer.experts.cpu for layer in plan.layers):
             self.threads = torch.get_num_threads()
-            torch.set_num_threads(host_threads())
+            torch.set_num_threads(self.host_threads or host_threads())
 
     def _split_layer(self, layer: PlanLayer, model: nn.Module, pin: bool) -> None:
         split = layer.experts
