@@ -31,7 +31,7 @@ from planner.strategy.auto import decide as decide_auto
 from schemas.schedule import DEFAULT_PREFETCH_STEP
 from planner.layers import eligible_params, group_rule
 from planner.strategy.budget import Tier, prefer_tiers, previous_state, search, single_tier
-from planner.strategy.experts import keep_hot, link_view, to_host
+from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host
 from schemas.errors import InputError
 from schemas.routing import RoutingRef, RoutingStats, spec_problems
 
@@ -440,7 +440,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                            m.total_bytes)
     names = [layer.name for layer in m.layers]
 
-    def build(notes: list[str]) -> Plan:
+    def build(notes: list[str], m: _Model) -> Plan:
         reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget, m.host)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
         chosen = m.placed(auto_assignment(decision, reason, notes, step, names), profile, workload)
@@ -450,7 +450,14 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
         return m.finished(result, profile, workload)
 
     notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget, m.host)
-    chosen = build(notes)
+    chosen = build(notes, m)
+    host = host_to_try(m.offload, workload, decision.where, m.layers)
+    if host:  # auto's own choice of the cpu backend: the host shares the experts auto put on UVA, if that is faster
+        hybrid = replace(m, host=m.host | host)
+        hybrid_notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget, hybrid.host)
+        alt = build(hybrid_notes, hybrid)
+        if prefer_host(alt.predictions.weighted_step_ms, chosen.predictions.weighted_step_ms):
+            m, notes, chosen = hybrid, hybrid_notes, alt
     runner_up = None
     for backend in ("prefetch", "uva"):
         if m.offload.backend not in ("auto", backend) or m.memory.gpu_budget is None:

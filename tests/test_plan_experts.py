@@ -123,3 +123,40 @@ def test_a_layer_without_moe_cannot_split():
                  model_name="x", spec_sha256="0" * 64)
     with pytest.raises(InputError):
         load_plan_text("plan_version: 2\n")
+
+
+def qwen3_like(layers: int = 6) -> SpecFile:
+    """Qwen3-MoE's decoder layer shapes (128 experts of width 768, top-8), a few layers."""
+    block = {"self_attn.q_proj.weight": [4096, 2048], "self_attn.o_proj.weight": [2048, 4096],
+             "mlp.gate.weight": [128, 2048], "mlp.experts.gate_up_proj": [128, 1536, 2048],
+             "mlp.experts.down_proj": [128, 2048, 768], "input_layernorm.weight": [2048]}
+    return SpecFile.model_validate({"model": {"name": "qwen3-like", "dtype": "bfloat16", "layers": [
+        {"name": "model.embed_tokens", "params": {"weight": [151936, 2048]}},
+        {"name": "model.layers.{i}", "repeat": layers, "params": block, "moe": {"experts": 128, "top_k": 8}},
+        {"name": "lm_head", "params": {"weight": [151936, 2048]}}]}})
+
+
+def _decode(tokens: int, mode: str = "eager"):
+    from schemas.workload import Workload, WorkloadItem
+
+    return Workload({"decode": WorkloadItem(tokens=tokens, mode=mode)})
+
+
+def test_auto_lets_the_host_share_the_experts_where_that_is_faster():
+    spec = qwen3_like()
+    hybrid = planner.plan(spec, gpu_budget=3 * 10**9, workload=_decode(32))
+    split = [layer.experts for layer in hybrid.layers if layer.experts is not None]
+    assert split and all(s.cpu and s.uva for s in split)  # the host and the link at once
+    assert any(note.startswith("cpu backend: of the 128 experts") for note in hybrid.summary.notes)
+    uva = planner.plan(spec, gpu_budget=3 * 10**9, workload=_decode(32), backends={"routed_experts": "uva"})
+    assert hybrid.predictions.weighted_step_ms < 0.97 * uva.predictions.weighted_step_ms
+
+
+@pytest.mark.parametrize("options", [
+    {"workload": _decode(32, "graph")},  # a CUDA graph cannot capture the host's part
+    {"workload": _decode(32), "backend": "uva"},  # the backend asked for
+    {"workload": _decode(1)},  # one token: reading the few experts it routes to over the link is faster
+])
+def test_auto_keeps_the_experts_off_the_host_elsewhere(options):
+    plan = planner.plan(qwen3_like(), gpu_budget=3 * 10**9, **options)
+    assert all(layer.experts is None for layer in plan.layers)

@@ -210,3 +210,29 @@ def _with_gpu(split: ExpertSplit, gpu: list[int], layer: Layer, hw: HardwareProf
         rest = [e for e in range(layer.moe.experts) if e not in kept]
         return balanced(layer, split.model_copy(update={"gpu": gpu, "cpu": rest, "uva": []}), hw, workload, shares)
     return split.model_copy(update={"gpu": gpu, "uva": [e for e in split.uva if e not in kept]})
+
+
+HOST_MARGIN = 0.03  # auto takes the cpu backend only when it predicts a step at least this much shorter
+
+
+def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str, Mapping[str, str]],
+                layers: Sequence[Layer]) -> frozenset[str]:
+    """The kinds strategy auto tries on the host beside UVA: routed experts, where auto put some on UVA, the
+    backend and the routed experts' backend are left to auto, and every workload runs eagerly (a CUDA graph
+    cannot capture the host's part)."""
+    if offload.backend != "auto" or "routed_experts" in (offload.backends or {}):
+        return frozenset()
+    if any(item.mode != "eager" for _, item in workload.items()):
+        return frozenset()
+    kinds = {layer.name: {t.name: t.kind for t in layer.params} for layer in layers if layer.moe is not None}
+    for name, params in where.items():
+        own = kinds.get(name)
+        if own and any(b == "uva" and p in own and param_kind(name, p, own[p]) == "routed_experts"
+                       for p, b in params.items()):
+            return frozenset({"routed_experts"})
+    return frozenset()
+
+
+def prefer_host(with_host_ms: float, without_ms: float) -> bool:
+    """Whether auto takes the plan whose host shares the experts."""
+    return with_host_ms < without_ms * (1 - HOST_MARGIN)

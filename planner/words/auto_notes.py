@@ -62,8 +62,8 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
         names = join_names((layer_names[m.position] for m in moves), 8)
         if kind in host:
             out.append(f"auto: {kind} of {names} in host memory ({format_bytes(sum(m.nbytes for m in moves))}), "
-                       f"shared expert by expert between the host CPU and GPU kernels reading them through UVA "
-                       f"(offload.backends {kind}: cpu)")
+                       "shared expert by expert between the host CPU and GPU kernels reading them through UVA "
+                       "(the cpu backend)")
             continue
         out.append(f"auto: {kind} of {names} read in place through UVA ({format_bytes(sum(m.nbytes for m in moves))}): "
                    f"{why}")
