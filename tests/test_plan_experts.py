@@ -160,3 +160,11 @@ def test_auto_lets_the_host_share_the_experts_where_that_is_faster():
 def test_auto_keeps_the_experts_off_the_host_elsewhere(options):
     plan = planner.plan(qwen3_like(), gpu_budget=3 * 10**9, **options)
     assert all(layer.experts is None for layer in plan.layers)
+
+
+def test_tensor_parallel_ranks_keep_their_share_of_the_experts_off_the_host():
+    ranks = planner.plan_ranks(qwen3_like(), 2, gpu_budget=2 * 10**9, workload=_decode(32))
+    assert all(layer.experts is None for plan in ranks for layer in plan.layers)
+    with pytest.raises(PlanningError, match="under tensor parallelism a rank holds a share of the experts"):
+        planner.plan_ranks(qwen3_like(), 2, gpu_budget=2 * 10**9, workload=_decode(32),
+                           backends={"routed_experts": "cpu"})

@@ -127,7 +127,8 @@ def _host_split(layer: Layer, chosen: list[str]) -> ExpertSplit:
     odd = [p for p in chosen if p not in params]
     if odd:
         raise PlanningError(f"{layer.name}: {', '.join(odd)} given the cpu backend, but the host computes "
-                            f"per-expert params only (first dimension {layer.moe.experts})")
+                            f"per-expert params only (first dimension {layer.moe.experts}; under tensor parallelism a "
+                            "rank holds a share of the experts: the cpu backend plans one GPU's model)")
     if left:
         raise PlanningError(f"{layer.name}: the host computes the experts module whole, but {', '.join(left)} "
                             "stays on the GPU (offload every per-expert param of the module, or none)")
@@ -224,11 +225,16 @@ def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str,
         return frozenset()
     if any(item.mode != "eager" for _, item in workload.items()):
         return frozenset()
-    kinds = {layer.name: {t.name: t.kind for t in layer.params} for layer in layers if layer.moe is not None}
+    by_name = {layer.name: layer for layer in layers if layer.moe is not None}
     for name, params in where.items():
-        own = kinds.get(name)
-        if own and any(b == "uva" and p in own and param_kind(name, p, own[p]) == "routed_experts"
-                       for p, b in params.items()):
+        layer = by_name.get(name)
+        if layer is None:
+            continue
+        own = {t.name: t for t in layer.params}
+        routed = [p for p, b in params.items() if b == "uva" and p in own
+                  and param_kind(name, p, own[p].kind) == "routed_experts"]
+        # split by expert only where the params hold every expert (not a tensor-parallel rank's share of them)
+        if routed and all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
             return frozenset({"routed_experts"})
     return frozenset()
 
