@@ -23,6 +23,15 @@ from runtime.errors import PlanMismatchError  # noqa: E402
 PROMPTS, POSITIONS = 8, 64
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matmuls: threads only contend (the host's threads in apply are pinned to 1 below too)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _logits(model, ids):
     with torch.no_grad():
         return model(ids).logits.float()
@@ -38,7 +47,7 @@ def test_split_experts_match_the_resident_model(arch):
     tolerance = (_logits(model, ids) - ref).abs().max().item()  # two implementations of the same experts
     model.set_experts_implementation("grouped_mm")
     # experts by thirds on the GPU, through UVA and on the host; above 16 tokens the host's go to the "GPU"
-    with runtime.apply(split_plan(model, cpu_max_tokens=16), model, device="cpu"):
+    with runtime.apply(split_plan(model, cpu_max_tokens=16), model, device="cpu", host_threads=1):
         out = _logits(model, ids)
         out_step = _logits(model, ids[:, :1])
     assert (out - ref).abs().max().item() <= tolerance
@@ -63,7 +72,7 @@ def test_remove_restores_bit_identically_and_state_dict_is_truthful():
     model = make_moe("qwen3_moe")
     snap = _snapshot(model)
     experts = model.model.layers[0].mlp.experts
-    handle = runtime.apply(split_plan(model), model, device="cpu")
+    handle = runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
     assert experts.gate_up_proj.numel() == 0  # the param gave up its storage: its slices hold it
     assert "forward" in experts.__dict__
     live = model.state_dict()
@@ -79,7 +88,7 @@ def test_only_host_experts_and_a_layer_left_whole():
     ref = _logits(model, ids)
     plan = split_plan(model, places=lambda n: {"cpu": list(range(n))}, layers=(1,))
     assert plan.summary.backend == "cpu" and plan.layers[1].experts is None
-    with runtime.apply(plan, model, device="cpu") as handle:
+    with runtime.apply(plan, model, device="cpu", host_threads=1) as handle:
         assert handle.offloader.name == "cpu"
         out = _logits(model, ids)
     assert torch.equal(out, ref)
@@ -99,7 +108,7 @@ def test_failed_apply_leaves_the_model_unchanged(monkeypatch):
 
     monkeypatch.setattr(cpu_experts.ExpertSplits, "_install", fail_second)
     with pytest.raises(RuntimeError, match="injected"):
-        runtime.apply(split_plan(model), model, device="cpu")
+        runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
     assert len(calls) == 2
     _assert_same(model, snap)
     assert all("forward" not in m.__dict__ for m in model.modules())
@@ -110,7 +119,7 @@ def test_a_module_that_is_not_an_experts_module_is_refused():
     snap = _snapshot(model)
     with pytest.raises(PlanMismatchError, match="its forward reads gate_up_proj, down_proj, which the split leaves out"
                        "|reads down_proj, which the split leaves out"):
-        runtime.apply(split_plan(model, only=("gate_up_proj",)), model, device="cpu")
+        runtime.apply(split_plan(model, only=("gate_up_proj",)), model, device="cpu", host_threads=1)
     _assert_same(model, snap)
 
     class NotExperts(torch.nn.Module):
@@ -119,7 +128,7 @@ def test_a_module_that_is_not_an_experts_module_is_refused():
 
     model.model.layers[0].mlp.experts.forward = NotExperts().forward
     with pytest.raises(PlanMismatchError, match="not an experts module as transformers 5 writes them"):
-        runtime.apply(split_plan(model), model, device="cpu")
+        runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
     del model.model.layers[0].mlp.experts.forward
 
 
@@ -139,6 +148,12 @@ def test_host_threads_are_set_and_given_back():
     with runtime.apply(split_plan(model), model, device="cpu"):
         assert torch.get_num_threads() == cpu_experts.host_threads()
     assert torch.get_num_threads() == 1
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=2):
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == 1
+    for bad in (0, 1.5, True):
+        with pytest.raises(runtime.ApplyError, match="host_threads="):
+            runtime.apply(split_plan(model), model, device="cpu", host_threads=bad)
 
 
 def test_by_thirds_places_every_expert_once():
@@ -150,7 +165,7 @@ def test_torch_compile_runs_host_experts_eagerly_between_graphs():
     model = make_moe("qwen3_moe", implementation="grouped_mm")
     block = model.model.layers[0].mlp  # router, then the experts: a graph, a break, the host's part run eagerly
     x = torch.randn(1, 5, 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
-    with torch.no_grad(), runtime.apply(split_plan(model), model, device="cpu"):
+    with torch.no_grad(), runtime.apply(split_plan(model), model, device="cpu", host_threads=1):
         eager = block(x)
         out = torch.compile(block, backend="eager")(x)
     assert torch.equal(out, eager)
@@ -167,7 +182,7 @@ def test_routing_is_recorded_alone_and_while_applied(tmp_path):
         stats = recorder.stats("olmoe", "test")
     assert [layer.layer for layer in stats.layers] == ["model.layers.0", "model.layers.1"]
     assert all(layer.tokens == 36 and sum(layer.counts) == 36 * 4 for layer in stats.layers)
-    with runtime.apply(split_plan(model), model, device="cpu", record_routing=True) as handle:
+    with runtime.apply(split_plan(model), model, device="cpu", record_routing=True, host_threads=1) as handle:
         with torch.no_grad():
             assert torch.equal(model(ids).logits, routing)
         assert handle.routing_stats().layers == stats.layers  # the same choices, counted by the plan's layers
@@ -175,5 +190,5 @@ def test_routing_is_recorded_alone_and_while_applied(tmp_path):
     path.write_text(dump_model(stats))
     assert load_routing(path)[0] == stats
     with pytest.raises(runtime.ApplyError, match="record_routing=True"):
-        with runtime.apply(split_plan(model), model, device="cpu") as handle:
+        with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
             handle.routing_stats()
