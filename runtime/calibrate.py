@@ -21,7 +21,8 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   (resident) at 2,048 tokens, and scaled dot-product attention alone at its shape (causal): the attention's
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
   above) and the attention, as bytes at ``gpu_mem_gbps`` per token and output element of its matrices
-  (planner/cost/block.py reads them back the same way).
+  (planner/cost/block.py reads them back the same way);
+- ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from collections.abc import Callable
 
 import torch
 
+from runtime.calibrate_host import host_experts
 from runtime.uva import device_view
 from schemas.hardware_profile import HardwareProfile, UvaPoint
 
@@ -293,6 +295,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
+    figures.update(host_experts(device))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link")}
     gpu = torch.cuda.get_device_name(device)
