@@ -323,7 +323,7 @@ class ExpertSplits:
 
     def true_values(self) -> dict[int, Callable[[], torch.Tensor]]:
         """id(param) -> a function assembling its value in host memory (for state_dict while applied)."""
-        return {id(sp.ref.get()): (lambda sp=sp: sp.assemble(torch.device("cpu"))) for sp in self.params if sp.swapped}
+        return {id(sp.ref.tensor): (lambda sp=sp: sp.assemble(torch.device("cpu"))) for sp in self.params if sp.swapped}
 
 
 def split_gpu_bytes(plan: Plan) -> int:
