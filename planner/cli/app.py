@@ -263,11 +263,6 @@ def validate_command(
         check_in_its_set(file, loaded)
     typer.echo(f"{source_name(file)}: {describe(loaded)}")
 
-    if routing is not None:
-        from planner.cli.routing import routing_options
-
-        options.update(routing_options(routing, world_asked if world > 1 else None, from_vllm))
-
 @app.command("show", short_help="Show a plan per layer with totals and predicted step times; --chart draws it.",
              epilog=_epilog(
     "planner show llama.plan.yaml", "planner show llama.plan.yaml --format json | jq .predictions",
