@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
@@ -28,8 +28,8 @@ from schemas.fields import Count, PositiveCount
 from schemas.numbered import runs
 from schemas.fields import StrictModel
 
-if TYPE_CHECKING:
-    from schemas.plan_content import PlanLayer
+# a schemas.plan_content.PlanLayer: that module holds ExpertSplit in its layers, so it is not imported here
+PlanLayer = Any
 
 EXPERT_PLACES = ("gpu", "uva", "cpu")
 _RUN = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
