@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from bench_cost import timer  # noqa: E402
-from compare_run import graph  # noqa: E402
+from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
@@ -141,7 +141,7 @@ class Bench:
                 ids = self.ids(shape, config.vocab_size)
                 modes = ["eager"] + (["graph"] if graph and self.device.type == "cuda" else [])
                 for mode in modes:
-                    step = (lambda: model(ids, use_cache=False)) if mode == "eager" else graph(model, ids)
+                    step = (lambda: model(ids, use_cache=False)) if mode == "eager" else graph_step(model, ids)
                     tokens = shape[0] * shape[1]
                     ms = self.time_ms(step, tokens)
                     p = self.predicted(plan, tokens, mode, shares)
