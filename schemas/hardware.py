@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import Field, StrictBool, field_validator
 
-from schemas.ints import PositiveCount
+from schemas.ints import Count, PositiveCount
 
 from schemas.reals import Microseconds, Milliseconds, Passes, PositiveMicroseconds, Rate, Tflops
 from schemas.spec_names import PrintableName, PrintableText
@@ -20,6 +20,9 @@ from schemas.strict import StrictModel
 
 PROFILES = Path(__file__).with_name("profiles")
 DEFAULT_PROFILE = "h200"
+# the workspace allowance of a profile that does not measure one: cuBLAS keeps 32 MiB on the stream a
+# forward runs on (measured on the H200, shared/h200-limits.md)
+DEFAULT_WORKSPACE_BYTES = 32 * 2**20
 
 
 class UvaPoint(StrictModel):
@@ -52,6 +55,14 @@ class HardwareProfile(StrictModel):
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")
+    workspace_bytes: Count | None = Field(
+        default=None, description="GPU bytes library workspaces take on the stream a forward runs on (cuBLAS, "
+        "attention kernels), counted in every plan's peak (absent: 32 MiB)")
+
+    @property
+    def workspace(self) -> int:
+        """The workspace allowance a plan counts: the measured one, else DEFAULT_WORKSPACE_BYTES."""
+        return self.workspace_bytes if self.workspace_bytes is not None else DEFAULT_WORKSPACE_BYTES
 
     @field_validator("uva_passes")
     @classmethod

@@ -18,11 +18,13 @@ from schemas.buffer_pool import PoolEntry, PoolKey
 from schemas.ints import Count
 from schemas.plan_backends import PREFETCHING, PlanBackend  # noqa: F401 (PREFETCHING: re-exported for readers)
 from schemas.plan_check import findings_text, plan_findings
+from schemas.plan_memory import PlanMemory
 from schemas.prediction import Predictions
 from schemas.shard import Shard
 from schemas.spec import MoeSpec, ParamKind
 from schemas.spec_names import DottedName, PrintableName, PrintableText, check_dotted_names
 from schemas.strict import StrictModel
+from schemas.throughput import Throughput
 
 PLAN_VERSION = 2  # 2: prefetch_step is the number of buffer slots (in version 1 it was slots - 1)
 
@@ -156,7 +158,8 @@ class Summary(StrictModel):
     resident_bytes: Count
     offloaded_bytes: Count
     buffer_bytes: Count
-    peak_gpu_bytes: Count = Field(description="resident params + buffer pool")
+    peak_gpu_bytes: Count = Field(description="resident params + buffer pool + the memory section's KV cache, "
+                                  "activations and workspace (plans without it: params and buffers alone)")
     pinned_host_bytes: Count
     layers: Count
     offloaded_layers: Count
@@ -169,6 +172,11 @@ class Summary(StrictModel):
 class Plan(StrictModel):
     plan_version: Literal[2] = PLAN_VERSION
     summary: Summary
+    memory: PlanMemory | None = Field(
+        default=None, description="what the plan counts on the GPU besides weights and buffers (absent in older "
+        "plans)")
+    throughput: Throughput | None = Field(
+        default=None, description="the batch chosen for the most tokens per second (a workload's batch: auto)")
     predictions: Predictions | None = Field(
         default=None, description="predicted step time per workload (informative, not checked on load)")
     layers: list[PlanLayer]

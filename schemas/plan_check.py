@@ -22,6 +22,7 @@ from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, has_s
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
 from schemas.plan_backends import PREFETCHING
+from schemas.memory_check import check_memory
 from schemas.prediction_check import check_predictions
 from schemas.schedule import num_slots, schedule
 from schemas.spec import storage_elements
@@ -70,6 +71,7 @@ def plan_findings(plan: Plan) -> list[Finding]:
     _check_summary(plan, totals, out)
     _check_prefetch(plan, totals, out)
     check_predictions(plan, len(totals.offloaded_layers), lambda loc, text: out.append(Finding(loc, text)))
+    check_memory(plan, lambda loc, text: out.append(Finding(loc, text)))
     return out
 
 
@@ -248,7 +250,8 @@ def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
     if not SHA256.fullmatch(s.spec_sha256):
         out.append(Finding(loc + ("spec_sha256",), say.sha_format(s.spec_sha256)))
     buffer = _rebuilt_buffer(plan, totals)
-    peak = resident + buffer
+    others = plan.memory.non_weight_bytes if plan.memory is not None else 0
+    peak = resident + buffer + others
     wants = [
         ("layers", len(plan.layers), "the layers listed"),
         ("offloaded_layers", n, "the layers that offload params"),
@@ -257,7 +260,8 @@ def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
         ("resident_bytes", resident, "total_bytes less offloaded_bytes"),
         ("pinned_host_bytes", totals.offloaded, "offloaded_bytes (each offloaded param is pinned once)"),
         ("buffer_bytes", buffer, "the buffer pool" if plan.buffer_pool is not None or buffer else "no buffer pool"),
-        ("peak_gpu_bytes", peak, f"resident_bytes {resident} + buffer_bytes {buffer}"),
+        ("peak_gpu_bytes", peak, f"resident_bytes {resident} + buffer_bytes {buffer}" + (
+            "" if plan.memory is None else say.memory_parts_source(plan.memory))),
     ]
     for name, want, source in wants:
         found = getattr(s, name)

@@ -125,6 +125,19 @@ Size = Annotated[int, PlainValidator(size_bytes), WithJsonSchema(_JSON_SCHEMA)]
 _SIZE = TypeAdapter(Size)
 
 
+def size_or_zero(value: Any) -> int:
+    """A size, or ``0`` (an int or the text ``0``): an amount of memory that may be none at all."""
+    if not isinstance(value, bool) and (value == 0 or (isinstance(value, str) and value.strip() == "0")):
+        return 0
+    return size_bytes(value)
+
+
+# a size field that may be 0 (memory.workspace, memory.activations: none at all)
+SizeOrZero = Annotated[int, PlainValidator(size_or_zero), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_BYTES, "description": "bytes"},
+               _JSON_SCHEMA["anyOf"][1]]})]
+
+
 def parse_size(value: int | str) -> int:
     """Parse a size such as ``20GB`` or ``12 GiB`` into bytes (raises pydantic.ValidationError)."""
     return int(_SIZE.validate_python(value))

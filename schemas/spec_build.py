@@ -39,8 +39,9 @@ def default_dtype(entries: list[LayerEntry]) -> str:
 
 
 def build_spec(name: str, entries: list[LayerEntry], dtype: str | None = None,
-               fold: bool = True) -> SpecFile:
-    """A validated spec of ``entries`` (execution order), identical consecutive blocks folded."""
+               fold: bool = True, attention: dict[str, int] | None = None) -> SpecFile:
+    """A validated spec of ``entries`` (execution order), identical consecutive blocks folded;
+    ``attention``: the model's ``{heads, kv_heads}`` when known (model.attention)."""
     if not entries:
         raise ValueError("no layers with tensors to describe")
     default = dtype or default_dtype(entries)
@@ -50,7 +51,10 @@ def build_spec(name: str, entries: list[LayerEntry], dtype: str | None = None,
                   for rel, p in e.params.items()}
         layers.append({"name": e.name, "params": params, "tied": dict(e.tied), "moe": e.moe})
     spec_layers = fold_blocks(layers) if fold else [_plain(layer) for layer in layers]
-    return SpecFile.model_validate({"model": {"name": name, "dtype": default, "layers": spec_layers}})
+    model: dict[str, Any] = {"name": name, "dtype": default, "layers": spec_layers}
+    if attention:
+        model["attention"] = attention
+    return SpecFile.model_validate({"model": model})
 
 
 def _plain(layer: dict[str, Any]) -> dict[str, Any]:
