@@ -31,6 +31,9 @@ from planner.strategy.auto import decide as decide_auto
 from schemas.schedule import DEFAULT_PREFETCH_STEP
 from planner.layers import eligible_params, group_rule
 from planner.strategy.budget import Tier, prefer_tiers, previous_state, search, single_tier
+from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budget
+from planner.words import memory_notes
+from schemas.plan_memory import PlanMemory
 
 WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
 
@@ -342,6 +345,8 @@ def plan(
     *,
     gpu_budget: int | None = None,
     cpu_budget: int | None = None,
+    kv_cache: int | str | None = None,
+    kv_cache_dtype: str | None = None,
     backend: str | None = None,
     strategy: str | None = None,
     group_size: int | None = None,
@@ -357,6 +362,11 @@ def plan(
     """Plan ``spec``; keyword arguments override its memory/offload sections (None keeps the file's).
 
     ``backends``: kind -> prefetch or uva for the offloaded params of that kind (offload.backends).
+    ``kv_cache`` (bytes, or "auto") and ``kv_cache_dtype`` override memory.kv_cache and memory.kv_cache_dtype.
+
+    The gpu_budget is the whole GPU: the KV cache, the activations and the workspace the workload needs
+    (planner/memory) are taken off it first, and the strategy fits weights and buffers into the rest. A
+    workload with ``batch: auto`` chooses its batch with the plan (planner/memory/throughput.py).
 
     ``hardware`` (a profile, or a bundled name or file; default the spec's, else h200: a relative file
     there is read from the current folder, where `planner plan` passes it resolved against the spec's
@@ -369,29 +379,65 @@ def plan(
     profile = hardware if isinstance(hardware, HardwareProfile) else load_hardware(hardware or spec.hardware)
     chosen_workload = workload or spec.workload or DEFAULT_WORKLOAD
     memory, offload = _merge(
-        spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget},
+        spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget, "kv_cache": kv_cache,
+               "kv_cache_dtype": kv_cache_dtype},
         {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
          "prefetch_step": prefetch_step, "params": params, "kinds": kinds, "prefer": prefer, "backends": backends})
-    m = _model(spec, memory, offload)
+    if memory.kv_cache == "auto" and memory.gpu_budget is None:
+        raise PlanningError("kv_cache auto gives the KV cache what the plan leaves of the gpu_budget: give a "
+                            "gpu_budget (--gpu-budget)")
+    sizes = MemoryModel(spec.model, spec.model.expanded(), memory)
+    if chosen_workload.auto is not None:
+        from planner.memory.throughput import plan_throughput
+
+        return plan_throughput(lambda w: _plan_for(spec, sizes, memory, offload, profile, w), chosen_workload)
+    return _plan_for(spec, sizes, memory, offload, profile, chosen_workload)
+
+
+def _plan_for(spec: SpecFile, sizes: MemoryModel, memory: MemorySection, offload: OffloadSection,
+              profile: HardwareProfile, workload: Workload) -> Plan:
+    """The plan for ``workload`` (every batch given): the memory besides the weights off the budget, then a
+    strategy for the weights and buffers (the one point where the budget the strategies see is set)."""
+    mem = sizes.plan_memory(workload, profile)
+    m = _model(spec, memory.model_copy(update={"gpu_budget": weights_budget(memory.gpu_budget, mem)}), offload)
+    try:
+        made = _decide(spec, m, profile, workload, mem, memory.gpu_budget)
+    except InfeasibleError as err:
+        if memory.gpu_budget is None or err.min_gpu_budget is None:
+            raise
+        raise infeasible(err, memory.gpu_budget, mem) from None
+    notes = memory_notes.budget_note(memory.gpu_budget, mem) + memory_notes.assumed_notes(
+        mem, {name: item.batch is not None for name, item in workload.items()})
+    if mem.kv_cache == "reserved":
+        notes += memory_notes.room_notes(mem)
+    summary = made.summary.model_copy(update={"notes": [*made.summary.notes, *notes]})
+    return fill_kv(made.model_copy(update={"summary": summary}))
+
+
+def _decide(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload, mem: PlanMemory,
+            gpu_budget: int | None) -> Plan:
+    """The strategy's plan of the weights and buffers, assembled with the memory section ``mem``."""
+    offload = m.offload
     if offload.strategy == "auto" and offload.backend != "none":
-        return _plan_auto(spec, m, profile, chosen_workload)
+        return _plan_auto(spec, m, profile, workload, mem, gpu_budget)
     if offload.backend == "none":
         out = _decide_none(m)
     elif offload.strategy == "group":
         out = _decide_group(m)
     else:
         out = _decide_budget(m)
-    cpu = memory.cpu_budget
+    cpu = m.memory.cpu_budget
     if out.cost is not None and cpu is not None and out.cost.offloaded_bytes > cpu:
         raise InfeasibleError(f"the plan pins {m.size(out.cost.offloaded_bytes)} of host memory, more than the "
                               f"{m.size(cpu)} cpu_budget", None)
     result = assemble(m.layers, _assignment(m, out), model_name=spec.model.name,
                       spec_sha256=spec_sha256(spec),  # hashed only for a plan: 0.3 s at 10,000 layers
-                      gpu_budget=memory.gpu_budget, cpu_budget=memory.cpu_budget, record_kinds=m.by_kind)
-    return result.model_copy(update={"predictions": predict(result, profile, chosen_workload)})
+                      gpu_budget=gpu_budget, cpu_budget=cpu, record_kinds=m.by_kind, memory=mem)
+    return result.model_copy(update={"predictions": predict(result, profile, workload)})
 
 
-def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload) -> Plan:
+def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload, mem: PlanMemory,
+               gpu_budget: int | None) -> Plan:
     """strategy auto (planner/strategy/auto.py), with the best plan of the budget strategy as the runner-up."""
     decision = decide_auto(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
                            m.total_bytes)
@@ -401,8 +447,8 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
         reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
         result = assemble(m.layers, auto_assignment(decision, reason, notes, step, names), model_name=spec.model.name,
-                          spec_sha256=spec_sha256(spec), gpu_budget=m.memory.gpu_budget,
-                          cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
+                          spec_sha256=spec_sha256(spec), gpu_budget=gpu_budget,
+                          cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind, memory=mem)
         return result.model_copy(update={"predictions": predict(result, profile, workload)})
 
     notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget)
@@ -419,7 +465,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
         if out.cost is None:
             continue
         alt = assemble(other.layers, _assignment(other, out), model_name=spec.model.name, spec_sha256="0" * 64,
-                       gpu_budget=m.memory.gpu_budget, cpu_budget=m.memory.cpu_budget, checked=False)
+                       cpu_budget=m.memory.cpu_budget, checked=False, memory=mem)
         ms = predict(alt, profile, workload).weighted_step_ms
         if runner_up is None or ms < runner_up[1]:
             runner_up = (f"strategy budget with {backend} ({format_bytes(out.cost.offloaded_bytes)} offloaded)", ms)

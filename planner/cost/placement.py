@@ -27,7 +27,7 @@ class PlacementCost:
         self.layers = layers
         items = workload.items()
         total = sum(item.weight for _, item in items)
-        self.tokens = [(item.tokens, item.weight / total, item.mode) for _, item in items]
+        self.tokens = [(item.rows, item.weight / total, item.mode) for _, item in items]
         self._hw = {mode: profile_for(hw, mode) for _, _, mode in self.tokens}
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}

@@ -1,4 +1,9 @@
-"""A plan's predicted cost: per workload, one simulated forward (``planner.cost.timeline``)."""
+"""A plan's predicted cost: per workload, one simulated forward (``planner.cost.timeline``).
+
+A forward that keeps a KV cache (a context in the plan's memory section) also reads it: each attention
+layer reads its part of ``batch x context x kv_bytes_per_token`` from GPU memory (SDPA attention of a
+decode step is bound by that read), split evenly over the layers with attention params.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,13 @@ from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
 from schemas.reals import MILLISECONDS
-from schemas.workload import Workload
+from schemas.workload import Workload, batch_of
+
+from dataclasses import replace
 
 from planner.errors import PlanningError
 from planner.cost.layer import layers_work, profile_for
+from planner.kinds import param_kind
 from planner.cost.timeline import Copy, Timeline, simulate
 
 
@@ -20,10 +28,30 @@ def copies_of(plan: Plan) -> list[Copy]:
             for i, layer in enumerate(plan.layers) if layer.prefetch is not None]
 
 
-def timeline(plan: Plan, hw: HardwareProfile, tokens: int) -> Timeline:
-    """One forward of ``plan`` at ``tokens`` on ``hw``."""
+def timeline(plan: Plan, hw: HardwareProfile, tokens: int, kv_read: int = 0) -> Timeline:
+    """One forward of ``plan`` at ``tokens`` on ``hw``, reading ``kv_read`` bytes of KV cache."""
     work = layers_work(plan.layers, tokens, hw)
+    if kv_read:
+        attention = attention_layers(plan)
+        extra = kv_read / max(len(attention), 1) / hw.gpu_mem_gbps / 1e6
+        for i in attention:
+            work[i] = replace(work[i], gpu_ms=work[i].gpu_ms + extra)
     return simulate(work, copies_of(plan))
+
+
+def attention_layers(plan: Plan) -> list[int]:
+    """The positions of the layers holding attention matrices (those that read the KV cache)."""
+    return [i for i, layer in enumerate(plan.layers)
+            if any(len(p.shape) >= 2 and param_kind(layer.name, rel, p.kind) == "attention"
+                   for rel, p in layer.params.items())]
+
+
+def kv_read(plan: Plan, name: str, item) -> int:
+    """Bytes of KV cache forward ``name`` reads: its sequences' contexts (none without a memory section)."""
+    mem = plan.memory
+    if mem is None or not item.context or not mem.kv_bytes_per_token:
+        return 0
+    return batch_of(name, item) * item.context * mem.kv_bytes_per_token
 
 
 def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
@@ -41,9 +69,9 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.tokens)
+        t = timeline(plan, profile_for(hw, item.mode), item.rows, kv_read(plan, name, item))
         _in_range(t, name, hw)
-        rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
+        rows.append(Prediction(workload=name, tokens=item.rows, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))
