@@ -58,6 +58,7 @@ Backend = _choices("Backend", "auto prefetch uva none")
 Strategy = _choices("Strategy", "auto budget group")
 SchemaKind = _choices("SchemaKind", "spec plan")
 ExecMode = _choices("ExecMode", "eager graph")  # schemas.workload.MODES
+Objective = _choices("Objective", "throughput")
 SPEC_MODELS = ("SpecFile", "MemorySection", "OffloadSection")  # what `plan` validates of the spec and its options
 
 
@@ -131,6 +132,25 @@ def _size(value: Optional[str], flag: str) -> Optional[int]:
         raise InputError(problems_from_validation(err, prefix=(flag,))) from None
 
 
+def _kv_cache(value: Optional[str]) -> Any:
+    """--kv-cache SIZE|auto: bytes, or "auto"."""
+    if value is None or value.strip() == "auto":
+        return None if value is None else "auto"
+    return _size(value, "--kv-cache")
+
+
+def _dtype(value: Optional[str], flag: str) -> Optional[str]:
+    if value is None:
+        return None
+    from schemas.dtypes import canonical_dtype
+    from schemas.errors import InputError
+
+    try:
+        return canonical_dtype(value)
+    except ValueError as err:
+        raise InputError(f"{flag}: {err}") from None
+
+
 def _segments(value: Optional[str]) -> Optional[list[str]]:
     if value is None:
         return None
@@ -159,7 +179,8 @@ def _backends(value: Optional[str]) -> Optional[dict[str, str]]:
 
 
 def _workload(options: Optional[list[str]], tokens: Optional[int]) -> Any:
-    """--workload/--tokens as a Workload (None: the spec's or the default)."""
+    """--workload/--tokens as a Workload (None: the spec's or the default); the items are parsed and checked
+    by schemas.workload, the rules of a spec's workload."""
     if not options and tokens is None:
         return None
     from schemas.errors import InputError
@@ -179,6 +200,46 @@ def _workload(options: Optional[list[str]], tokens: Optional[int]) -> Any:
             raise InputError("--tokens sets the decode workload, which --workload gives too; use one of them")
         items["decode"] = WorkloadItem(tokens=tokens)
     return Workload(items)
+
+
+def _with_context(workload: Any, context: int) -> Any:
+    """``workload`` (None: the default one) with --context for every forward that gives none."""
+    from pydantic import ValidationError
+
+    from schemas.errors import InputError
+    from schemas.workload import DEFAULT_WORKLOAD, first_message
+
+    try:
+        return (workload or DEFAULT_WORKLOAD).with_context(context)
+    except ValidationError as err:
+        raise InputError(f"--context {context}: {first_message(err)}") from None
+
+
+def _for_throughput(workload: Any) -> Any:
+    """--objective throughput: the decode step's batch chosen (batch auto); the workload must say which."""
+    from pydantic import ValidationError
+
+    from schemas.errors import InputError
+    from schemas.workload import DEFAULT_WORKLOAD, Workload, first_message, is_prefill
+
+    chosen = workload or DEFAULT_WORKLOAD
+    if chosen.auto is not None:
+        return chosen
+    steps = [name for name, _ in chosen.items() if not is_prefill(name)]
+    if len(steps) != 1:
+        raise InputError("--objective throughput chooses the batch of one decode step, and the workload has "
+                         f"{len(steps)} ({', '.join(steps) or 'none'}): say which with -w NAME=auto@CONTEXT")
+    name = steps[0]
+    item = chosen.root[name]
+    if item.context is None:
+        raise InputError(f"--objective throughput: workload '{name}' has no context, and the KV cache of the "
+                         f"sequences is what bounds the batch: give --context N or -w {name}=auto@N")
+    update = {**item.model_dump(exclude_none=True), "batch": "auto"}
+    update.pop("tokens", None)
+    try:
+        return Workload({**chosen.root, name: type(item).model_validate(update)})
+    except ValidationError as err:
+        raise InputError(f"--objective throughput: {first_message(err)}") from None
 
 
 def _in_mode(workload: Any, mode: str) -> Any:
@@ -218,8 +279,8 @@ def plan_command(
     spec: Annotated[str, typer.Argument(
         metavar="SPEC", help="Spec file (YAML or JSON); '-' reads stdin.", show_default=False)],
     gpu_budget: Annotated[Optional[str], typer.Option(
-        "--gpu-budget", "-g", help="GPU bytes for weights plus offload buffers, e.g. 20GB (overrides memory.gpu_budget).",
-        show_default=False)] = None,
+        "--gpu-budget", "-g", help="The GPU memory the plan may use, e.g. 20GB: weights, offload buffers, KV cache, "
+        "activations and workspace (overrides memory.gpu_budget).", show_default=False)] = None,
     cpu_budget: Annotated[Optional[str], typer.Option(
         "--cpu-budget", help="Cap on pinned host bytes, e.g. 64GiB (overrides memory.cpu_budget).",
         show_default=False)] = None,
@@ -261,11 +322,26 @@ def plan_command(
         "(h200) or a file from `planner calibrate` (overrides the spec's hardware; default h200).",
         show_default=False)] = None,
     workload: Annotated[Optional[list[str]], typer.Option(
-        "--workload", "-w", metavar="NAME[=TOKENS][:WEIGHT]", help="A forward to predict, repeatable: decode "
-        "(1 token), prefill (2048), decode=32, prefill=4096:0.1 (overrides the spec's workload).",
-        show_default=False)] = None,
+        "--workload", "-w", metavar="NAME[=TOKENS|=auto][@CONTEXT][:WEIGHT]", help="A forward to plan for, "
+        "repeatable: decode (1 token), prefill (2048), decode=32, prefill=4096:0.1, decode=32@4096 (32 sequences "
+        "with a 4,096-token KV cache each), decode=auto@4096 (the batch with the most tokens per second) "
+        "(overrides the spec's workload).", show_default=False)] = None,
     tokens: Annotated[Optional[int], typer.Option(
         "--tokens", min=1, help="Shorthand for --workload decode=N (a decode step at batch N).",
+        show_default=False)] = None,
+    context: Annotated[Optional[int], typer.Option(
+        "--context", min=1, max=10**9, metavar="N", help="Tokens each sequence holds in the KV cache, for every "
+        "forward that gives no @CONTEXT (without it no KV cache is counted).", show_default=False)] = None,
+    kv_cache: Annotated[Optional[str], typer.Option(
+        "--kv-cache", metavar="SIZE|auto", help="Reserve SIZE for the KV cache (at least what the workload needs), "
+        "or auto: give it whatever the plan leaves of the budget, reported as sequences x context (overrides "
+        "memory.kv_cache).", show_default=False)] = None,
+    kv_cache_dtype: Annotated[Optional[str], typer.Option(
+        "--kv-cache-dtype", metavar="DTYPE", help="dtype of the cached keys and values, e.g. float8_e4m3fn "
+        "(overrides memory.kv_cache_dtype; default the model's).", show_default=False)] = None,
+    objective: Annotated[Optional[Objective], typer.Option(
+        "--objective", help="throughput: choose the decode step's batch with the plan for the most predicted "
+        "tokens per second, as -w decode=auto@CONTEXT does [default: the workload's batches].",
         show_default=False)] = None,
     mode: Annotated[Optional[ExecMode], typer.Option(
         "--mode", help="How every workload runs: eager (the CPU issues each kernel: its time counts) or graph "
@@ -304,6 +380,8 @@ def plan_command(
     options: dict[str, Any] = {
         "gpu_budget": _size(gpu_budget, "--gpu-budget"),
         "cpu_budget": _size(cpu_budget, "--cpu-budget"),
+        "kv_cache": _kv_cache(kv_cache),
+        "kv_cache_dtype": _dtype(kv_cache_dtype, "--kv-cache-dtype"),
         "backend": backend.value if backend else None,
         "strategy": strategy.value if strategy else None,
         "group_size": group_size,
@@ -324,6 +402,10 @@ def plan_command(
         options["hardware"] = spec_hardware(spec_file.hardware, spec)  # a file: from the spec's folder
     if mode is not None:
         options["workload"] = _in_mode(options["workload"] or spec_file.workload, mode.value)
+    if context is not None:
+        options["workload"] = _with_context(options["workload"] or spec_file.workload, context)
+    if objective is not None:
+        options["workload"] = _for_throughput(options["workload"] or spec_file.workload)
     from planner.tp.cli import asked, check_request, world_size
     from planner.tp.split import ShardError
 
@@ -499,7 +581,7 @@ def _draw_chart(plan: Any, path: str, hardware: Optional[str], workload: Optiona
     from planner.cost.predicted import chosen_profile, chosen_workload
 
     name, item = chosen_workload(plan, workload).items()[0]
-    drawn = drawing.chart(plan, chosen_profile(plan, hardware), name, item.tokens)
+    drawn = drawing.chart(plan, chosen_profile(plan, hardware), name, item.rows)
     write_atomic(path, drawing.render(drawn, drawing.check_chart_path(path).suffix))
 
 
@@ -533,7 +615,7 @@ def explain_command(
     plan = load_plan(plan_file)
     stats = load_measured(measured)
     name, item = chosen_workload(plan, workload).items()[0]
-    result = explain.explain(plan, stats, chosen_profile(plan, hardware), name, item.tokens, source_name(measured))
+    result = explain.explain(plan, stats, chosen_profile(plan, hardware), name, item.rows, source_name(measured))
     if fmt is ShowFormat.json:
         sys.stdout.write(explain.render_json(result))
     else:
