@@ -22,6 +22,7 @@ from runtime.placement import Placement
 from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_problems, loose_tensors, meta_tensors,
                                 naming_problems, plan_problems, spec_problems)
 from runtime.progress import Progress
+from runtime.stats import PeakWatch, with_peaks
 from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems, this_rank
 from runtime.tensors import TensorRef, plan_refs, resolve
 from runtime.ties import extent, storage_key
@@ -51,6 +52,7 @@ class Handle:
         self._guards: Guards | None = None
         self._watch = watch
         self.active = True
+        self.peaks: PeakWatch | None = None  # with stats=True: each forward's peak GPU memory
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
                                      ("weights", placement.restore), ("guards", self._remove_guards),
@@ -70,10 +72,13 @@ class Handle:
         return self._placement.true_values() if self.active else {}
 
     def stats(self) -> dict:
-        """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
+        """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s, and on CUDA the
+        forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]
+        if self.peaks is not None:
+            forwards = with_peaks(forwards, list(self.peaks.peaks))
         return {"backend": self.offloader.name, "forwards": forwards,
                 "pinned_host_bytes": self._placement.host_bytes}
 
@@ -171,6 +176,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)
         handle = Handle(plan, model, offloader, placement, watch)
+        if stats:
+            handle.peaks = PeakWatch(device)
+            handle.peaks.install(model, offloader.hooks)
         handle._guards = install(handle, model, placement.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []

@@ -13,7 +13,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
 - ``uva_expert_call_ms``: a Qwen3-MoE experts module with its weights resident, then read through
-  UVA: the time beyond the bytes it reads, per grouped expert matmul.
+  UVA: the time beyond the bytes it reads, per grouped expert matmul;
+- ``workspace_bytes``: what a matmul and an attention leave allocated on a fresh stream beyond their
+  outputs (cuBLAS's workspace), the allowance every plan's peak counts.
 """
 
 from __future__ import annotations
@@ -188,6 +190,26 @@ def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
     return {"uva_expert_call_ms": statistics.median(estimates)}
 
 
+def workspace(device: torch.device) -> dict[str, int]:
+    """The GPU bytes library workspaces take on a stream a forward runs on: what stays allocated after a
+    bf16 matmul and an SDPA attention on a fresh stream, less their outputs (cuBLAS keeps a workspace per
+    stream it has run on, allocated through PyTorch's caching allocator, so ``max_memory_allocated`` sees it)."""
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.Stream(device)
+    with torch.cuda.stream(stream):
+        a = torch.randn(256, 4096, device=device, dtype=torch.bfloat16)
+        w = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+        q = torch.randn(1, 8, 256, 128, device=device, dtype=torch.bfloat16)
+        stream.synchronize()
+        before = torch.cuda.memory_allocated(device)
+        y = a @ w.T
+        o = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        stream.synchronize()
+        after = torch.cuda.memory_allocated(device)
+    kept = after - before - y.untyped_storage().nbytes() - o.untyped_storage().nbytes()
+    return {"workspace_bytes": max(0, kept)}
+
+
 def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> tuple[HardwareProfile, dict]:
     """Measure the local GPU; returns the profile and the raw timings."""
     device = torch.device(device)
@@ -199,6 +221,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
+    figures.update(workspace(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()
