@@ -24,7 +24,7 @@ from pydantic import (
 from schemas.dtypes import canonical_dtype, itemsize
 from schemas.ints import Count, PositiveCount
 from schemas.shard import Shard
-from schemas.sizes import Size, SizeOrZero
+from schemas.sizes import Size, SizeOrAuto, SizeOrZero
 from schemas.spec_cache import Memo, content_key
 from schemas.spec_limits import check_bytes, check_counts
 from schemas.spec_names import check_dotted_name, check_dotted_names, check_printable
@@ -219,7 +219,7 @@ class MemorySection(StrictModel):
     gpu_budget: Size | None = Field(default=None, description="the GPU bytes the plan may use: weights, offload "
                                     "buffers, KV cache, activations and workspace")
     cpu_budget: Size | None = Field(default=None, description="cap on pinned host bytes")
-    kv_cache: Size | Literal["auto"] | None = Field(
+    kv_cache: SizeOrAuto | None = Field(
         default=None, description="GPU bytes reserved for the KV cache (at least what the workload's contexts "
         "need), or auto: whatever the plan leaves of gpu_budget (default: what the workload's contexts need)")
     kv_cache_dtype: str | None = Field(default=None, description="dtype of the cached keys and values "

@@ -32,9 +32,9 @@ On the command line (``parse_workload_option``, the same rules): ``-w decode``, 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, RootModel, ValidationError, field_validator, model_validator
+from pydantic import Field, PlainValidator, RootModel, ValidationError, WithJsonSchema, field_validator, model_validator
 
 from schemas.errors import LocatedValueError
 from schemas.ints import PositiveCount
@@ -52,6 +52,19 @@ Logits = Literal["all", "last"]
 AUTO = "auto"
 
 
+def _batch(value: Any) -> int | str:
+    """A batch: a whole number of sequences from 1 to MAX_TOKENS, or ``auto``."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS:
+        raise ValueError(f"expected a whole number of sequences from 1 to {MAX_TOKENS}, or auto (got {value!r})")
+    return value
+
+
+Batch = Annotated[Union[int, str], PlainValidator(_batch), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}, {"const": AUTO}]})]
+
+
 def is_prefill(name: str) -> bool:
     """A forward named ``prefill...`` is one sequence of new tokens; any other is a decode step."""
     return name.startswith("prefill")
@@ -60,7 +73,7 @@ def is_prefill(name: str) -> bool:
 class WorkloadItem(StrictModel):
     tokens: PositiveCount | None = Field(
         default=None, le=MAX_TOKENS, description="rows a forward pushes through each weight (default: the batch)")
-    batch: PositiveCount | Literal["auto"] | None = Field(
+    batch: Batch | None = Field(
         default=None, description="sequences in the forward, or auto: chosen for the most tokens per second "
         "(default: tokens for a decode step, 1 for a prefill)")
     context: PositiveCount | None = Field(
@@ -72,13 +85,6 @@ class WorkloadItem(StrictModel):
     weight: Share = Field(default=1.0, description="share of forwards of this kind (relative)")
     mode: Mode = Field(default="eager", description="eager (the CPU issues each kernel) or graph (CUDA graph "
                        "replay: no CPU issue time)")
-
-    @field_validator("batch")
-    @classmethod
-    def _batch_range(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, int) and value > MAX_TOKENS:
-            raise ValueError(f"must be at most {MAX_TOKENS} (got {value})")
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadItem:

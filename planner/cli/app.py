@@ -133,10 +133,16 @@ def _size(value: Optional[str], flag: str) -> Optional[int]:
 
 
 def _kv_cache(value: Optional[str]) -> Any:
-    """--kv-cache SIZE|auto: bytes, or "auto"."""
-    if value is None or value.strip() == "auto":
-        return None if value is None else "auto"
-    return _size(value, "--kv-cache")
+    """--kv-cache SIZE|auto: bytes, or "auto" (the rule of memory.kv_cache, schemas.sizes.size_or_auto)."""
+    if value is None:
+        return None
+    from schemas.errors import InputError
+    from schemas.sizes import size_or_auto
+
+    try:
+        return size_or_auto(value)
+    except ValueError as err:
+        raise InputError(f"--kv-cache: {err}") from None
 
 
 def _dtype(value: Optional[str], flag: str) -> Optional[str]:
