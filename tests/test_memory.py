@@ -291,3 +291,20 @@ def test_objective_throughput_on_the_command_line(tmp_path):
     assert result.exit_code == 0, result.stderr
     shown = invoke("show", str(out))
     assert "chosen for decode at 4,096 tokens" in shown.stdout and "tokens/s predicted" in shown.stdout
+
+
+def test_auto_costs_the_cache_read_as_the_plans_prediction_does():
+    """strategy auto's own step (planner/cost/placement.py) reads the KV cache as the plan's prediction does."""
+    from planner.cost.placement import PlacementCost
+
+    spec = spec_of("llama-3-8b")
+    workload = Workload({"decode": WorkloadItem(batch=32, context=4096, mode="graph")})
+    plan = planner.plan(spec, gpu_budget=24 * 10**9, workload=workload)
+    layers = spec.model.expanded()
+    index = {layer.name: layer.index for layer in layers}
+    where = {index[lay.name]: {p: "uva" if p in lay.uva else "prefetch" for p in lay.offloaded}
+             for lay in plan.layers if lay.offloaded}
+    read = workload.with_kv_read({"decode": plan.memory.kv_cache_bytes})
+    fast = PlacementCost(layers, H200, read).step_ms(where, plan.summary.prefetch_step or 1)
+    assert fast == pytest.approx(plan.predictions.weighted_step_ms, abs=1e-3)
+    assert PlacementCost(layers, H200, workload).step_ms(where, plan.summary.prefetch_step or 1) < fast

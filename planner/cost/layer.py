@@ -26,7 +26,7 @@ Attention's own arithmetic (softmax over the context) is not counted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from functools import lru_cache
 
@@ -203,3 +203,22 @@ def gpu_and_uva_ms(layer: str, t: Tensor, tokens: int, hw: HardwareProfile,
     p = PlanParam.model_construct(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes, kind=t.kind)
     role = _role(layer, t.name, p)
     return _param_ms(role, p, tokens, hw, "gpu", moe), _param_ms(role, p, tokens, hw, "uva", moe)
+
+
+def attention_positions(layers) -> list[int]:
+    """The positions of the layers holding attention matrices, which read the KV cache (spec layers or plan
+    layers: anything with a name and params, each with a shape and a kind)."""
+    out = []
+    for i, layer in enumerate(layers):
+        params = layer.params.items() if isinstance(layer.params, dict) else ((t.name, t) for t in layer.params)
+        if any(len(p.shape) >= 2 and param_kind(layer.name, rel, p.kind) == "attention" for rel, p in params):
+            out.append(i)
+    return out
+
+
+def read_kv(work: list[LayerWork], attention: list[int], nbytes: int, hw: HardwareProfile) -> None:
+    """Add reading ``nbytes`` of KV cache from GPU memory to the attention layers' GPU time, split evenly (an
+    SDPA decode step is bound by that read)."""
+    extra = nbytes / max(len(attention), 1) / hw.gpu_mem_gbps / 1e6
+    for i in attention:
+        work[i] = replace(work[i], gpu_ms=work[i].gpu_ms + extra)

@@ -3,7 +3,9 @@ assembling a plan: the same per-layer costs (planner/cost/layer.py) and the same
 (planner/cost/timeline.py) as ``planner.cost.predict``, so strategy auto can compare many candidate plans.
 
 Layers with equal names up to their numbers, equal params and equal ties share their per-param
-times (a 1,000-layer stack of one block is costed once per workload).
+times (a 1,000-layer stack of one block is costed once per workload). A forward that reads a KV cache
+(``Workload.kv_read``, which build.py sets from planner.memory) reads it in its attention layers, as
+``planner.cost.predict`` has it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from planner.kinds import name_key
-from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
+from planner.cost.layer import LayerWork, attention_positions, layer_times, placed_work, profile_for, read_kv
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import HardwareProfile
 from schemas.plan import PlanParam
@@ -27,8 +29,9 @@ class PlacementCost:
         self.layers = layers
         items = workload.items()
         total = sum(item.weight for _, item in items)
-        self.tokens = [(item.rows, item.weight / total, item.mode) for _, item in items]
-        self._hw = {mode: profile_for(hw, mode) for _, _, mode in self.tokens}
+        self.tokens = [(item.rows, item.weight / total, item.mode, workload.kv_read(name)) for name, item in items]
+        self._hw = {mode: profile_for(hw, mode) for _, _, mode, _ in self.tokens}
+        self._attention = attention_positions(layers) if any(kv for *_, kv in self.tokens) else []
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}
         classes: dict[tuple, int] = {}
@@ -79,10 +82,12 @@ class PlacementCost:
         copies = [Copy(p, t.copy_before(n), t.previous_forward)
                   for p, t in zip(positions, schedule(positions, n, slots, span))] if positions else []
         total = 0.0
-        for tokens, share, mode in self.tokens:
+        for tokens, share, mode, kv in self.tokens:
             work = list(self._resident(tokens, mode))
             for i, (uva, copied) in placed.items():
                 work[i] = self._layer_work(i, tokens, mode, uva, copied)
+            if kv:
+                read_kv(work, self._attention, kv, self._hw[mode])
             total += share * simulate(work, copies).step_ms
         return total
 

@@ -13,11 +13,8 @@ from schemas.prediction import Prediction, Predictions
 from schemas.reals import MILLISECONDS
 from schemas.workload import Workload, batch_of
 
-from dataclasses import replace
-
 from planner.errors import PlanningError
-from planner.cost.layer import layers_work, profile_for
-from planner.kinds import param_kind
+from planner.cost.layer import attention_positions, layers_work, profile_for, read_kv
 from planner.cost.timeline import Copy, Timeline, simulate
 
 
@@ -32,18 +29,8 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int, kv_read: int = 0) -> 
     """One forward of ``plan`` at ``tokens`` on ``hw``, reading ``kv_read`` bytes of KV cache."""
     work = layers_work(plan.layers, tokens, hw)
     if kv_read:
-        attention = attention_layers(plan)
-        extra = kv_read / max(len(attention), 1) / hw.gpu_mem_gbps / 1e6
-        for i in attention:
-            work[i] = replace(work[i], gpu_ms=work[i].gpu_ms + extra)
+        read_kv(work, attention_positions(plan.layers), kv_read, hw)
     return simulate(work, copies_of(plan))
-
-
-def attention_layers(plan: Plan) -> list[int]:
-    """The positions of the layers holding attention matrices (those that read the KV cache)."""
-    return [i for i, layer in enumerate(plan.layers)
-            if any(len(p.shape) >= 2 and param_kind(layer.name, rel, p.kind) == "attention"
-                   for rel, p in layer.params.items())]
 
 
 def kv_read(plan: Plan, name: str, item) -> int:
