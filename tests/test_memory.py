@@ -308,3 +308,13 @@ def test_auto_costs_the_cache_read_as_the_plans_prediction_does():
     fast = PlacementCost(layers, H200, read).step_ms(where, plan.summary.prefetch_step or 1)
     assert fast == pytest.approx(plan.predictions.weighted_step_ms, abs=1e-3)
     assert PlacementCost(layers, H200, workload).step_ms(where, plan.summary.prefetch_step or 1) < fast
+
+
+def test_predicting_again_keeps_the_forwards_context():
+    """show --hardware predicts the plan's workloads again: with their context, so with the cache read."""
+    from planner.cost.predicted import chosen_predictions
+
+    plan = planner.plan(spec_of("llama-3-8b"), gpu_budget=60 * 10**9,
+                        workload=Workload({"decode": WorkloadItem(batch=32, context=8192, mode="graph")}))
+    again = chosen_predictions(plan, "h200", None)
+    assert again.workloads[0].step_ms == plan.predictions.workloads[0].step_ms

@@ -104,7 +104,9 @@ def _memory_panel(ax: Any, plan: Plan) -> tuple[Any, Any]:
 
 
 def _timeline_panel(ax: Any, plan: Plan, hw: HardwareProfile, name: str, tokens: int) -> tuple[Any, ...]:
-    t = timeline(plan, hw, tokens)
+    forward = plan.memory.forward(name) if plan.memory is not None else None
+    kv = (forward.kv_cache_bytes if forward is not None and forward.tokens == tokens else 0)  # the cache it reads
+    t = timeline(plan, hw, tokens, kv)
     cpu_ends = list(accumulate(w.cpu_ms for w in layers_work(plan.layers, tokens, hw)))
     y = _ROWS
     colors = [_COLORS["offloaded_layer"] if layer.offloaded else _COLORS["compute"] for layer in plan.layers]

@@ -135,8 +135,7 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
     _check_layers(plan, stats, source)
     used = _used(stats)
     forward = plan.memory.forward(workload) if plan.memory is not None else None
-    kv = (forward.batch * forward.context * (plan.memory.kv_bytes_per_token or 0)  # type: ignore[union-attr]
-          if forward is not None and forward.tokens == tokens else 0)
+    kv = forward.kv_cache_bytes if forward is not None and forward.tokens == tokens else 0  # the cache it reads
     t = timeline(plan, hw, tokens, kv)
     out = Explanation(plan.summary.model, plan.summary.backend, workload, tokens, hw.name,
                       len(stats.forwards), len(used))
