@@ -23,10 +23,11 @@ from planner.kinds import classify, name_key, param_kind
 from planner.layers import longest_run
 from planner.words.assemble_notes import schedule_notes, span_notes, tied_note
 from schemas.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes, signature
-from schemas.plan import BufferKey, BufferPool, Plan, PlanLayer, PlanParam, Prefetch, Summary
+from schemas.plan import Plan
+from schemas.plan_content import BufferKey, BufferPool, PlanLayer, PlanParam, Prefetch, Summary
+from schemas.schedule import DEFAULT_PREFETCH_STEP, filled_once, num_slots, schedule
+from schemas.spec_layers import Layer, Tensor
 from schemas.plan_memory import PlanMemory
-from schemas.schedule import DEFAULT_PREFETCH_STEP, num_slots, schedule
-from schemas.spec import Layer, Tensor
 
 
 ParamBackend = Literal["prefetch", "uva"]
@@ -45,6 +46,8 @@ class Assignment:
     reason: str  # why this backend (summary.backend_reason)
     notes: tuple[str, ...] = ()  # the decision in sentences (summary.notes, before the schedule's)
     span: frozenset[str] = frozenset()  # prefetched layers whose buffers lie over the slots' (schemas/schedule.py)
+    every_slot: bool = False  # every pool key gets a buffer in each of the step's slots (vLLM's pool)
+    fill_once: bool = False  # a slot's only user is copied once, at apply time (vLLM's prefetch runtime)
 
     @property
     def backend(self) -> str:
@@ -85,12 +88,12 @@ def signatures(prefetched: Sequence[Layer], where: Mapping[str, Mapping[str, str
 
 
 def pool_of(prefetched: Sequence[Layer], where: Mapping[str, Mapping[str, str]], step: int,
-            span: Collection[str] = ()) -> tuple[int, list[PoolEntry]]:
+            span: Collection[str] = (), every_slot: bool = False) -> tuple[int, list[PoolEntry]]:
     """(slot count, pool entries) of the prefetched layers at prefetch step ``step``; ``span``: the names of
-    the layers that span the slots."""
+    the layers that span the slots; ``every_slot``: every key in each of the ``step`` slots (vLLM's pool)."""
     spanning = [layer.name in span for layer in prefetched]
-    slots = num_slots(len(prefetched) - sum(spanning), step)
-    return slots, build_pool(signatures(prefetched, where), slots, spanning)
+    slots = step if every_slot else num_slots(len(prefetched) - sum(spanning), step)
+    return slots, build_pool(signatures(prefetched, where), slots, spanning, every_slot)
 
 
 def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str, spec_sha256: str,
@@ -115,13 +118,16 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     step = assignment.prefetch_step if assignment.prefetch_step is not None else DEFAULT_PREFETCH_STEP
     spans = {layer.index for layer in prefetched if layer.name in assignment.span}
     triggers = schedule(positions, num_layers, step, spans) if positions else []
+    once = filled_once(triggers) if assignment.fill_once else [False] * len(triggers)
     entries = {p: Prefetch(slot=t.slot, span=t.span, copy_before=layers[t.copy_before(num_layers)].name,
-                           previous_forward=t.previous_forward) for p, t in zip(positions, triggers)}
+                           previous_forward=t.previous_forward, once=alone)
+               for p, t, alone in zip(positions, triggers, once)}
     backend = assignment.backend
     notes = list(assignment.notes)
     if positions:
         notes += schedule_notes([layer.name for layer in prefetched], triggers, step, run,
-                                 assignment.prefetch_step is None, "offloaded" if backend == "prefetch" else "prefetched")
+                                 assignment.prefetch_step is None, "offloaded" if backend == "prefetch" else "prefetched",
+                                 once)
         notes += span_notes(layers, positions, triggers)
     notes += tied_note(layers)
     owner_of = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
@@ -153,8 +159,9 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
             offloaded_bytes=off_bytes, prefetch=entries.get(layer.index), moe=layer.moe))
     pool = None
     if positions:
-        slots, entries_ = pool_of(prefetched, where, step, assignment.span)
-        pool = BufferPool(slots=slots, keys=[BufferKey.from_entry(e) for e in entries_], bytes=pool_bytes(entries_))
+        slots, entries_ = pool_of(prefetched, where, step, assignment.span, assignment.every_slot)
+        pool = BufferPool(slots=slots, every_slot=assignment.every_slot, keys=[BufferKey.from_entry(e) for e in entries_],
+                          bytes=pool_bytes(entries_))
     total = sum(layer.nbytes for layer in layers)
     buffer = pool.bytes if pool else 0
     summary = Summary(

@@ -400,9 +400,8 @@ def _plan_for(spec: SpecFile, sizes: MemoryModel, memory: MemorySection, offload
     strategy for the weights and buffers (the one point where the budget the strategies see is set)."""
     mem = sizes.plan_memory(workload, profile)
     m = _model(spec, memory.model_copy(update={"gpu_budget": weights_budget(memory.gpu_budget, mem)}), offload)
-    read = workload.with_kv_read({f.workload: f.kv_cache_bytes for f in mem.forwards if f.kv_cache_bytes})
     try:
-        made = _decide(spec, m, profile, read, mem, memory.gpu_budget)
+        made = _decide(spec, m, profile, workload, mem, memory.gpu_budget)
     except InfeasibleError as err:
         if memory.gpu_budget is None or err.min_gpu_budget is None:
             raise

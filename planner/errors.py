@@ -12,10 +12,12 @@ class PlanningError(PlannerError):
 
 
 class InfeasibleError(PlannerError):
-    """No plan fits the budgets; ``min_gpu_budget`` is the smallest GPU budget that would (or None)."""
+    """No plan fits the budgets; ``min_gpu_budget`` is the smallest GPU budget that would (or None); ``hints``:
+    what the command line adds when it reports it (a budget given without a unit)."""
 
     exit_code = EXIT_NOT_POSSIBLE
 
     def __init__(self, message: str, min_gpu_budget: int | None = None) -> None:
         super().__init__(message)
         self.min_gpu_budget = min_gpu_budget
+        self.hints: list[str] = []

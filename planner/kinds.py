@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from schemas.spec import PARAM_KINDS, ParamKind
+from schemas.spec_layers import PARAM_KINDS, ParamKind
 
 __all__ = ["PARAM_KINDS", "ParamKind", "classify", "param_kind"]
 

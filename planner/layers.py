@@ -1,13 +1,10 @@
-"""The spec as the planner sees it: the layer graph, and which params of which layers may be offloaded.
+"""The spec as the planner sees it: the layers in execution order and the ties between them, and which params of
+which layers may be offloaded.
 
-The graph: layers in execution order as a networkx DiGraph, tied params as extra edges.
-Nodes are layer names (insertion order = execution order) with the attributes
-``index``, ``layer`` (the expanded ``schemas.Layer``), ``params`` (its own tensors)
-and ``bytes`` (their storage bytes; tied params are counted at their owner only).
-Edges ``i -> i+1`` carry ``kind="next"``. A layer whose param shares storage with a
-param of another layer gets an edge from itself to the owner with ``kind="tied"``;
-every edge has a ``tied`` list of ``(param, owner's full name)`` pairs (empty for
-plain ``next`` edges; an owner right after the tied layer keeps ``kind="next"``).
+The layer graph (``LayerGraph``): the expanded layers in execution order (each runs after the one before
+it), and the ties: a layer whose param shares storage with a param of another layer (its owner) holds, per
+owner layer, the ``(param, owner's full name)`` pairs. Plain data: the planner walks the layers in order and
+looks ties up by layer; nothing asks a graph question of them (docs/DESIGN.md, "Why no graph library").
 
 Eligibility: a layer's own params that may be offloaded, the group rule and the budget spread.
 """
@@ -15,44 +12,43 @@ Eligibility: a layer's own params that may be offloaded, the group rule and the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import networkx as nx
+from dataclasses import dataclass
 
 from planner.kinds import param_kind
 from schemas.numbered import split_numbered
-from schemas.spec import Layer, Tensor
+from schemas.spec_layers import Layer, Tensor
 
 
-def build_graph(layers: Sequence[Layer]) -> nx.DiGraph:
-    graph = nx.DiGraph()
-    owner_layer: dict[str, str] = {}
-    previous = None
-    for layer in layers:
-        graph.add_node(layer.name, index=layer.index, layer=layer, params=layer.params, bytes=layer.nbytes)
-        for t in layer.params:
-            owner_layer[f"{layer.name}.{t.name}"] = layer.name
-        if previous is not None:
-            graph.add_edge(previous, layer.name, kind="next", tied=[])
-        previous = layer.name
+@dataclass(frozen=True)
+class LayerGraph:
+    layers: tuple[Layer, ...]  # in execution order
+    ties: dict[str, dict[str, list[tuple[str, str]]]]  # tied layer -> owner layer -> [(param, owner's full name)]
+
+    @property
+    def names(self) -> list[str]:
+        return [layer.name for layer in self.layers]
+
+
+def build_graph(layers: Sequence[Layer]) -> LayerGraph:
+    owner_layer = {f"{layer.name}.{t.name}": layer.name for layer in layers for t in layer.params}
+    ties: dict[str, dict[str, list[tuple[str, str]]]] = {}
     for layer in layers:
         for rel, target in layer.tied.items():
-            owner = owner_layer[target]
-            if not graph.has_edge(layer.name, owner):
-                graph.add_edge(layer.name, owner, kind="tied", tied=[])
-            graph.edges[layer.name, owner]["tied"].append((rel, target))
-    return graph
+            ties.setdefault(layer.name, {}).setdefault(owner_layer[target], []).append((rel, target))
+    return LayerGraph(tuple(layers), ties)
 
 
-def layers_in_order(graph: nx.DiGraph) -> list[Layer]:
-    return [data["layer"] for _, data in graph.nodes(data=True)]
+def layers_in_order(graph: LayerGraph) -> list[Layer]:
+    return list(graph.layers)
 
 
-def tied_edges(graph: nx.DiGraph) -> list[tuple[str, str, list[tuple[str, str]]]]:
-    """(tied layer, owner layer, [(param, owner param)]) for every edge that carries ties."""
-    return [(u, v, d["tied"]) for u, v, d in graph.edges(data=True) if d["tied"]]
+def tied_edges(graph: LayerGraph) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(tied layer, owner layer, [(param, owner param)]) for every pair of layers that a tie joins, in
+    execution order of the tied layer, its owners in the order its ties name them."""
+    return [(layer, owner, pairs) for layer, owners in graph.ties.items() for owner, pairs in owners.items()]
 
 
-def tied_owners(graph: nx.DiGraph) -> dict[str, set[str]]:
+def tied_owners(graph: LayerGraph) -> dict[str, set[str]]:
     """Owner layer -> its params (relative names) that another param shares storage with."""
     owners: dict[str, set[str]] = {}
     for _, owner, pairs in tied_edges(graph):
@@ -61,12 +57,12 @@ def tied_owners(graph: nx.DiGraph) -> dict[str, set[str]]:
     return owners
 
 
-def find_block_stack(graph: nx.DiGraph) -> list[str]:
+def find_block_stack(graph: LayerGraph) -> list[str]:
     """The longest run of consecutive layers named ``<prefix>.<int>`` with consecutive ints.
 
     The first such run wins a tie; an empty list when no layer name ends in an int.
     """
-    names = list(graph.nodes)
+    names = graph.names
     best = (0, 0)  # (start, length)
     start = 0
     last: tuple[str, int] | None = None

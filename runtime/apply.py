@@ -10,27 +10,24 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from runtime import capture, compile_guard
-from runtime.compile_guard import reset_compiled_code
-from runtime.check import check_model
-from runtime.errors import ApplyError, PlanMismatchError
-from runtime.guard import Guards, install, refuse_if_applied
-from runtime.mixed import MixedOffloader
+import runtime.capture as capture
+from runtime.check import UNPLANNED_CHOICES, Loose, Refs, Unplanned, check, meta_tensors
+from runtime.errors import ApplyError
+from runtime.guard import (Guards, hold_hook_guards, install, refuse_if_applied, release_hook_guards,
+                           reset_compiled_code)
 from runtime.offloader import NoOffloader, Offloaded, Offloader
-from runtime.prefetch import PrefetchOffloader
 from runtime.placement import Placement
-from runtime.plan_match import (UNPLANNED_CHOICES, Loose, Unplanned, loose_problems, loose_tensors, meta_tensors,
-                                naming_problems, plan_problems, spec_problems)
+from runtime.prefetch import MixedOffloader, PrefetchOffloader
 from runtime.progress import Progress
+from runtime.rank_plans import choose_plan, this_rank
 from runtime.stats import PeakWatch, with_peaks
-from runtime.rank_plans import Rank, choose_plan, layout_problems, rank_problems, this_rank
-from runtime.tensors import TensorRef, plan_refs, resolve
-from runtime.ties import extent, storage_key
 from runtime.teardown import RemoveError, Step, run_steps
+from runtime.ties import extent, storage_key
 from runtime.uva import UvaOffloader
-from runtime.writes import WriteWatch, backend_of_each, buffer_problems, report_writes
-from schemas.errors import InputError
-from schemas import Plan, SpecFile, format_bytes
+from runtime.writes import WriteWatch, backend_of_each, report_writes
+from schemas.plan import Plan
+from schemas.sizes import format_bytes
+from schemas.spec import SpecFile
 
 log = logging.getLogger("runtime")
 
@@ -39,7 +36,7 @@ _ACTIVE: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary(
 
 
 # what a Handle holds process-wide while its plan is applied (taken in Handle.__init__), and gives back
-_RELEASE_HELD: list[Step] = [("compile guards", compile_guard.release), ("capture hook", capture.release)]
+_RELEASE_HELD: list[Step] = [("compile guards", release_hook_guards), ("capture hook", capture.release)]
 
 
 class Handle:
@@ -58,7 +55,7 @@ class Handle:
                                      ("weights", placement.restore), ("guards", self._remove_guards),
                                      ("compile caches", reset_compiled_code), *_RELEASE_HELD]
         _ACTIVE[id(self)] = self
-        compile_guard.hold()  # dynamo guards on module hooks while a plan is applied
+        hold_hook_guards()  # dynamo guards on module hooks while a plan is applied
         capture.hold()  # captures join the copies issued in them before they end
 
     def __repr__(self) -> str:
@@ -144,31 +141,29 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     if meta:
         raise ApplyError(f"{len(meta)} params/buffers are on the meta device and hold no data: "
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
-    loose = _check(plan, model, unplanned, spec, checked=loaded, who=who, device=device,
-                   read_only_buffers=read_only_buffers)
+    checked = check(plan, model, unplanned=unplanned, spec=spec, loaded=loaded, who=who, device=device,
+                    read_only_buffers=read_only_buffers)  # every name of the plan found once: checked.refs
     reset_compiled_code()
-    refs = plan_refs(plan, model)
-    _check_device_memory(plan, refs, device)
+    _check_device_memory(plan, checked.refs, device)
 
     placement = Placement()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = handle = None
     try:
-        loose_refs = [TensorRef("", t.name, t.module, t.attr, t.is_buffer) for t in loose]
-        placement.group([*refs.values(), *loose_refs])  # views of one storage move as one
+        placement.group([*checked.refs.values(), *(t.ref for t in checked.loose)])  # views of one storage move as one
         offloaded: list[Offloaded] = []
         for layer in plan.layers:  # offload first: frees GPU memory when the model starts there
             if layer.offloaded:
-                offloaded += placement.offload_layer([refs[f"{layer.name}.{r}"] for r in layer.offloaded], pin)
+                offloaded += placement.offload_layer([checked.ref(layer.name, r) for r in layer.offloaded], pin)
                 moved.advance(layer.offloaded_bytes)
         for layer in plan.layers:
             for rel in layer.params:
                 if rel not in layer.offloaded:
-                    placement.move(refs[f"{layer.name}.{rel}"], device)
+                    placement.move(checked.ref(layer.name, rel), device)
                     if rel not in layer.tied:  # a tied param is counted once, at its owner
                         moved.advance(layer.params[rel].bytes)
-        n_loose = _move_unplanned(loose, loose_refs, placement, device)
+        n_loose = _move_unplanned(checked.loose, placement, device)
         offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
@@ -201,40 +196,12 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     return handle
 
 
-def _check(plan: Plan, model: nn.Module, unplanned: str, spec: SpecFile | None, *, checked: bool,
-           who: Rank, device: torch.device, read_only_buffers: bool) -> list[Loose]:
-    """Every reason the plan cannot run on this model, in one error; the tensors it does not name.
-
-    ``checked``: the plan was just loaded from a file (validated and checked); a Plan object may have
-    skipped validation (model_construct, model_copy) and is checked here the way loading checks a file."""
-    invalid = [] if checked else plan_problems(plan)
-    if invalid:
-        raise InputError(invalid)
-    problems = spec_problems(plan, spec) + rank_problems(plan, who)
-    try:
-        check_model(plan, model)
-    except PlanMismatchError as err:
-        problems += err.problems
-    problems += layout_problems(plan, model, device)
-    problems += naming_problems(plan, model)
-    loose = loose_tensors(plan, model)
-    problems += loose_problems(loose, unplanned) + buffer_problems(_offloaded(plan, model), read_only_buffers)
-    if problems:
-        raise PlanMismatchError(problems, plan.summary.model)
-    return loose
-
-
-def _offloaded(plan: Plan, model: nn.Module) -> list[TensorRef]:
-    refs = (resolve(model, layer.name, r) for layer in plan.layers for r in layer.offloaded)
-    return [ref for ref in refs if ref is not None]
-
-
 BACKENDS: dict[str, type[Offloader]] = {"none": NoOffloader, "uva": UvaOffloader, "prefetch": PrefetchOffloader,
                                          "mixed": MixedOffloader}
 
 
 def make_offloader(backend: str, **kwargs) -> Offloader:
-    """The offloader of a plan's backend (one file a backend: runtime/uva.py, prefetch.py, mixed.py)."""
+    """The offloader of a plan's backend (runtime/uva.py; runtime/prefetch.py: prefetch and mixed)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}'; expected {', '.join(BACKENDS)}")
     return BACKENDS[backend](**kwargs)
@@ -259,14 +226,14 @@ def _device(device: str | torch.device) -> torch.device:
     return device
 
 
-def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
+def _check_device_memory(plan: Plan, refs: Refs, device: torch.device) -> None:
     if device.type != "cuda":
         return
-    offloaded = {f"{layer.name}.{r}" for layer in plan.layers for r in layer.offloaded}
+    offloaded = {(layer.name, r) for layer in plan.layers for r in layer.offloaded}
     spans: dict[tuple, tuple[int, int]] = {}  # storage -> the bytes its resident views span
-    for full, ref in refs.items():
+    for key, ref in refs.items():
         t = ref.local
-        if full in offloaded or t.device == device:
+        if key in offloaded or t.device == device:
             continue
         a, b = extent(t)
         lo, hi = spans.get(storage_key(t), (a, b))
@@ -278,15 +245,15 @@ def _check_device_memory(plan: Plan, refs: dict, device: torch.device) -> None:
                          f"{format_bytes(free)} is free")
 
 
-def _move_unplanned(loose: list[Loose], refs: list[TensorRef], placement: Placement, device: torch.device) -> int:
+def _move_unplanned(loose: list[Loose], placement: Placement, device: torch.device) -> int:
     """Tensors the plan does not name (non-persistent buffers such as rotary tables; with
     unplanned="move" also params) go to the device too, tracked by the placement so that
     remove() (or a rollback) brings them back; returns how many moved."""
     moved = unplanned_params = 0
-    for t, ref in zip(loose, refs):
-        if not t.is_buffer:
+    for t in loose:
+        if not t.ref.is_buffer:
             unplanned_params += t.nbytes
-        moved += placement.move(ref, device)
+        moved += placement.move(t.ref, device)
     if unplanned_params:
         log.warning("the model has %s of parameters the plan does not name; they were put on %s "
                     "and are not in the plan's memory accounting", format_bytes(unplanned_params), device)

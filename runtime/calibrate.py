@@ -5,6 +5,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``h2d_gbps``: pinned host -> GPU copies of 256 MiB;
 - ``uva_gbps``, ``uva_passes``: ``x @ W.T`` with an 8192x8192 weight read through a UVA view of
   pinned host memory, at 1 ... 4096 tokens; passes = bytes read (time x UVA rate) / weight bytes;
+- ``link_shared_gbps``: a 1 GiB pinned copy on one stream and a 1-token matmul reading another 1 GiB
+  weight through UVA on a second stream, started together: 2 GiB / the time until both are done (the
+  copy engine and UVA reads share the one host link: docs/DESIGN.md, "Cost model");
 - ``gpu_mem_gbps``: the same matmul at 1 token with the weight in GPU memory (a memory-bound GEMV);
 - ``matmul_tflops``: the same matmul at 4096 tokens in GPU memory;
 - ``launch_us``: CPU time per small eager kernel; ``copy_call_us``: per small async copy;
@@ -14,6 +17,11 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
 - ``uva_expert_call_ms``: a Qwen3-MoE experts module with its weights resident, then read through
   UVA: the time beyond the bytes it reads, per grouped expert matmul;
+- ``attention_tflops``, ``elementwise_bytes``: a transformers Llama decoder layer of Llama-3-8B's shape
+  (resident) at 2,048 tokens, and scaled dot-product attention alone at its shape (causal): the attention's
+  flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
+  above) and the attention, as bytes at ``gpu_mem_gbps`` per token and output element of its matrices
+  (planner/cost/block.py reads them back the same way);
 - ``workspace_bytes``: what a matmul and an attention leave allocated on a fresh stream beyond their
   outputs (cuBLAS's workspace), the allowance every plan's peak counts.
 """
@@ -29,7 +37,7 @@ from collections.abc import Callable
 import torch
 
 from runtime.uva import device_view
-from schemas.hardware import HardwareProfile, UvaPoint
+from schemas.hardware_profile import HardwareProfile, UvaPoint
 
 TOKENS = (1, 16, 64, 256, 1024, 2048, 4096)
 
@@ -76,6 +84,49 @@ def link(device: torch.device) -> dict[str, float]:
     dev = torch.empty(n, dtype=torch.uint8, device=device)
     ms = gpu_ms(lambda: dev.copy_(host, non_blocking=True))
     return {"h2d_gbps": n / ms / 1e6}
+
+
+def _two_streams_ms(first: Callable[[], object], second: Callable[[], object], repeat: int = 5) -> float:
+    """Median milliseconds from launching ``first`` and ``second`` together, each on its own stream, until
+    both are done (events on the current stream: the streams wait for its start and it waits for both)."""
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    times = []
+    for i in range(repeat + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        here = torch.cuda.current_stream()
+        start.record(here)
+        for stream, fn in zip(streams, (first, second)):
+            stream.wait_event(start)
+            with torch.cuda.stream(stream):
+                fn()
+        for stream in streams:
+            here.wait_stream(stream)
+        end.record(here)
+        end.synchronize()
+        if i:  # the first run warms up
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def shared_link(device: torch.device) -> dict[str, object]:
+    """A pinned copy and a UVA read of equal bytes at once: their bytes together / the time both take (and,
+    in ``raw_link``, each alone and both, ms)."""
+    n = 2**30
+    host = torch.empty(n, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(n, dtype=torch.uint8, device=device)
+    w_host = torch.empty(n // 2 // 8192, 8192, dtype=torch.bfloat16).pin_memory()
+    w_uva = device_view(w_host, device)
+    x = torch.randn(1, 8192, dtype=torch.bfloat16, device=device)
+
+    def copy() -> None:
+        dev.copy_(host, non_blocking=True)
+
+    def read() -> None:
+        x @ w_uva.T
+
+    both = _two_streams_ms(copy, read)
+    raw = {"bytes": n, "copy_ms": gpu_ms(copy, repeat=5), "read_ms": gpu_ms(read, repeat=5), "both_ms": both}
+    return {"link_shared_gbps": 2 * n / both / 1e6, "raw_link": raw}
 
 
 def matmuls(device: torch.device) -> dict[str, object]:
@@ -210,6 +261,48 @@ def workspace(device: torch.device) -> dict[str, int]:
     return {"workspace_bytes": max(0, kept)}
 
 
+# a decoder block: hidden, intermediate, query heads, key/value heads, head dim (Llama-3-8B's)
+LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
+
+
+def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: float,
+                  shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK, tokens: int = 2048,
+                  timer: Callable[[Callable[[], object]], float] = gpu_ms) -> dict[str, float]:
+    """What a decoder block computes beyond its matmuls: ``attention_tflops`` and ``elementwise_bytes``."""
+    try:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    except ImportError:
+        return {}
+    hidden, inter, heads, kv_heads, head_dim = shape
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, head_dim=head_dim, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    layer = LlamaDecoderLayer(config, layer_idx=0).to(device, dtype).eval()
+    rotary = LlamaRotaryEmbedding(config).to(device)
+    x = torch.randn(1, tokens, hidden, dtype=dtype, device=device)
+    positions = torch.arange(tokens, device=device)[None]
+    q = torch.randn(1, heads, tokens, head_dim, dtype=dtype, device=device)
+    k, v = (torch.randn(1, kv_heads, tokens, head_dim, dtype=dtype, device=device) for _ in range(2))
+    with torch.inference_mode():
+        cos_sin = rotary(x, positions)
+        block = timer(lambda: layer(x, attention_mask=None, position_ids=positions, position_embeddings=cos_sin))
+        attention = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                   enable_gqa=True))
+    flops = 4.0 * tokens * (tokens + 1) / 2 * heads * head_dim
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    matrices = [(heads * head_dim, hidden), (kv_heads * head_dim, hidden), (kv_heads * head_dim, hidden),
+                (hidden, heads * head_dim), (inter, hidden), (inter, hidden), (hidden, inter)]
+    # the roofline of planner/cost/layer.py for a resident matrix: flops at the matmul rate or bytes at memory's
+    matmul = sum(max(2.0 * tokens * r * c / (matmul_tflops * 1e9), r * c * itemsize / gpu_mem_gbps / 1e6)
+                 for r, c in matrices)
+    rest = max(0.0, block - matmul - attention)
+    outputs = sum(r for r, _ in matrices)
+    return {"attention_tflops": flops / attention / 1e9,
+            "elementwise_bytes": rest * gpu_mem_gbps * 1e6 / (tokens * outputs)}
+
+
 def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> tuple[HardwareProfile, dict]:
     """Measure the local GPU; returns the profile and the raw timings."""
     device = torch.device(device)
@@ -217,12 +310,14 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
         raise RuntimeError("calibrate measures a CUDA GPU, and none is available here")
     figures: dict[str, object] = {}
     figures.update(link(device))
+    figures.update(shared_link(device))
     figures.update(matmuls(device))
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
+    figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
     figures.update(workspace(device))
-    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms")}
+    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()
     figures.setdefault("block_cpu_us", 30 * float(figures["launch_us"]))  # no transformers: ~30 kernels

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable
 from functools import lru_cache
 
 _HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice
@@ -42,10 +43,21 @@ def available() -> bool:
     return _lib() is not None
 
 
+def h2d_copier() -> Callable[[int, int, int, int], None]:
+    """``copy(dst, src, nbytes, stream)``: an async host->device cudaMemcpyAsync on ``stream`` (a stream handle),
+    with the library function looked up now, once (the prefetch offloader binds it at apply)."""
+    call = _lib().cudaMemcpyAsync
+
+    def copy(dst: int, src: int, nbytes: int, stream: int) -> None:
+        rc = call(dst, src, nbytes, _HOST_TO_DEVICE, stream)
+        if rc != 0:
+            raise RuntimeError(f"cudaMemcpyAsync of {nbytes} bytes failed with CUDA error {rc}")
+
+    return copy
+
+
 def memcpy_h2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
-    rc = _lib().cudaMemcpyAsync(dst, src, nbytes, _HOST_TO_DEVICE, stream)
-    if rc != 0:
-        raise RuntimeError(f"cudaMemcpyAsync of {nbytes} bytes failed with CUDA error {rc}")
+    h2d_copier()(dst, src, nbytes, stream)
 
 
 def clear_last_error() -> None:

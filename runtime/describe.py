@@ -188,4 +188,4 @@ def describe(model: nn.Module, name: str | None = None, dtype: str | None = None
                     raise ValueError(f"'{lname}.{rel}': {exc}") from None
         entry.moe = moe_of(module)
         entries.append(entry)
-    return build_spec(name or type(model).__name__, entries, dtype, fold, attention_of(model))
+    return build_spec(name or type(model).__name__, entries, dtype, fold, attention=attention_of(model))

@@ -14,10 +14,22 @@ value is the host copy the placement holds. So, on every module of the applied t
 The refusals are instance attributes and hooks; ``remove()`` deletes them, leaving each
 module's ``__dict__`` and hook tables as they were (its class is never changed).
 The refusing attribute holds the handle, so a model keeps its handle alive.
+
+And torch.compile: dynamo does not guard on ``nn.Module`` hooks by default (``torch._dynamo.config.
+skip_nnmodule_hook_guards``), so code compiled for one instance of a model class (an unoffloaded copy used
+as a reference, say) is reused for an instance that carries offload hooks: it runs without them and reads
+slot buffers that hold another layer's weights. The outputs are silently wrong (measured: bf16 logits off
+by 3.3 on a prefetch plan). So while any plan is applied, dynamo guards on hooks (``hold_hook_guards``),
+and the previous setting comes back when the last plan is removed. ``apply`` and ``remove`` also call
+``torch._dynamo.reset()`` (``reset_compiled_code``), so code compiled for this model before ``apply`` (or
+while it was applied) is never reused for the other state. That reset is process-wide: it drops the
+compiled code of every model in the process, not only this one's (docs/DESIGN.md, "torch.compile").
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +37,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from runtime.errors import ApplyError
+
+log = logging.getLogger("runtime")
 
 # instance attributes that shadow nn.Module / object methods while applied
 _REFUSED = {
@@ -166,3 +180,43 @@ def _register_state_dict_post_hook(module: nn.Module, hook) -> RemovableHandle:
         return None
 
     return module._register_state_dict_hook(legacy)
+
+
+# ---------------------------------------------------------------------------
+# torch.compile: dynamo guards on module hooks while any plan is applied
+
+_hook_guard_holds = 0
+_saved_skip: bool | None = None
+
+
+def hold_hook_guards() -> None:
+    """One more applied plan: make dynamo guard on module hooks."""
+    global _hook_guard_holds, _saved_skip
+    import torch._dynamo.config as config
+
+    if _hook_guard_holds == 0:
+        _saved_skip = config.skip_nnmodule_hook_guards
+        config.skip_nnmodule_hook_guards = False
+    _hook_guard_holds += 1
+
+
+def release_hook_guards() -> None:
+    """One plan fewer: the last one restores dynamo's own setting."""
+    global _hook_guard_holds
+    if _hook_guard_holds == 0:
+        return
+    _hook_guard_holds -= 1
+    if _hook_guard_holds == 0:
+        import torch._dynamo.config as config
+
+        config.skip_nnmodule_hook_guards = _saved_skip
+
+
+def reset_compiled_code() -> None:
+    """Drop code compiled before apply() (or remove()): it was traced without (or with) the hooks. This is
+    ``torch._dynamo.reset()``, which drops every compiled function of the process (a no-op before dynamo loads)."""
+    if "torch._dynamo" in sys.modules:
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        log.info("torch.compile caches reset so compiled code sees the offload hooks")

@@ -10,12 +10,11 @@ checks themselves need neither torch nor transformers.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.errors import Problem
+from schemas.errors import Problem, suggest
 
 # ints that size the model: > 0 when present (null means "absent" in many configs)
 POSITIVE = (
@@ -49,17 +48,6 @@ class Known:
     model_types: Iterable[str]
     activations: Iterable[str]
     rope_types: Iterable[str]
-
-
-def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
-    """``; did you mean 'x'?`` with up to ``n`` close matches (never the whole list), or ''."""
-    close = difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)
-    if not close:
-        close = [c for c in choices if c.lower() == word.lower()][:1]
-    if not close:
-        return ""
-    quoted = ", ".join(f"'{c}'" for c in close)
-    return f"; did you mean {quoted}?" if len(close) == 1 else f"; did you mean one of {quoted}?"
 
 
 def _is_int(value: Any) -> bool:
@@ -104,7 +92,7 @@ def _names(data: Mapping[str, Any], source: str, prefix: str, known: Known) -> l
     for name in DTYPE_FIELDS:
         value = data.get(name)
         if value is not None and value not in BUILD_DTYPES:
-            hint = did_you_mean(str(value).removeprefix("torch."), BUILD_DTYPES, n=1)
+            hint = suggest(str(value).removeprefix("torch."), BUILD_DTYPES)
             out.append(Problem(f"{value!r:.60} is not a dtype a model is built in{hint} "
                                f"(expected one of {', '.join(BUILD_DTYPES)})", source, field=prefix + name))
     acts = list(known.activations)
@@ -112,7 +100,7 @@ def _names(data: Mapping[str, Any], source: str, prefix: str, known: Known) -> l
         value = data.get(name)
         if isinstance(value, str) and value not in acts:
             out.append(Problem(f"activation {value!r:.60} is not known to transformers {known.version}"
-                               f"{did_you_mean(value, acts)}", source, field=prefix + name))
+                               f"{suggest(value, acts, n=3)}", source, field=prefix + name))
     for name in ROPE_FIELDS:
         out += _rope(data.get(name), source, prefix + name, list(known.rope_types), known.version)
     return out
@@ -131,7 +119,7 @@ def _rope(value: Any, source: str, field: str, kinds: list[str], version: str) -
     if kind is None or kind in kinds:
         return []
     return [Problem(f"RoPE type {kind!r:.60} is not known to transformers {version}"
-                    f"{did_you_mean(str(kind), kinds)} (known: {', '.join(kinds)})", source,
+                    f"{suggest(str(kind), kinds, n=3)} (known: {', '.join(kinds)})", source,
                     field=f"{field}.{key}")]
 
 
@@ -142,7 +130,7 @@ def config_problems(data: Mapping[str, Any], source: str, known: Known, prefix: 
         model_type = data["model_type"]
         types = list(known.model_types)
         if model_type not in types:
-            hint = did_you_mean(model_type, types) or "; a newer transformers may have it"
+            hint = suggest(model_type, types, n=3) or "; a newer transformers may have it"
             out.append(Problem(f"model_type '{model_type:.60}' is not known to the installed transformers "
                                f"{known.version}{hint}", source))
     out += _ints(data, "", source, prefix)

@@ -43,8 +43,8 @@ class Offloader:
 
     def uva_pairs(self) -> list[tuple[TensorRef, torch.Tensor]]:
         """The offloaded params the plan puts on UVA (its layers' ``uva`` lists)."""
-        on_uva = {f"{layer.name}.{rel}" for layer in self.plan.layers for rel in layer.uva}
-        return [(o.ref, o.host) for o in self.offloaded if o.ref.full in on_uva]
+        on_uva = {(layer.name, rel) for layer in self.plan.layers for rel in layer.uva}
+        return [(o.ref, o.host) for o in self.offloaded if (o.ref.layer, o.ref.rel) in on_uva]
 
     # -- life cycle -------------------------------------------------------------------
     def wrap_modules(self) -> None:

@@ -19,7 +19,7 @@ import weakref
 
 import torch
 
-from runtime import cudart
+from runtime.cudart import clear_last_error
 from runtime.tensors import span_elements
 
 log = logging.getLogger("runtime")
@@ -57,7 +57,7 @@ class HostArena:
             # unregister even if close() is never called, before the memory goes back to malloc
             self._finalizer = weakref.finalize(self, _unregister, self.storage)
             return
-        cudart.clear_last_error()  # a failed runtime call leaves an error that the next kernel launch would report
+        clear_last_error()  # a failed runtime call leaves an error that the next kernel launch would report
         log.warning("cudaHostRegister failed (CUDA error %d) for %d bytes; falling back to pin_memory(), "
                     "which rounds the block up to a power of two", rc, size)
         self.storage = self.storage.pin_memory()

@@ -48,7 +48,7 @@ class Placement:
     arenas: list[tuple[HostArena, list[_Entry]]] = field(default_factory=list)
 
     def track(self, ref: TensorRef) -> _Entry:
-        t = ref.get()
+        t = ref.tensor
         entry = self.entries.get(id(t))
         if entry is None:
             entry = self.entries[id(t)] = _Entry(ref, t, ref.local, ref.local.device)
@@ -61,7 +61,7 @@ class Placement:
         for entry in self.unique_entries():
             by_storage.setdefault(storage_key(entry.target), entry)
         for ref in refs:
-            t = ref.get()
+            t = ref.tensor
             if id(t) in self.entries:
                 continue
             entry = by_storage.get(storage_key(ref.local))

@@ -1,8 +1,10 @@
-"""Prefetch offloader: a copy stream fills a static GPU buffer pool ahead of the compute stream.
+"""Prefetch offloader: a copy stream fills a static GPU buffer pool ahead of the compute stream; and the
+mixed offloader, which also points the params the plan puts on UVA at device views of their host copies.
 
-Everything that can be decided at apply time is: per offloaded layer the (host,
-slot buffer) pairs to copy, its slot and its copy-done event; per layer position the
-offloaded layers whose copy starts there. The hooks then only look these up.
+Everything that can be decided at apply time is: per offloaded layer its params with their host copy and
+slot buffer (each buffer looked up once), the copies as pointers and sizes, its slot and its copy-done event;
+per layer position the offloaded layers whose copy starts there; the functions the hot path calls. The hooks
+then only look these up.
 
 Ordering, per the plan's schedule (docs/DESIGN.md):
 - where the copy stream waits: ``start_copies`` records an event on the compute stream
@@ -17,11 +19,13 @@ Eager hooks call these methods directly; only code being traced by torch.compile
 the custom ops (runtime/prefetch_ops.py), whose bodies call the same methods.
 Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
 layer that finds someone else's weights in its slot (after an interrupted forward, say) gets a
-synchronous copy.
+synchronous copy. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
+never triggered again.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -30,15 +34,19 @@ from torch import nn
 
 from torch.compiler import is_compiling
 
-from runtime import capture, cudart, prefetch_ops
+import runtime.cudart as cudart
+import runtime.prefetch_ops as prefetch_ops
 from runtime.buffer_pool import BufferPool
+from runtime.capture import captured_copies
 from runtime.dtensor import activation
-from runtime.offloader import Offloader
+from runtime.offloader import Offloaded, Offloader
 from runtime.stats import ForwardStats
 from runtime.tensors import storage_nbytes
+from runtime.uva import read_in_place
 
 log = logging.getLogger("runtime")
 
+_capturing = torch.cuda.is_current_stream_capturing
 SPAN_ONLY = -1  # the bytes of a spanning layer's buffers beyond the slots' (shared by spanning layers only)
 
 
@@ -47,7 +55,7 @@ class _Layer:
     name: str
     position: int
     regions: tuple[int, ...]  # the slot ids whose bytes it writes (a spanning layer: all, and SPAN_ONLY)
-    pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (host, slot buffer)
+    params: list[tuple[Offloaded, torch.Tensor]]  # each prefetched param (its ref and host copy) and its slot buffer
     nbytes: int
     copies: tuple = ()  # (dst pointer, src pointer, bytes) for cudaMemcpyAsync, computed at apply
     use_order: int = 0
@@ -86,42 +94,47 @@ class PrefetchOffloader(Offloader):
         self.current = ForwardStats()
         self._trigger_events: dict[int, object] = {}
         self._order: list[int] | None = []  # offloaded layers seen in the first forward (order check)
+        # the hot path's calls, bound at apply (wrap_modules)
+        self._memcpy = None
+        self._compute_stream = None
 
     # -- set-up -----------------------------------------------------------------------
     def wrap_modules(self) -> None:
         plan = self.plan
         self.pool = BufferPool(plan.buffer_pool, self.device)
         position = {layer.name: i for i, layer in enumerate(plan.layers)}
-        host_of = {o.ref.full: o for o in self.offloaded}
+        host_of = {(o.ref.layer, o.ref.rel): o for o in self.offloaded}
         n_layers = len(plan.layers)
         for pl in plan.layers:
             if pl.prefetch is None:
                 continue
-            pairs, nbytes = [], 0
+            params, nbytes = [], 0
             for rel in pl.prefetched:
-                o = host_of[f"{pl.name}.{rel}"]
-                pairs.append((o.host, self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)))
+                params.append((host_of[(pl.name, rel)], self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)))
                 nbytes += pl.params[rel].bytes
             pos = position[pl.name]
             trig = position[pl.prefetch.copy_before]
             # the forward in which this layer uses what the trigger copies
             use = pos + (n_layers if pl.prefetch.previous_forward else 0)
             regions = (pl.prefetch.slot,) if not pl.prefetch.span else (*range(plan.buffer_pool.slots), SPAN_ONLY)
-            self.layers.append(_Layer(pl.name, pos, regions, pairs, nbytes, use))
-            self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
+            self.layers.append(_Layer(pl.name, pos, regions, params, nbytes, use))
+            if not pl.prefetch.once:  # a slot's only user stays in it once copied at apply time
+                self.triggers.setdefault(trig, []).append(len(self.layers) - 1)
         for trig, js in self.triggers.items():
             js.sort(key=lambda j: self.layers[j].use_order)
         if self.cuda:
             if not cudart.available():
                 raise RuntimeError("the CUDA runtime library (libcudart) could not be found in this process")
+            self._memcpy = cudart.h2d_copier()
+            self._compute_stream = functools.partial(torch.cuda.current_stream, self.device)
             for layer in self.layers:
                 layer.done, layer.done_captured = torch.cuda.Event(), torch.cuda.Event()
-                for host, buf in layer.pairs:
-                    if not host.is_pinned():  # asynchronous copies must only ever read pinned memory
+                for o, buf in layer.params:
+                    if not o.host.is_pinned():  # asynchronous copies must only ever read pinned memory
                         raise RuntimeError(f"{layer.name}: host copy is not in pinned memory")
-                    assert buf.is_cuda and buf.stride() == host.stride() and buf.dtype == host.dtype
-                layer.copies = tuple((buf.data_ptr(), host.data_ptr(), storage_nbytes(host))
-                                     for host, buf in layer.pairs)
+                    assert buf.is_cuda and buf.stride() == o.host.stride() and buf.dtype == o.host.dtype
+                layer.copies = tuple((buf.data_ptr(), o.host.data_ptr(), storage_nbytes(o.host))
+                                     for o, buf in layer.params)
             self._trigger_events = {t: torch.cuda.Event() for t in self.triggers}
             self._trigger_events_captured = {t: torch.cuda.Event() for t in self.triggers}
         self.handle_id = prefetch_ops.register(self)
@@ -178,16 +191,14 @@ class PrefetchOffloader(Offloader):
 
     def post_init(self) -> None:
         """Point every offloaded param at its slot buffer, then prime the slots the plan
-        fills during the previous forward, so the first forward finds them ready."""
-        host_of = {o.ref.full: o for o in self.offloaded}
-        for pl in self.plan.layers:
-            if pl.prefetch is None:
-                continue
-            for rel in pl.prefetched:
-                ref = host_of[f"{pl.name}.{rel}"].ref
-                ref.local.data = self.pool.buffer(rel, pl.params[rel], pl.prefetch.slot)
+        fills during the previous forward and those its only user keeps (``once``), so the first
+        forward finds them ready."""
+        for layer in self.layers:
+            for o, buf in layer.params:
+                o.ref.local.data = buf
         for j, layer in enumerate(self.layers):
-            if self.plan.layers[layer.position].prefetch.previous_forward:
+            pf = self.plan.layers[layer.position].prefetch
+            if pf.previous_forward or pf.once:
                 self._copy_now(j)
         self.sync_prev_onload()
         self.current = ForwardStats()
@@ -202,15 +213,15 @@ class PrefetchOffloader(Offloader):
                 if stats:  # no CUDA events here: the layer and its bytes, untimed
                     self.current.copies.append((self.layers[j].name, None, None, self.layers[j].nbytes))
             return
-        compute = torch.cuda.current_stream(self.device)
-        capturing = torch.cuda.is_current_stream_capturing()
+        compute = self._compute_stream()
+        capturing = _capturing()
         event = (self._trigger_events_captured if capturing else self._trigger_events)[position]
         event.record(compute)
         stream = self.copy_stream
         stream.wait_event(event)
         timed = stats and not capturing
         handle = stream.cuda_stream
-        memcpy = cudart.memcpy_h2d_async
+        memcpy = self._memcpy
         for j in js:  # every call names its stream: no stream context needed
             layer = self.layers[j]
             if timed:
@@ -231,7 +242,7 @@ class PrefetchOffloader(Offloader):
             if capturing:
                 self.captured.add(j)
         if capturing:
-            capture.captured_copies(self)
+            captured_copies(self)
 
     def wait_copy(self, j: int) -> None:
         layer = self.layers[j]
@@ -243,8 +254,8 @@ class PrefetchOffloader(Offloader):
             return
         if not self.cuda:
             return
-        compute = torch.cuda.current_stream(self.device)
-        if torch.cuda.is_current_stream_capturing():
+        compute = self._compute_stream()
+        if _capturing():
             if j in self.captured:
                 compute.wait_event(layer.done_captured)
             elif j in self.issued:  # issued outside this capture: copy again inside it (correct, not overlapped)
@@ -303,15 +314,15 @@ class PrefetchOffloader(Offloader):
         """Synchronous-order copy on the compute stream (priming, recovery, CPU)."""
         layer = self.layers[j]
         if not self.cuda:
-            for host, buf in layer.pairs:
-                buf.copy_(host)
+            for o, buf in layer.params:
+                buf.copy_(o.host)
         else:
-            compute = torch.cuda.current_stream(self.device)
-            capturing = torch.cuda.is_current_stream_capturing()
+            compute = self._compute_stream()
+            capturing = _capturing()
             if not capturing or self.captured:  # (a capture can only join what was forked from it)
                 compute.wait_stream(self.copy_stream)
             for dst, src, n in layer.copies:
-                cudart.memcpy_h2d_async(dst, src, n, compute.cuda_stream)
+                self._memcpy(dst, src, n, compute.cuda_stream)
             (layer.done_captured if capturing else layer.done).record(compute)
         if self.collect_stats:
             self.current.bytes += layer.nbytes
@@ -334,7 +345,7 @@ class PrefetchOffloader(Offloader):
         if self.pool is not None:
             self.pool.close()
         for layer in self.layers:  # drop every reference into the pool and pinned memory
-            layer.pairs, layer.copies = [], ()
+            layer.params, layer.copies = [], ()
         self.copy_stream = None
         self._trigger_events, self._trigger_events_captured = {}, {}
 
@@ -346,3 +357,16 @@ def _first_in(output) -> torch.Tensor | None:
         if isinstance(leaf, torch.Tensor):
             return activation(leaf)
     return None
+
+
+@dataclass(eq=False)
+class MixedOffloader(PrefetchOffloader):
+    """Per param, prefetched into the buffer pool or read in place through UVA: the plan's ``uva`` lists say
+    which offloaded params GPU kernels read from pinned host memory; every other offloaded param is prefetched
+    (pool, copy stream, events and custom ops, over the prefetched params of the layers with a prefetch entry)."""
+
+    name = "mixed"
+
+    def post_init(self) -> None:
+        read_in_place(self, self.uva_pairs())
+        super().post_init()

@@ -12,16 +12,15 @@ Nothing here communicates: each rank checks its own plan against its own shards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from runtime.dtensor import layout, shard_problem
 from runtime.errors import ApplyError, PlanMismatchError
-from runtime.tensors import resolve
+from runtime.tensors import TensorRef
 from schemas import Plan, SpecFile, load_plan
 from schemas.errors import InputError
 from schemas.rank_plans import load_set, rank_plan_name, set_problems
@@ -126,17 +125,18 @@ def rank_problems(plan: Plan, who: Rank) -> list[str]:
     return problems
 
 
-def layout_problems(plan: Plan, model: nn.Module, device: torch.device) -> list[str]:
+def layout_problems(plan: Plan, refs: Mapping[tuple[str, str], TensorRef], device: torch.device) -> list[str]:
     """Params whose DTensor layout differs from the plan's ``shard`` (a rank plan), or that this
-    runtime cannot offload (meshes of several dims, Partial placements, a mesh on another device type)."""
+    runtime cannot offload (meshes of several dims, Partial placements, a mesh on another device type).
+    ``refs``: the plan's names as found in the model (runtime/check.py)."""
     problems = []
     label = plan_label(plan)
     for layer in plan.layers:
         for rel, want in layer.params.items():
-            ref = resolve(model, layer.name, rel)
+            ref = refs.get((layer.name, rel))
             if ref is None:
-                continue  # check_model reports it
-            t, full = ref.get(), f"{layer.name}.{rel}"
+                continue  # the check of the model reports it
+            t, full = ref.tensor, f"{layer.name}.{rel}"
             problem = shard_problem(full, t, want.shard, plan.summary.world_size, label)
             if problem:
                 problems.append(problem)

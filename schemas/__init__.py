@@ -11,12 +11,14 @@ import importlib
 _WHERE = {
     "InputError": "schemas.errors",
     "dump_model": "schemas.io", "load_plan": "schemas.io", "load_spec": "schemas.io",
-    "BufferKey": "schemas.plan", "BufferPool": "schemas.plan", "Plan": "schemas.plan", "PlanLayer": "schemas.plan",
-    "PlanParam": "schemas.plan", "Prefetch": "schemas.plan", "Summary": "schemas.plan",
+    "Plan": "schemas.plan",
+    "BufferKey": "schemas.plan_content", "BufferPool": "schemas.plan_content", "PlanLayer": "schemas.plan_content",
+    "PlanParam": "schemas.plan_content", "Prefetch": "schemas.plan_content", "Summary": "schemas.plan_content",
     "format_bytes": "schemas.sizes", "parse_size": "schemas.sizes",
-    "Layer": "schemas.spec", "LayerSpec": "schemas.spec", "MemorySection": "schemas.spec",
-    "ModelSection": "schemas.spec", "OffloadSection": "schemas.spec", "ParamSpec": "schemas.spec",
-    "SpecFile": "schemas.spec", "Tensor": "schemas.spec",
+    "MemorySection": "schemas.spec", "ModelSection": "schemas.spec", "OffloadSection": "schemas.spec",
+    "SpecFile": "schemas.spec",
+    "Layer": "schemas.spec_layers", "LayerSpec": "schemas.spec_layers", "ParamSpec": "schemas.spec_layers",
+    "Tensor": "schemas.spec_layers",
 }
 
 __all__ = sorted(_WHERE)

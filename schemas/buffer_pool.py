@@ -55,10 +55,11 @@ def signature(tensors: Iterable) -> Signature:
     return tuple((PoolKey(t.name, t.shape, t.dtype, t.stride), t.nbytes) for t in tensors)
 
 
-def build_pool(signatures: Sequence[Signature], num_slots: int, span: Sequence[bool] = ()) -> list[PoolEntry]:
+def build_pool(signatures: Sequence[Signature], num_slots: int, span: Sequence[bool] = (),
+               every_slot: bool = False) -> list[PoolEntry]:
     """Buffers for offloaded layers in order; sorted by key. ``span[j]``: layer j spans the slots
     (it has a span buffer per key); the others take slot ``i % num_slots`` in turn, ``i`` counting
-    only them.
+    only them. ``every_slot``: each key has a buffer in every one of the ``num_slots`` slots (vLLM's pool).
 
     Layers sharing one signature object (the repeats of a template) are grouped by identity,
     so sizing a pool for a long stack costs one pass over the layers plus one per distinct signature.
@@ -84,7 +85,7 @@ def build_pool(signatures: Sequence[Signature], num_slots: int, span: Sequence[b
         for key, nbytes in sig:
             slots_of.setdefault(key, (nbytes, set()))
             span_keys.add(key)
-    entries = [PoolEntry(key, nbytes, tuple(sorted(slots)), key in span_keys)
+    entries = [PoolEntry(key, nbytes, tuple(range(num_slots)) if every_slot else tuple(sorted(slots)), key in span_keys)
                for key, (nbytes, slots) in slots_of.items()]
     return sorted(entries, key=lambda e: e.key.sort_key())
 

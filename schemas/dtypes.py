@@ -6,6 +6,8 @@ accepted on input and normalised to the canonical name, so plans stay stable.
 
 from __future__ import annotations
 
+from schemas.errors import suggest
+
 # bytes per element; packed sub-byte types count one storage element per byte
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8,
@@ -51,10 +53,7 @@ def canonical_dtype(name: str) -> str:
     key = name.strip().removeprefix("torch.")
     key = DTYPE_ALIASES.get(key, key)
     if key not in DTYPE_BYTES:
-        import difflib
-
-        close = difflib.get_close_matches(key, list(DTYPE_BYTES) + list(DTYPE_ALIASES), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        hint = suggest(key, [*DTYPE_BYTES, *DTYPE_ALIASES])
         raise ValueError(f"unknown dtype {name!r}{hint}; expected one of: {', '.join(DTYPE_BYTES)}")
     return key
 

@@ -15,13 +15,13 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, RootModel, ValidationError
 
-from schemas import exit_codes
+from schemas.exit_codes import BAD_INPUT, INFEASIBLE
 
 MAX_LISTED = 10
 
@@ -44,8 +44,8 @@ class Problem:
 
 
 # exit codes of the `planner` command for the errors below (the whole table: schemas/exit_codes.py)
-EXIT_NOT_POSSIBLE = exit_codes.INFEASIBLE  # a valid request that cannot be carried out (no plan fits the budget)
-EXIT_BAD_INPUT = exit_codes.BAD_INPUT
+EXIT_NOT_POSSIBLE = INFEASIBLE  # a valid request that cannot be carried out (no plan fits the budget)
+EXIT_BAD_INPUT = BAD_INPUT
 
 
 class PlannerError(Exception):
@@ -168,9 +168,18 @@ def _unwrap_root(tp: Any) -> Any:
     return tp
 
 
-def suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+def suggest(word: str, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:
+    """The one "did you mean": `` (did you mean 'x'?)`` for the choice closest to ``word``, with ``n`` > 1 up to n
+    of them (`` (did you mean one of 'x', 'y'?)``, never the whole list), or '' when none is close (``cutoff``:
+    difflib's similarity, 0 to 1; a choice that differs only in case is close)."""
+    choices = list(choices)
+    close = difflib.get_close_matches(str(word), choices, n=n, cutoff=cutoff)
+    if not close:
+        close = [c for c in choices if c.lower() == str(word).lower()][:1]
+    if not close:
+        return ""
+    quoted = ", ".join(f"'{c}'" for c in close)
+    return f" (did you mean {quoted}?)" if len(close) == 1 else f" (did you mean one of {quoted}?)"
 
 
 # ---------------------------------------------------------------------------

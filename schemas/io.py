@@ -9,17 +9,19 @@ fills them back in), except ``plan_version`` and each layer's ``offloaded``.
 
 from __future__ import annotations
 
+import gc
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import InputError, Problem, format_path, input_error_from_validation, line_of
-from schemas.gc_paused import gc_paused
-from schemas.hardware import HardwareProfile
 from schemas.input_file import input_name, read_input
-from schemas.plan import DEFER_CHECK, OLD_STEP_MESSAGE, Plan, PlanLayer, old_step_version
+from schemas.plan import DEFER_CHECK, OLD_STEP_MESSAGE, Plan, old_step_version
+from schemas.plan_content import PlanLayer
 from schemas.plan_check import plan_findings
 from schemas.spec import SpecFile
 from schemas.yaml_lines import YamlProblem, load_data, load_with_lines
@@ -43,8 +45,7 @@ def read_text(path: str | Path) -> str:
                          "expected a YAML or JSON file") from None
 
 
-_KIND = {SpecFile: "spec", Plan: "plan", HardwareProfile: "hardware profile"}
-_HINT = {
+_HINT = {  # by a file model's FILE_KIND
     "spec": "a spec file has the top-level keys model (required), memory, offload, workload and hardware",
     "plan": "a plan file has the top-level keys plan_version, summary, layers and buffer_pool; "
             "make one with `planner plan SPEC`",
@@ -85,7 +86,7 @@ def parse_text(text: str, name: str) -> Any:
 
 
 def _validate(cls: type[M], data: Any, text: str, name: str) -> M:
-    want = _KIND.get(cls)
+    want = getattr(cls, "FILE_KIND", None)
     found = guess_kind(data)
     if want and found and found != want:
         raise InputError(Problem(f"this is a {found} file, not a {want}: {_HINT[want]}", name, 1))
@@ -117,6 +118,21 @@ def _check_plan(plan: Plan, text: str, name: str) -> None:
         data, lines = _with_lines(text, name)
         raise InputError([Problem(f.text, name, line_of(f.loc, data, lines), format_path(f.loc))
                           for f in findings])
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The body run with Python's cycle collector off (its state restored after, also on an error). Reading a
+    10,000-layer spec creates about a million objects that all stay alive; the collector, triggered by the
+    allocations, walks them again and again (a third of the load time) and finds nothing to free, since parsed
+    data and validated models hold no reference cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def load_model(cls: type[M], path: str | Path, text: str | None = None) -> M:
@@ -153,7 +169,11 @@ def plan_data(plan: Plan) -> dict[str, Any]:
     ``plan_version`` and each layer's ``offloaded`` (an empty list for a resident layer)."""
     data = plan.model_dump(mode="json", exclude_defaults=True)
     data = {"plan_version": plan.plan_version, **data}
-    for i, layer in enumerate(data["layers"]):
+    shared: dict[int, Any] = {}  # id(PlanParam) -> its data: layers listing one param object share one dict
+    for i, (model, layer) in enumerate(zip(plan.layers, data["layers"])):
+        params = layer["params"]
+        for rel, p in model.params.items():
+            params[rel] = shared.setdefault(id(p), params[rel])
         if "offloaded" not in layer:
             layer["offloaded"] = []
             data["layers"][i] = {k: layer[k] for k in _LAYER_FIELDS if k in layer}

@@ -10,14 +10,12 @@ means "not measured", never zero.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from schemas.errors import LocatedValueError
-from schemas.ints import Count
-from schemas.reals import MeasuredRate, Milliseconds
-from schemas.strict import StrictModel
+from schemas.fields import Count, MeasuredRate, Milliseconds, StrictModel
+from schemas.plan_content import PlanBackend
 
 
 class MeasuredLayer(StrictModel):
@@ -66,7 +64,7 @@ class MeasuredForward(StrictModel):
 class MeasuredStats(StrictModel):
     """``Handle.stats()``: the backend, the recent forwards and the pinned host memory."""
 
-    backend: Literal["prefetch", "uva", "mixed", "none"]
+    backend: PlanBackend
     forwards: list[MeasuredForward] = Field(min_length=1)
     pinned_host_bytes: Count = 0
 

@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from schemas import plan_wording as say
+import schemas.plan_wording as say
 from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, has_span, pool_bytes
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
-from schemas.plan_backends import PREFETCHING
 from schemas.memory_check import check_memory
+from schemas.plan_content import PREFETCHING, PlanContent, PlanLayer, PlanParam
 from schemas.prediction_check import check_predictions
-from schemas.schedule import num_slots, schedule
-from schemas.spec import storage_elements
-
-if TYPE_CHECKING:
-    from schemas.plan import Plan, PlanLayer, PlanParam
+from schemas.schedule import filled_once, num_slots, schedule
+from schemas.spec_layers import storage_elements
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -46,7 +43,7 @@ class Finding:
         return f"{format_path(self.loc)}: {self.text}"
 
 
-def check_plan(plan: Plan, source: str | None = None) -> None:
+def check_plan(plan: PlanContent, source: str | None = None) -> None:
     """Raise InputError listing every finding of ``plan_findings`` (nothing when the plan is consistent)."""
     findings = plan_findings(plan)
     if findings:
@@ -57,7 +54,7 @@ def findings_text(findings: list[Finding]) -> str:
     return say.summary_intro(len(findings)) + ":\n" + "\n".join(f"  {f}" for f in findings)
 
 
-def plan_findings(plan: Plan) -> list[Finding]:
+def plan_findings(plan: PlanContent) -> list[Finding]:
     out: list[Finding] = []
     tied_to = _tie_targets(plan)
     owners = _owners(plan) if tied_to else {}
@@ -86,9 +83,12 @@ class _Totals:
     uva_params: int = 0  # offloaded params read through UVA
     pool: list[PoolEntry] = field(default_factory=list)
     buffer: int = 0  # bytes of ``pool``
+    # per distinct param object (repeated layers share them; PlanParams are frozen): checked once, keyed once
+    good: set[int] = field(default_factory=set)  # id(PlanParam) of the params whose bytes agree
+    keys: dict[tuple[str, int], tuple[PoolKey, int]] = field(default_factory=dict)  # (rel, id) -> (key, bytes)
 
 
-def _tie_targets(plan: Plan) -> dict[str, list[str]]:
+def _tie_targets(plan: PlanContent) -> dict[str, list[str]]:
     """Full name of a tied param's owner -> the full names of the params tied to it."""
     out: dict[str, list[str]] = {}
     for layer in plan.layers:
@@ -97,15 +97,21 @@ def _tie_targets(plan: Plan) -> dict[str, list[str]]:
     return out
 
 
-def _owners(plan: Plan) -> dict[str, tuple[PlanLayer, str]]:
+def _owners(plan: PlanContent) -> dict[str, tuple[PlanLayer, str]]:
     """Full name -> (layer, relative name) of every param and tied param (only built when ties exist)."""
     return {f"{layer.name}.{rel}": (layer, rel) for layer in plan.layers for rel in layer.params}
 
 
-def _param_bytes(i: int, rel: str, p: PlanParam, out: list[Finding]) -> None:
+def _param_bytes(i: int, rel: str, p: PlanParam, out: list[Finding], good: set[int]) -> None:
+    if id(p) in good:
+        return
     size = DTYPE_BYTES.get(p.dtype)
     if size is None or p.stride is not None or p.bytes != storage_elements(p.shape, None) * size:
+        found = len(out)
         _param_problems(("layers", i, "params", rel), p, out)
+        if len(out) > found:
+            return
+    good.add(id(p))
 
 
 def _param_problems(loc: Loc, p: PlanParam, out: list[Finding]) -> None:
@@ -133,7 +139,7 @@ def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list
     params = layer.params
     own = 0
     for rel, p in params.items():
-        _param_bytes(i, rel, p, out)
+        _param_bytes(i, rel, p, out, totals.good)
         if rel not in layer.tied:
             own += p.bytes
     offloaded = 0
@@ -228,7 +234,7 @@ def _check_tie(loc: Loc, layer: PlanLayer, rel: str, target: str,
             say.param_bytes_source(theirs.shape, theirs.dtype, theirs.stride))))
 
 
-def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
+def _check_summary(plan: PlanContent, totals: _Totals, out: list[Finding]) -> None:
     s = plan.summary
     loc: Loc = ("summary",)
     n = len(totals.offloaded_layers)
@@ -279,7 +285,7 @@ def _check_summary(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
             "the pinned host memory", totals.offloaded, "host budget", "cpu_budget_bytes", s.cpu_budget_bytes)))
 
 
-def _rebuilt_buffer(plan: Plan, totals: _Totals) -> int:
+def _rebuilt_buffer(plan: PlanContent, totals: _Totals) -> int:
     """GPU bytes of the buffer pool the plan's prefetched layers need (checked in _check_prefetch)."""
     s = plan.summary
     if s.backend not in PREFETCHING or not totals.prefetched_layers:
@@ -288,27 +294,41 @@ def _rebuilt_buffer(plan: Plan, totals: _Totals) -> int:
     if step is None:
         return plan.buffer_pool.bytes if plan.buffer_pool is not None else 0
     interned: dict[Signature, Signature] = {}  # equal layers share one signature: few objects, one pass
-    sigs = [interned.setdefault(sig, sig) for sig in map(_signature, (plan.layers[i] for i in totals.prefetched_layers))]
+    sigs = [interned.setdefault(sig, sig) for sig in (_signature(plan.layers[i], totals.keys)
+                                                       for i in totals.prefetched_layers)]
     span = _spanning(plan, totals.prefetched_layers)
-    totals.pool = build_pool(sigs, num_slots(len(sigs) - sum(span), step), span)
+    every = _every_slot(plan)
+    totals.pool = build_pool(sigs, step if every else num_slots(len(sigs) - sum(span), step), span, every)
     totals.buffer = pool_bytes(totals.pool)
     return totals.buffer
 
 
-def _spanning(plan: Plan, positions: list[int]) -> list[bool]:
+def _every_slot(plan: PlanContent) -> bool:
+    """Whether the plan's pool gives every key a buffer in each of prefetch_step slots (vLLM's pool)."""
+    return plan.buffer_pool is not None and plan.buffer_pool.every_slot
+
+
+def _spanning(plan: PlanContent, positions: list[int]) -> list[bool]:
     """Per prefetched layer: does the plan say it spans the slots (the planner's choice, read, not derived)."""
     return [(pf := plan.layers[i].prefetch) is not None and pf.span for i in positions]
 
 
-def _signature(layer: PlanLayer) -> Signature:
-    """The pool keys of the layer's prefetched params (offloaded, not on UVA)."""
+def _signature(layer: PlanLayer, keys: dict[tuple[str, int], tuple[PoolKey, int]]) -> Signature:
+    """The pool keys of the layer's prefetched params (offloaded, not on UVA); ``keys``: those made already."""
     params, on_uva = layer.params, set(layer.uva)
-    return tuple((PoolKey.of(rel, params[rel].shape, params[rel].dtype, params[rel].stride), params[rel].bytes)
-                 for rel in dict.fromkeys(layer.offloaded) if rel in params and rel not in layer.tied
-                 and rel not in on_uva)
+    out = []
+    for rel in dict.fromkeys(layer.offloaded):
+        p = params.get(rel)
+        if p is None or rel in layer.tied or rel in on_uva:
+            continue
+        entry = keys.get((rel, id(p)))
+        if entry is None:
+            entry = keys[(rel, id(p))] = (PoolKey.of(rel, p.shape, p.dtype, p.stride), p.bytes)
+        out.append(entry)
+    return tuple(out)
 
 
-def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
+def _check_prefetch(plan: PlanContent, totals: _Totals, out: list[Finding]) -> None:
     s = plan.summary
     positions = totals.prefetched_layers
     if s.backend not in PREFETCHING or not positions:
@@ -321,7 +341,7 @@ def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
         return
     n, step = len(positions), s.prefetch_step
     span = _spanning(plan, positions)
-    k = num_slots(n - sum(span), step)
+    k = step if _every_slot(plan) else num_slots(n - sum(span), step)
     source = say.schedule_source(step, n, k, sum(span))
     if plan.buffer_pool is None:
         out.append(Finding(("buffer_pool",), say.pool_missing(s.backend)))
@@ -330,11 +350,16 @@ def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
     layers = plan.layers
     num_layers = len(layers)
     spans = {p for p, spanning in zip(positions, span) if spanning}
-    for p, t in zip(positions, schedule(positions, num_layers, step, spans)):
+    triggers = schedule(positions, num_layers, step, spans)
+    alone = filled_once(triggers)
+    for p, t, once in zip(positions, triggers, alone):
         pf = layers[p].prefetch
         if pf is None:
             continue  # reported with the layer
         loc: Loc = ("layers", p, "prefetch")
+        if pf.once and not once:
+            others = sum(1 for u in triggers if u.slot == t.slot) - 1
+            out.append(Finding(loc + ("once",), say.once_shared(t.slot, others, bool(spans))))
         before = layers[t.copy_before(num_layers)].name
         if pf.slot != t.slot and not t.span:
             out.append(Finding(loc + ("slot",), say.mismatch(pf.slot, t.slot, source)))
@@ -345,7 +370,7 @@ def _check_prefetch(plan: Plan, totals: _Totals, out: list[Finding]) -> None:
                                                                        source)))
 
 
-def _check_pool(plan: Plan, totals: _Totals, k: int, source: str, out: list[Finding]) -> None:
+def _check_pool(plan: PlanContent, totals: _Totals, k: int, source: str, out: list[Finding]) -> None:
     pool = plan.buffer_pool
     assert pool is not None
     entries = totals.pool

@@ -18,9 +18,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.ints import Count, PositiveCount
+from schemas.fields import Count, PositiveCount, StrictModel
 from schemas.spec_names import PrintableName, PrintableText
-from schemas.strict import StrictModel
 from schemas.workload import MAX_TOKENS, Logits
 
 KvSizing = Literal["workload", "reserved", "auto"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from schemas.errors import suggest
+
 
 def value(v: Any) -> str:
     if v is None:
@@ -46,8 +48,6 @@ def offloaded_twice(rel: str) -> str:
 
 
 def offloaded_unknown(rel: str, known: Sequence[str]) -> str:
-    from schemas.errors import suggest
-
     return f"'{rel}' is not a param of this layer{suggest(rel, list(known))}"
 
 
@@ -100,8 +100,6 @@ def prefetch_missing(backend: str) -> str:
 
 
 def uva_not_offloaded(rel: str, offloaded: Sequence[str]) -> str:
-    from schemas.errors import suggest
-
     return f"'{rel}' is not an offloaded param of this layer (uva lists offloaded params only){suggest(rel, list(offloaded))}"
 
 
@@ -130,6 +128,14 @@ def schedule_source(step: int, n: int, slots: int, spanning: int = 0) -> str:
     over = f", {spanning} of them spanning the slots" if spanning else ""
     return (f"the schedule of prefetch_step {step} over {n} offloaded layers in {slots} slot{'s' if slots != 1 else ''}"
             f"{over}")
+
+
+def once_shared(slot: int | None, others: int, spanning: bool) -> str:
+    if spanning:
+        return ("once: a layer spans the slots, so every slot's bytes are overwritten each forward: only a "
+                "slot's only user in a plan without spanning layers is copied once")
+    return (f"once: slot {slot} also holds {others} other offloaded layer{'s' if others != 1 else ''}, which "
+            "overwrite it: only a slot's only user (with no layer spanning the slots) is copied once")
 
 
 def pool_bytes_source(arena: bool) -> str:
@@ -225,7 +231,7 @@ def time_without_prefetch(name: str, found: float) -> str:
 
 def copy_time_source() -> str:
     return ("the plan's prefetched bytes at the profile's link rate (predictions.profile.h2d_gbps) plus one "
-            "copy call a param (copy_call_us)")
+            "copy call a param (copy_call_us), layers copied once (prefetch.once) left out")
 
 
 def wrong_bound(bound: str, largest: str) -> str:

@@ -13,12 +13,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.hardware import HardwareProfile
-from schemas.ints import Count, PositiveCount
-
-from schemas.reals import Milliseconds, Share
+from schemas.fields import Count, Milliseconds, PositiveCount, Share, StrictModel
+from schemas.hardware_profile import HardwareProfile
 from schemas.spec_names import PrintableName, PrintableText
-from schemas.strict import StrictModel
 from schemas.workload import MAX_TOKENS, Mode
 
 Bound = Literal["copy", "compute", "cpu"]

@@ -6,7 +6,8 @@ Per workload: the step is at least the copy stream's busy time (a forward ends w
 copy stream), the CPU's time, and the compute stream's busy time plus its stalls; the stall is 0
 without prefetched layers; ``bound`` names the largest of copy, compute and CPU. With the profile
 carried, the copy time is the plan's own: its prefetched bytes at the profile's link rate plus one
-copy call per param (the same at every token count). Across workloads: names once each, the weighted
+copy call per param (the same at every token count), leaving out layers copied once (``prefetch.once``).
+Across workloads: names once each, the weighted
 step is the weighted mean of the steps, and ``offloaded_layers`` counts the plan's offloaded layers.
 Figures are written rounded to 4 decimals, so comparisons allow that rounding.
 """
@@ -14,21 +15,19 @@ Figures are written rounded to 4 decimals, so comparisons allow that rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from schemas import plan_wording as say
-
-if TYPE_CHECKING:
-    from schemas.hardware import HardwareProfile
-    from schemas.plan import Plan
-    from schemas.prediction import Prediction, Predictions
+import schemas.plan_wording as say
+from schemas.hardware_profile import HardwareProfile
+from schemas.plan_content import PlanContent
+from schemas.prediction import Prediction, Predictions
 
 ROUNDING = 1e-4  # each figure is rounded to 4 decimals; a sum of three may be off by this much
 
 Finding = Callable[[tuple[Any, ...], str], None]
 
 
-def check_predictions(plan: Plan, offloaded_layers: int, found: Finding) -> None:
+def check_predictions(plan: PlanContent, offloaded_layers: int, found: Finding) -> None:
     """Call ``found(loc, text)`` for each contradiction in ``plan.predictions`` (nothing without predictions).
     ``offloaded_layers``: how many of the plan's layers have offloaded params."""
     preds = plan.predictions
@@ -53,11 +52,13 @@ def check_predictions(plan: Plan, offloaded_layers: int, found: Finding) -> None
     _check_totals(preds, offloaded_layers, found)
 
 
-def _copy_ms(plan: Plan, prefetched: list[int], hw: HardwareProfile) -> float:
+def _copy_ms(plan: PlanContent, prefetched: list[int], hw: HardwareProfile) -> float:
     """The copy stream's busy time of one forward: every prefetched param copied once (planner.cost.layer)."""
     total = 0.0
     for i in prefetched:
         layer = plan.layers[i]
+        if layer.prefetch is not None and layer.prefetch.once:
+            continue  # copied when the plan is applied, not in a forward
         rels = [rel for rel in layer.prefetched if rel in layer.params]  # an unknown one is a finding already
         copy_bytes = sum(layer.params[rel].bytes for rel in rels)
         total += copy_bytes / hw.h2d_gbps / 1e6 + len(rels) * hw.copy_call_us / 1e3

@@ -38,6 +38,18 @@ class Trigger:
         return self.slot is None
 
 
+def filled_once(triggers: Sequence[Trigger]) -> list[bool]:
+    """Per offloaded layer: whether it is its slot's only user with no layer spanning the slots, so that its
+    bytes, once copied, are never overwritten and need no copy again (vLLM's prefetch runtime skips the
+    refill of such a slot; a plan says which layers it treats so: ``Prefetch.once``)."""
+    if any(t.span for t in triggers):
+        return [False] * len(triggers)
+    users: dict[int | None, int] = {}
+    for t in triggers:
+        users[t.slot] = users.get(t.slot, 0) + 1
+    return [users[t.slot] == 1 for t in triggers]
+
+
 def num_slots(num_offloaded: int, step: int) -> int:
     """Slot ids for ``num_offloaded`` layers (spanning layers not counted) at prefetch step ``step``:
     the step is the number of slots."""

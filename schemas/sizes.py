@@ -18,6 +18,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import PlainValidator, TypeAdapter, WithJsonSchema
 
+from schemas.errors import suggest
+
 MAX_BYTES = 2**63 - 1  # the largest int64: the most bytes a size, a tensor or a plan may count
 
 UNITS: dict[str, int] = {
@@ -51,12 +53,8 @@ def _expected(value: Any, why: str = "") -> ValueError:
 def _unit(name: str, value: str) -> int:
     mult = UNITS.get(name.lower())
     if mult is None:
-        import difflib
-
-        close = difflib.get_close_matches(name, _UNIT_NAMES, n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise ValueError(f"unknown size unit {name!r} in {_shown(value)}; expected one of "
-                         f"{', '.join(_UNIT_NAMES)}{hint}")
+        raise ValueError(f"unknown size unit {name!r} in {_shown(value)}{suggest(name, _UNIT_NAMES, cutoff=0.5)}; "
+                         f"expected one of {', '.join(_UNIT_NAMES)}")
     return mult
 
 

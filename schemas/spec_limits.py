@@ -10,12 +10,9 @@ params, without expanding. docs/DESIGN.md, "Limits", lists them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from schemas.sizes import format_bytes
-
-if TYPE_CHECKING:
-    from schemas.spec import LayerSpec, Tensor
+from schemas.spec_layers import LayerSpec, Tensor
 
 MAX_LAYERS = 100_000  # layers after expansion
 MAX_PARAMS = 2_000_000  # params, buffers and tied names after expansion
@@ -58,12 +55,16 @@ def _amount(n: int) -> str:
 def check_bytes(layers: Sequence[LayerSpec], tensors: Sequence[Sequence[Tensor]]) -> None:
     """Refuse a tensor, or a model, of more than MAX_MODEL_BYTES (ValueError naming the entry)."""
     per_entry = []
+    sums: dict[int, int] = {}  # id(entry) -> its bytes: entries listing the same params share one tuple
     for pos, (spec, entry) in enumerate(zip(layers, tensors)):
-        for t in entry:
-            if t.nbytes > MAX_MODEL_BYTES:
-                raise ValueError(f"layers[{pos}] {spec.name!r}: param {t.name!r} takes {_amount(t.nbytes)} "
-                                 f"({t.dtype}), more than the {MAX_BYTES_TEXT} a tensor may take")
-        per_entry.append(_times(spec) * sum(t.nbytes for t in entry))
+        total = sums.get(id(entry))
+        if total is None:
+            for t in entry:
+                if t.nbytes > MAX_MODEL_BYTES:
+                    raise ValueError(f"layers[{pos}] {spec.name!r}: param {t.name!r} takes {_amount(t.nbytes)} "
+                                     f"({t.dtype}), more than the {MAX_BYTES_TEXT} a tensor may take")
+            total = sums[id(entry)] = sum(t.nbytes for t in entry)
+        per_entry.append(_times(spec) * total)
     total = sum(per_entry)
     if total > MAX_MODEL_BYTES:
         pos = max(range(len(layers)), key=per_entry.__getitem__)

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from schemas.spec import Layer, Tensor
+from schemas.spec_layers import Layer, Tensor
 
 
 def _entry(layer: str, rel: str, tied: bool) -> str:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from schemas.ints import PositiveCount
-from schemas.reals import Milliseconds, TokensPerSecond
+from schemas.fields import Milliseconds, PositiveCount, StrictModel, TokensPerSecond
 from schemas.spec_names import PrintableName
-from schemas.strict import StrictModel
 
 
 class BatchOption(StrictModel):

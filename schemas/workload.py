@@ -34,12 +34,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, PlainValidator, PrivateAttr, RootModel, ValidationError, WithJsonSchema, field_validator, model_validator
+from pydantic import Field, PlainValidator, RootModel, ValidationError, WithJsonSchema, field_validator, model_validator
 
 from schemas.errors import LocatedValueError
-from schemas.ints import PositiveCount
-from schemas.reals import SHARE, Share
-from schemas.strict import StrictModel
+from schemas.fields import SHARE, PositiveCount, Share, StrictModel
 
 # token counts a bare name stands for
 DEFAULT_TOKENS: dict[str, int] = {"decode": 1, "prefill": 2048}
@@ -119,10 +117,7 @@ class WorkloadItem(StrictModel):
 
 
 class Workload(RootModel[dict[str, WorkloadItem]]):
-    """Named forwards; the plan predicts a step time for each. ``kv_read``: the bytes of KV cache a forward
-    reads, which the planner works out from the model (``with_kv_read``; not part of the file)."""
-
-    _kv_read: dict[str, int] = PrivateAttr(default_factory=dict)
+    """Named forwards; the plan predicts a step time for each."""
 
     @field_validator("root")
     @classmethod
@@ -154,15 +149,6 @@ class Workload(RootModel[dict[str, WorkloadItem]]):
         items = dict(self.root)
         items[name] = items[name].model_copy(update={"batch": batch, "tokens": batch})
         return Workload(items)
-
-    def kv_read(self, name: str) -> int:
-        return self._kv_read.get(name, 0)
-
-    def with_kv_read(self, reads: dict[str, int]) -> Workload:
-        """This workload, each forward reading ``reads[name]`` bytes of KV cache (planner.memory's figure)."""
-        out = Workload(dict(self.root))
-        out._kv_read = dict(reads)
-        return out
 
     def with_context(self, context: int) -> Workload:
         """Every forward without a context given ``context`` (``--context``), checked as in a file."""

@@ -9,7 +9,8 @@ Strings are plain when that reads back as the same string, else quoted by PyYAML
 whether or not PyYAML has libyaml) and ``yaml.safe_load`` reads it back to equal data.
 
 Why not ``yaml.dump``: for a plan of 20,000 params PyYAML's representer and emitter take
-seconds (libyaml's emitter still over 1 s); this takes a few hundredths.
+seconds (libyaml's emitter still over 1 s); this takes a few hundredths. A collection object that the data
+holds more than once (``schemas.io.plan_data`` gives a plan's repeated params one dict) is laid out once.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class _Writer:
     def __init__(self, width: int) -> None:
         self.width = width
         self.strings: dict[tuple[str, bool], str] = {}
+        self.flows: dict[int, str | None] = {}  # id(collection) -> its flow text: an object met again is not re-read
 
     def scalar(self, value: Any, flow: bool) -> str:
         """``flow``: the scalar sits inside a flow collection or is a key."""
@@ -109,7 +111,10 @@ class _Writer:
             return "{}" if isinstance(value, dict) else "[]"
         if depth < FLOW_DEPTH:
             return None
-        text = self.flow(value, 0)
+        try:
+            text = self.flows[id(value)]
+        except KeyError:
+            text = self.flows[id(value)] = self.flow(value, 0)
         if text is None or used + len(text) > self.width:
             return None
         return text

@@ -11,11 +11,11 @@ from cli_samples import invoke
 from typer.main import get_command
 
 from planner.cli.app import app
-from planner.review.plan_invoke import _exceptions
+from planner.cli.strict import usage_exceptions
 
 ROOT = get_command(app)
 COMMANDS = sorted(ROOT.commands.items())  # type: ignore[attr-defined]
-_, USAGE_ERROR = _exceptions()
+_, USAGE_ERROR = usage_exceptions()
 
 
 CANDIDATES = ("1", "x", "yaml", "text", "auto", "vllm", "spec", "graph", "throughput")  # one of them suits each option's type

@@ -8,16 +8,19 @@ import pytest
 
 from planner.cost.layer import LayerWork, layer_work, touched_experts
 from planner.cost.timeline import Copy, simulate
-from schemas.hardware import HardwareProfile, UvaPoint, load_hardware
-from schemas.plan import PlanLayer, PlanParam
-from schemas.spec import MoeSpec
+from schemas.hardware import load_hardware
+from schemas.hardware_profile import HardwareProfile, UvaPoint
+from schemas.plan_content import PlanLayer, PlanParam
+from schemas.spec_layers import MoeSpec
 
-# 1 GB/s copies (1 MB = 1 ms), 0.5 GB/s UVA, 1000 GB/s GPU memory, 1 TFLOP/s
+# 1 GB/s copies (1 MB = 1 ms), 0.5 GB/s UVA, 1000 GB/s GPU memory, 1 TFLOP/s; no elementwise work (the
+# block's work besides its matrices is tested in test_block_compute.py)
 HW = HardwareProfile(
     name="toy", source="test", h2d_gbps=1.0, uva_gbps=0.5, gpu_mem_gbps=1000.0, matmul_tflops=1.0,
     uva_passes=[UvaPoint(tokens=1, passes=1.0), UvaPoint(tokens=16, passes=1.0), UvaPoint(tokens=256, passes=2.0),
                 UvaPoint(tokens=4096, passes=16.0)],
-    launch_us=1.0, block_cpu_us=100.0, moe_block_cpu_us=50.0, expert_cpu_us=10.0, copy_call_us=0.0, moe_sync=True)
+    launch_us=1.0, block_cpu_us=100.0, moe_block_cpu_us=50.0, expert_cpu_us=10.0, copy_call_us=0.0, moe_sync=True,
+    elementwise_bytes=0.0)
 
 
 def w(gpu: float, copy: float = 0.0, cpu: float = 0.0) -> LayerWork:
@@ -189,7 +192,7 @@ def test_describe_reads_experts_and_top_k_from_moe_routers():
 def test_the_spec_workload_and_hardware_set_the_predictions(tmp_path):
     import planner
     from cli_samples import TINY_SPEC, invoke
-    from schemas import load_spec
+    from schemas.io import load_spec
 
     f = tmp_path / "spec.yaml"
     f.write_text(TINY_SPEC.replace("offload:", "workload: {decode: {tokens: 1}, prefill: {tokens: 512, weight: 0.25}}\n"

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 import planner
-from planner.review.diff import BYTE_FIELDS, GPU, MEMORY_FIELDS, PREFETCH, UVA, diff_plans, render_diff
-from planner.review.diff_render import SCHEDULE_SHOWN
+from planner.review.diff import BYTE_FIELDS, GPU, MEMORY_FIELDS, PREFETCH, UVA, diff_plans
+from planner.review.diff_render import SCHEDULE_SHOWN, render_diff
 from schemas import load_spec
 from schemas.io import dump_model
 

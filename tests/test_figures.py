@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 import planner
 from planner.errors import PlanningError
 from schemas.errors import InputError
-from schemas.hardware import HardwareProfile, load_hardware
+from schemas.hardware import load_hardware
+from schemas.hardware_profile import HardwareProfile
 from schemas.io import load_model, parse_text
-from schemas.reals import GBPS, GIB, MICROSECONDS, MILLISECONDS, PASSES, SHARE, TFLOPS, Quantity
+from schemas.fields import GBPS, GIB, MICROSECONDS, MILLISECONDS, PASSES, Quantity, SHARE, TFLOPS
 
 FIGURES = ("h2d_gbps", "uva_gbps", "gpu_mem_gbps", "matmul_tflops", "launch_us", "block_cpu_us",
            "moe_block_cpu_us", "expert_cpu_us", "copy_call_us", "uva_expert_call_ms")

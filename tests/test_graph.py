@@ -12,12 +12,12 @@ def _graph(names, tied=None):
     return build_graph(spec.model.expanded())
 
 
-def test_nodes_in_execution_order_with_next_edges(llama8b):
+def test_layers_in_execution_order(llama8b):
     g = build_graph(llama8b.model.expanded())
-    names = list(g.nodes)
+    names = g.names
     assert names[0] == "model.embed_tokens" and names[-1] == "lm_head" and len(names) == 35
-    assert [(u, v) for u, v, d in g.edges(data=True) if d["kind"] == "next"] == list(zip(names, names[1:]))
-    assert g.nodes["model.layers.0"]["bytes"] == 436224000
+    assert [layer.name for layer in llama8b.model.expanded()] == names
+    assert g.layers[names.index("model.layers.0")].nbytes == 436224000
     assert [layer.name for layer in layers_in_order(g)] == names
 
 
@@ -32,19 +32,16 @@ def test_block_stack_is_longest_consecutive_run(llama8b):
     assert find_block_stack(_graph(["a.3"])) == ["a.3"]
 
 
-def test_tied_params_are_edges_to_the_owner():
-    g = _graph(["emb", "blk.0", "blk.1", "head"], tied={3: {"t": "emb.w"}, 1: {"u": "blk.1.w"}})
-    assert g.edges["head", "emb"]["kind"] == "tied"
-    assert g.edges["head", "emb"]["tied"] == [("t", "emb.w")]
-    # owner right after the tied layer: the next edge carries the tie
-    assert g.edges["blk.0", "blk.1"]["kind"] == "next" and g.edges["blk.0", "blk.1"]["tied"] == [("u", "blk.1.w")]
-    assert sorted((u, v) for u, v, _ in tied_edges(g)) == [("blk.0", "blk.1"), ("head", "emb")]
+def test_tied_params_join_a_layer_to_its_owner():
+    g = _graph(["emb", "blk.0", "blk.1", "head"], tied={3: {"t": "emb.w", "s": "blk.1.w"}, 1: {"u": "blk.1.w"}})
+    assert tied_edges(g) == [("blk.0", "blk.1", [("u", "blk.1.w")]),  # in execution order of the tied layer
+                             ("head", "emb", [("t", "emb.w")]), ("head", "blk.1", [("s", "blk.1.w")])]
     assert tied_owners(g) == {"emb": {"w"}, "blk.1": {"w"}}
-    assert g.nodes["head"]["bytes"] == 16  # its own w only; the tied t is counted at emb
+    assert g.layers[3].nbytes == 16  # its own w only; the tied t and s are counted at their owners
 
 
 def test_graph_build_scales_linearly():
     spec = make_spec([{f"p{k}": [4, 4] for k in range(20)} for _ in range(300)])
     g = build_graph(spec.model.expanded())
-    assert g.number_of_nodes() == 302 and g.number_of_edges() == 301
+    assert len(g.layers) == 302 and g.ties == {}
     assert len(find_block_stack(g)) == 300

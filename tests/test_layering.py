@@ -1,11 +1,15 @@
 """The rooms stay stacked: schemas <- runtime <- planner. Read from the source with ``ast``:
 no module of planner/ or schemas/ imports torch, transformers or runtime at module level, and
-planner/ imports runtime only lazily, in the commands that need a built model or a GPU."""
+planner/ imports runtime only lazily, in the commands that need a built model or a GPU. And no two
+modules import each other, directly or around a circle, counting every import (module level, inside
+functions, under ``if TYPE_CHECKING``)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import networkx as nx
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers", "runtime")
@@ -78,3 +82,62 @@ def test_the_checker_finds_what_it_looks_for() -> None:
                      "def f():\n    from runtime import describe\n")
     assert [name for _, name in module_level_imports(tree)] == ["os", "torch"]
     assert function_imports(tree) == [("f", 7, "runtime")]
+
+
+ROOMS = ("schemas", "planner", "runtime")
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(files: dict[str, str]) -> nx.DiGraph:
+    """Module -> the modules it imports, from ``files`` (module name -> source), every import counted.
+    ``from pkg import name`` reads the package ``pkg`` (its ``__init__``), and the module ``pkg.name`` too when
+    there is one; ``import a.b`` is the module ``a.b``. A module that imports ``importlib`` also imports
+    every module its string constants name (a package's table of names loaded on first use)."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(files)
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for module, text in files.items():
+        tree = ast.parse(text)
+        targets: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.append(node.module)
+                targets += [f"{node.module}.{alias.name}" for alias in node.names
+                            if f"{node.module}.{alias.name}" in files]
+        if "importlib" in targets:
+            targets += [node.value for node in ast.walk(tree)
+                        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in files]
+        for target in filter(None, map(known, targets)):
+            if target != module:
+                graph.add_edge(module, target)
+    return graph
+
+
+def test_no_import_circles_among_schemas_planner_and_runtime() -> None:
+    files = {module_name(path, ROOT): path.read_text() for room in ROOMS for path in sources(room)}
+    circles = sorted((" -> ".join(c) for c in nx.simple_cycles(import_graph(files))), key=len)
+    assert circles == []
+
+
+def test_the_circle_finder_sees_every_kind_of_import() -> None:
+    files = {
+        "pkg": "from pkg.a import f\n",
+        "pkg.a": "from pkg import b\ndef f():\n    pass\n",  # reads the package, which imports pkg.a
+        "pkg.b": "def g():\n    from pkg.c import h\n",  # inside a function
+        "pkg.c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import g\n",
+        "pkg.d": "import importlib\nWHERE = {'x': 'pkg.e'}\n",
+        "pkg.e": "import pkg.d\n",
+    }
+    circles = {frozenset(c) for c in nx.simple_cycles(import_graph(files))}
+    assert circles == {frozenset({"pkg", "pkg.a"}), frozenset({"pkg.b", "pkg.c"}), frozenset({"pkg.d", "pkg.e"})}

@@ -304,10 +304,10 @@ def test_auto_costs_the_cache_read_as_the_plans_prediction_does():
     index = {layer.name: layer.index for layer in layers}
     where = {index[lay.name]: {p: "uva" if p in lay.uva else "prefetch" for p in lay.offloaded}
              for lay in plan.layers if lay.offloaded}
-    read = workload.with_kv_read({"decode": plan.memory.kv_cache_bytes})
-    fast = PlacementCost(layers, H200, read).step_ms(where, plan.summary.prefetch_step or 1)
+    fast = PlacementCost(layers, H200, workload).step_ms(where, plan.summary.prefetch_step or 1)
     assert fast == pytest.approx(plan.predictions.weighted_step_ms, abs=1e-3)
-    assert PlacementCost(layers, H200, workload).step_ms(where, plan.summary.prefetch_step or 1) < fast
+    short = Workload({"decode": WorkloadItem(batch=32, context=1, mode="graph")})
+    assert PlacementCost(layers, H200, short).step_ms(where, plan.summary.prefetch_step or 1) < fast
 
 
 def test_predicting_again_keeps_the_forwards_context():

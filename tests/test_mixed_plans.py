@@ -14,7 +14,8 @@ from cli_samples import invoke
 from corpus.plans import SPEC_TEXT
 from planner.assemble import assemble
 from planner.assemble import Assignment
-from planner.review.diff import diff_plans, render_diff
+from planner.review.diff import diff_plans
+from planner.review.diff_render import render_diff
 from planner.errors import PlanningError
 from planner.cost.layer import layer_work
 from schemas import SpecFile, load_spec

@@ -196,10 +196,10 @@ def test_plan_is_deterministic_across_processes(tmp_path):
                                                                           prefetch_step=None), "yaml")
 
 
-def test_planning_never_imports_torch_or_networkx_at_import():
-    code = ("import sys, planner; assert 'networkx' not in sys.modules; import schemas; "
+def test_planning_never_imports_torch_or_networkx():
+    code = ("import sys, planner; import schemas; "
             "planner.plan(schemas.load_spec(sys.argv[1])); "
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; assert not bad, bad")
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'networkx')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code, str(EXAMPLES / "llama-3-8b.yaml")], check=True,
                    env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert not any("import torch" in p.read_text() for p in (ROOT / "planner").glob("*.py")

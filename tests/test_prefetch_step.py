@@ -11,7 +11,7 @@ from conftest import make_spec, weights_only
 import planner
 from planner.errors import InfeasibleError
 from schemas import SpecFile, dump_model, load_plan, load_spec
-from schemas.plan import PLAN_VERSION
+from schemas.plan_content import PLAN_VERSION
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BLOCK = {"attn.w": [16, 16], "mlp.w1": [32, 16], "mlp.w2": [16, 32]}

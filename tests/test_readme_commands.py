@@ -19,7 +19,7 @@ NEEDS_MORE = ("my-gpu.yaml", "stats.json", "calibrate", "--from-safetensors", "-
               "--to vllm --format json")  # the text export's work again (seconds), in another format
 # what the README quotes from a command's output, outside the command's own comment
 QUOTED = {
-    "planner diff vllm.plan.yaml auto.plan.yaml": "predicted step, decode (1 token) on h200: 71.498 ms -> 33.169 ms",
+    "planner diff vllm.plan.yaml auto.plan.yaml": "predicted step, decode (1 token) on h200: 71.500 ms -> 33.170 ms",
     "planner export vllm.plan.yaml --to vllm": "--offload-group-size 8 --offload-num-in-group 2 --offload-prefetch-step 1",
     "--tp 2 --gpu-budget 40GB -o mixtral-tp2/": "rank0.plan.yaml, rank1.plan.yaml",
     "--strategy group --group-size 4 --num-in-group 1": "strategy: group",

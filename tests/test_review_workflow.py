@@ -303,3 +303,37 @@ def test_plan_diff_script_compares_a_rank_set_rank_by_rank(repo: Path, env: dict
     assert "rank 0" in done.stdout and "rank 1" in done.stdout
     assert f"Unchanged: `{PLAN}`" in done.stdout
     assert _run(["git", "status", "--porcelain"], repo, env).stdout == ""
+
+
+def test_each_line_is_checked_as_plan_check_says_without_running_the_command(tmp_path: Path, env: dict[str, str],
+                                                                              monkeypatch) -> None:
+    """check-plans calls the planner's functions (planner/cli/plan_command.py) for each line: the same verdict,
+    diff, error and exit code as `planner plan ... --check PLAN`, with the plan command itself never run."""
+    from cli_samples import invoke
+    from typer.main import get_command
+
+    from planner.cli.app import app
+
+    folder = _manifest_dir(tmp_path, "planner plan spec.yaml -o ok.plan.yaml\n"
+                                     "planner plan spec.yaml --gpu-budget 6KB --backend prefetch -o tight.plan.yaml\n")
+    (folder / "other.yaml").write_text(SMALLER)
+    assert _run(["sh", "-e", "planner-plans.sh"], folder, env).returncode == 0
+    (folder / "spec.yaml").write_text(SPEC.replace("[100, 8]", "[400, 8]"))  # line 1 out of date, line 2 infeasible
+    direct = [invoke("plan", f"{folder}/spec.yaml", *options, "--check", f"{folder}/{plan}")
+              for options, plan in (((), "ok.plan.yaml"), (("--gpu-budget", "6KB", "--backend", "prefetch"),
+                                                           "tight.plan.yaml"))]
+    command_class = type(get_command(app).get_command(None, "plan"))  # type: ignore[union-attr]
+    run_command = command_class.invoke
+
+    def refuse_plan(command, ctx):
+        assert command.name != "plan", "the plan command was run"
+        return run_command(command, ctx)
+
+    monkeypatch.setattr(command_class, "invoke", refuse_plan)
+    done = invoke("check-plans", "--manifest", f"{folder}/planner-plans.sh")
+    assert [d.exit_code for d in direct] == [1, 1] and done.exit_code == 1
+    assert done.stdout.startswith(direct[0].stdout + "\n" + direct[1].stdout)  # the verdicts, as plan --check prints
+    assert "1 out of date, 1 failed" in done.stdout
+    assert done.stderr == direct[1].stderr + f"hint: {folder}/planner-plans.sh line 2: planner plan " \
+                                             f"{folder}/spec.yaml --gpu-budget 6KB --backend prefetch -o " \
+                                             f"{folder}/tight.plan.yaml\n"

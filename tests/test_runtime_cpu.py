@@ -459,3 +459,37 @@ def test_ties_between_distinct_parameter_objects():
         assert torch.equal(net(ids), want)
     assert_restored(net, snap)
     assert net.embed.weight.data_ptr() == net.head.weight.data_ptr()
+
+
+def test_apply_finds_each_name_of_the_plan_once_and_each_slot_buffer_once(model, spec, monkeypatch):
+    """One check resolves every param and tied name into one record (runtime/check.py); nothing after it looks
+    a name up again, and the prefetch offloader looks each prefetched param's slot buffer up once."""
+    from collections import Counter
+
+    import runtime.check as check_mod
+    import runtime.tensors as tensors_mod
+    from runtime.buffer_pool import BufferPool
+
+    plan = group_plan(spec, 3, 1, 2)
+    found: Counter = Counter()
+    buffers: Counter = Counter()
+    real_find, real_buffer = check_mod.resolve_in, BufferPool.buffer
+
+    def counting_find(module, layer, rel):
+        found[(layer, rel)] += 1
+        return real_find(module, layer, rel)
+
+    def counting_buffer(pool, rel, p, slot):
+        buffers[rel] += 1
+        return real_buffer(pool, rel, p, slot)
+
+    monkeypatch.setattr(check_mod, "resolve_in", counting_find)
+    monkeypatch.setattr(tensors_mod, "resolve", lambda *a: pytest.fail("a name looked up again"))
+    monkeypatch.setattr(BufferPool, "buffer", counting_buffer)
+    want = model(IDS)
+    with runtime.apply(plan, model, device="cpu"):
+        assert torch.equal(model(IDS), want)
+    names = Counter((layer.name, rel) for layer in plan.layers for rel in {*layer.params, *layer.tied})
+    assert found == names
+    prefetched = Counter(rel for layer in plan.layers if layer.prefetch for rel in layer.prefetched)
+    assert prefetched and buffers == prefetched

@@ -88,7 +88,7 @@ def test_uva_params_read_host_memory_and_the_others_their_slot(model, spec):
     plan = hand_plans(spec)[0]
     with runtime.apply(plan, model, device="cpu") as h:
         pool = h.offloader.pool
-        host = {id(o.ref.get()): o.host for o in h.offloader.offloaded}
+        host = {id(o.ref.tensor): o.host for o in h.offloader.offloaded}
         for layer in plan.layers:
             for rel in layer.uva:
                 p = model.get_parameter(f"{layer.name}.{rel}")
@@ -101,17 +101,17 @@ def test_uva_params_read_host_memory_and_the_others_their_slot(model, spec):
 
 
 def test_failure_while_pointing_at_uva_rolls_back(model, spec, monkeypatch):
-    from runtime import mixed
+    from runtime import prefetch  # the mixed offloader's module
 
     plan = mixed_plans(spec)[0]
     snap = snapshot(model)
-    real = mixed.read_in_place
+    real = prefetch.read_in_place
 
     def half_then_fail(offloader, pairs):
         real(offloader, pairs[: len(pairs) // 2])
         raise RuntimeError("UVA view failed")
 
-    monkeypatch.setattr(mixed, "read_in_place", half_then_fail)
+    monkeypatch.setattr(prefetch, "read_in_place", half_then_fail)
     with pytest.raises(RuntimeError, match="UVA view failed"):
         runtime.apply(plan, model, device="cpu")
     assert_restored(model, snap)

@@ -32,6 +32,7 @@ from runtime.teardown import RemoveError  # noqa: E402
 from schemas import Plan  # noqa: E402
 
 apply_mod = importlib.import_module("runtime.apply")  # the package exports the function under that name
+check_mod = importlib.import_module("runtime.check")
 
 CFG = LlamaConfig(vocab=64, dim=32, layers=5, heads=4, kv_heads=2, hidden=48)
 IDS = torch.randint(0, 60, (2, 5), generator=torch.Generator().manual_seed(2))
@@ -214,8 +215,8 @@ def test_a_duplicate_plan_that_slips_past_the_checks_still_removes_cleanly(model
     i = next(i for i, layer in enumerate(plan.layers) if layer.offloaded)
     twice = plan.layers[i].model_construct(**{**dict(plan.layers[i]), "offloaded": plan.layers[i].offloaded * 2})
     bad = Plan.model_construct(**{**dict(plan), "layers": [*plan.layers[:i], twice, *plan.layers[i + 1:]]})
-    monkeypatch.setattr(apply_mod, "naming_problems", lambda plan, model: [])
-    monkeypatch.setattr(apply_mod, "plan_problems", lambda plan: [])
+    monkeypatch.setattr(check_mod, "naming_problems", lambda plan, refs: [])
+    monkeypatch.setattr(check_mod, "plan_problems", lambda plan: [])
     want, snap = out(model), snapshot(model)
     h = runtime.apply(bad, model, device="cpu")
     assert torch.equal(out(model), want)

@@ -117,7 +117,7 @@ def test_other_types_are_refused(value: object) -> None:
     pytest.param(10**5000, "a 16610-bit number", id="int-of-5000-digits"),
     ("9" * 5000, "too long to be a size"),
     ("12 GX", "unknown size unit 'GX'"),
-    ("12 GX", "did you mean GB?"),
+    ("12 GX", "(did you mean 'GB'?)"),
     ("\u0661\u0662GB", "(got '\u0661\u0662GB')"),  # Arabic-Indic digits are not digits here
     ("12\u00a0GB", "(got '12\\xa0GB')"),
     ("12  GB", "(got '12  GB')"),

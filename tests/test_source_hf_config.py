@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from cli_samples import invoke
 
-from runtime.hf_config_check import Known, config_problems, did_you_mean, estimated_params, size_problems
+from runtime.hf_config_check import Known, config_problems, estimated_params, size_problems
+from schemas.errors import suggest
 from schemas.io import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,14 +49,14 @@ def test_every_problem_is_reported_at_once_with_file_and_field() -> None:
     got = messages(small(hidden_size="abc", num_attention_heads=0, vocab_size=-3, torch_dtype="float3",
                          hidden_act="sillu", model_type="lamma"))
     assert got == [
-        "cfg.json: model_type 'lamma' is not known to the installed transformers 9.9; did you mean one of "
-        "'llama', 'mllama', 'llama4'?",
+        "cfg.json: model_type 'lamma' is not known to the installed transformers 9.9 (did you mean one of "
+        "'llama', 'mllama', 'llama4'?)",
         "cfg.json: hidden_size: expected a positive whole number, got 'abc'",
         "cfg.json: num_attention_heads: expected a positive whole number, got 0",
         "cfg.json: vocab_size: expected a positive whole number, got -3",
-        "cfg.json: torch_dtype: 'float3' is not a dtype a model is built in; did you mean 'float32'? "
+        "cfg.json: torch_dtype: 'float3' is not a dtype a model is built in (did you mean 'float32'?) "
         "(expected one of float16, bfloat16, float32, float64)",
-        "cfg.json: hidden_act: activation 'sillu' is not known to transformers 9.9; did you mean 'silu'?",
+        "cfg.json: hidden_act: activation 'sillu' is not known to transformers 9.9 (did you mean 'silu'?)",
     ]
 
 
@@ -77,21 +78,21 @@ def test_rope_checks_nested_per_attention_type() -> None:
     assert messages(small(rope_parameters={"full_attention": {"rope_type": "default"},
                                            "sliding_attention": {"rope_type": "linar", "factor": 2.0}})) == [
         "cfg.json: rope_parameters.sliding_attention.rope_type: RoPE type 'linar' is not known to "
-        "transformers 9.9; did you mean 'linear'? (known: default, linear, llama3)"]
+        "transformers 9.9 (did you mean 'linear'?) (known: default, linear, llama3)"]
 
 
 def test_sub_configs_are_checked_with_their_path() -> None:
     got = messages(small(text_config={"num_hidden_layers": 0, "vision_config": {"hidden_act": "gelu_x"}}))
     assert got == ["cfg.json: text_config.num_hidden_layers: expected a positive whole number, got 0",
                    "cfg.json: text_config.vision_config.hidden_act: activation 'gelu_x' is not known to "
-                   "transformers 9.9; did you mean one of 'gelu', 'relu'?"]
+                   "transformers 9.9 (did you mean one of 'gelu', 'relu'?)"]
 
 
 def test_suggestions_are_a_short_list_never_the_whole_list() -> None:
     names = [f"model{i}" for i in range(300)]
-    hint = did_you_mean("model1x", names)
-    assert hint.startswith("; did you mean one of ") and hint.count("'") == 6
-    assert did_you_mean("zzzzzz", names) == ""
+    hint = suggest("model1x", names, n=3)
+    assert hint.startswith(" (did you mean one of ") and hint.count("'") == 6
+    assert suggest("zzzzzz", names, n=3) == ""
     message = messages(small(model_type="qqqqqq"))[0]
     assert "model1" not in message and "a newer transformers may have it" in message
 

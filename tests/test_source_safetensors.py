@@ -384,7 +384,8 @@ def test_yaml_output_is_compact(tmp_path: Path) -> None:
     data = yaml.safe_load(result.stdout)
     assert data == {"model": {"name": "tiny", "dtype": "bfloat16", "layers": [
         {"name": "model.layers.{i}", "repeat": 2,
-         "params": {"s": {"shape": [2], "dtype": "float32"}, "w": [2, 3]}}]}}
+         "params": {"s": {"shape": [2], "dtype": "float32"}, "w": [2, 3]}}],
+        "param_order": "name"}}  # a header keeps the names, not the module's registration order
     as_json = invoke("spec", "--from-safetensors", str(f), "--name", "tiny", "--format", "json")
     assert json.loads(as_json.stdout) == data
 

@@ -1,5 +1,5 @@
 """Loading a spec fast gives what the plain reading of it says (schemas/spec_cache.py, spec_names.py,
-gc_paused.py, the expansion in schemas/spec.py): each distinct param validated once, never confused
+schemas/io.py's gc_paused, the expansion in schemas/spec.py): each distinct param validated once, never confused
 with input that only looks alike, and errors the same however warm the memo is."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from schemas import spec_cache, spec_names
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.io import load_spec
-from schemas.spec import _VALID_PARAMS, ParamSpec, SpecFile, Tensor
+from schemas.spec import SpecFile
+from schemas.spec_layers import ParamSpec, Tensor, _VALID_PARAMS
 from schemas.yaml_lines import load_data, load_with_lines
 from schemas.yaml_write import dump_yaml
 

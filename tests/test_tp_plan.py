@@ -264,7 +264,8 @@ def test_spec_without_parallel_keeps_its_hash() -> None:
 def test_diff_names_a_changed_shard_and_another_rank() -> None:
     """Two rank plans of one set differ only in rank (a model change, said first); a param split another
     way is a param change with its name and both values, not only a shape change."""
-    from planner.review.diff import diff_plans, render_diff
+    from planner.review.diff import diff_plans
+    from planner.review.diff_render import render_diff
 
     spec = load_spec(SPECS["llama-3-8b"][0])
     plans = planner.plan_ranks(spec, 2, gpu_budget=8 * 10**9)

@@ -24,7 +24,8 @@ from cli_samples import invoke
 from conftest import EXAMPLES
 
 import planner
-from planner.vllm.export import export, gib_text, segments_for
+from planner.vllm.export import export, segments_for
+from planner.vllm.flags import gib_text
 from planner.vllm.flags import parse_vllm_flags
 from planner.vllm.plan import from_vllm
 from schemas import load_spec

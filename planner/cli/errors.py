@@ -1,7 +1,7 @@
 """How a `planner` command ends on an exception: lines on stderr and an exit code.
 
 A ``PlannerError`` (bad input, infeasible budget, ...) ends with its message and its own
-``exit_code``; pydantic's ValidationError and an OSError (with the path) are bad input; a
+``exit_code``; an ``InternalError`` is a bug; pydantic's ValidationError and an OSError (with the path) are bad input; a
 closed stdout ends quietly; anything else is a bug: one line naming it as such (the
 traceback with ``--debug`` or PLANNER_DEBUG=1) and the internal-error code.
 Imported only when a command fails, so it may import the schemas.
@@ -20,71 +20,79 @@ from planner.cli import exit_codes
 ONE_MB = 10**6  # a budget below this was most likely meant with a unit
 
 
-def say(message: str, hints: Iterable[str] = ()) -> None:
-    for line in str(message).splitlines() or [""]:
-        print(f"error: {line}", file=sys.stderr)
-    for hint in hints:
-        print(f"hint: {hint}", file=sys.stderr)
-    sys.stderr.flush()
+class InternalError(Exception):
+    """A failure that is the planner's own, not the input's (a plan it made is not valid): reported as a
+    bug in ``cause``."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def report(exc: BaseException, debug: bool = False) -> int:
     """Say on stderr why the command failed; the exit code it ends with."""
-    try:
-        return _report(exc, debug)
-    except BrokenPipeError:  # stderr is closed as well: nothing more can be said
-        return exit_codes.BROKEN_PIPE
-
-
-def _report(exc: BaseException, debug: bool) -> int:
     if isinstance(exc, BrokenPipeError):
         silence_stdout()
         return exit_codes.BROKEN_PIPE
+    text, code = explain(exc, debug)
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except BrokenPipeError:  # stderr is closed as well: nothing more can be said
+        return exit_codes.BROKEN_PIPE
+    return code
+
+
+def explain(exc: BaseException, debug: bool = False) -> tuple[str, int]:
+    """What a command that failed with ``exc`` says on stderr (``error:`` and ``hint:`` lines), and the exit
+    code it ends with."""
     import yaml
     from pydantic import ValidationError
 
     from planner.errors import InfeasibleError
     from schemas.errors import PlannerError, problems_from_validation
 
+    if isinstance(exc, InternalError):
+        return _bug(exc.cause, debug)
     if isinstance(exc, InfeasibleError):
-        return report_infeasible(exc)
+        return _infeasible(exc)
     if isinstance(exc, PlannerError):
-        say(exc.message)
-        return exc.exit_code
+        return lines(exc.message), exc.exit_code
     if isinstance(exc, ValidationError):
-        say("\n".join(map(str, problems_from_validation(exc))))
-        return exit_codes.BAD_INPUT
+        return lines("\n".join(map(str, problems_from_validation(exc)))), exit_codes.BAD_INPUT
     if isinstance(exc, yaml.YAMLError):
-        say(f"malformed YAML: {exc}")
-        return exit_codes.BAD_INPUT
+        return lines(f"malformed YAML: {exc}"), exit_codes.BAD_INPUT
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
-        say(f"{where}{exc.strerror or exc}")
-        return exit_codes.BAD_INPUT
-    return report_bug(exc, debug)
+        return lines(f"{where}{exc.strerror or exc}"), exit_codes.BAD_INPUT
+    return _bug(exc, debug)
 
 
-def report_bug(exc: BaseException, debug: bool) -> int:
-    if debug:
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+def lines(message: str, hints: Iterable[str] = ()) -> str:
+    """``error:`` before each line of ``message``, then a ``hint:`` line each."""
+    said = [f"error: {line}" for line in str(message).splitlines() or [""]]
+    return "".join(f"{line}\n" for line in [*said, *(f"hint: {hint}" for hint in hints)])
+
+
+def _bug(exc: BaseException, debug: bool) -> tuple[str, int]:
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if debug else ""
     text = str(exc).strip().splitlines()
     detail = type(exc).__name__ + (f": {text[0]}" if text else "")
     hint = [] if debug else [f"rerun with --debug (or {exit_codes.DEBUG_ENV}=1) to see the traceback"]
-    say(f"internal error, a bug in planner (please report it): {detail}", hint)
-    return exit_codes.INTERNAL_ERROR
+    return trace + lines(f"internal error, a bug in planner (please report it): {detail}", hint), \
+        exit_codes.INTERNAL_ERROR
 
 
-def report_infeasible(exc: BaseException, hints: Iterable[str] = ()) -> int:
-    """An InfeasibleError with the smallest feasible GPU budget and how to rerun with it."""
+def _infeasible(exc: BaseException) -> tuple[str, int]:
+    """An InfeasibleError with the smallest feasible GPU budget and how to rerun with it, then its hints."""
     message: str = exc.message  # type: ignore[attr-defined]
     need: int | None = exc.min_gpu_budget  # type: ignore[attr-defined]
-    shown = list(hints)
+    shown = list(exc.hints)  # type: ignore[attr-defined]
     if need is not None:
         if str(need) not in message:
             message += f"\nthe smallest feasible GPU budget is {need} bytes"
         shown.insert(0, f"rerun with --gpu-budget {size_up(need)} or more")
-    say(message, shown)
-    return exc.exit_code  # type: ignore[attr-defined]
+    return lines(message, shown), exc.exit_code  # type: ignore[attr-defined]
 
 
 def size_up(n: int) -> str:

@@ -19,13 +19,13 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from schemas.errors import InputError, suggest
-from schemas.hardware import HardwareProfile
+from schemas.hardware_profile import HardwareProfile
 from schemas.measured import MeasuredForward, MeasuredStats
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
 
 from planner.cost.layer import layer_work
-from planner.cost.predict import timeline
+from planner.cost.predict import plan_sequences, timeline
 
 MISSES_SHOWN = 10
 
@@ -134,14 +134,12 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
                          f"backend is '{plan.summary.backend}'; measure with this plan")
     _check_layers(plan, stats, source)
     used = _used(stats)
-    forward = plan.memory.forward(workload) if plan.memory is not None else None
-    kv = forward.kv_cache_bytes if forward is not None and forward.tokens == tokens else 0  # the cache it reads
-    t = timeline(plan, hw, tokens, kv)
+    t = timeline(plan, hw, tokens, plan_sequences(plan, workload, tokens))
     out = Explanation(plan.summary.model, plan.summary.backend, workload, tokens, hw.name,
                       len(stats.forwards), len(used))
     predicted_bytes = 0
     for layer, lt in zip(plan.layers, t.layers):
-        if layer.prefetch is None:
+        if layer.prefetch is None or layer.prefetch.once:  # a layer copied once, at apply time: no copy per forward
             continue
         work = layer_work(layer, tokens, hw)
         predicted_bytes += work.copy_bytes

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from schemas.plan import PREFETCHING, Plan
+from schemas.plan import Plan
+from schemas.plan_content import PREFETCHING
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
@@ -26,6 +27,7 @@ def layer_rows(plan: Plan) -> list[dict[str, Any]]:
             "span": False if pf is None else pf.span,
             "copy_before": None if pf is None else pf.copy_before,
             "previous_forward": False if pf is None else pf.previous_forward,
+            "once": False if pf is None else pf.once,
         })
     return rows
 
@@ -143,6 +145,8 @@ def render_predictions(preds: Predictions, console: Any) -> None:
 def _trigger(row: dict[str, Any]) -> str:
     if row["copy_before"] is None:
         return ""
+    if row["once"]:
+        return "once, at apply time"
     return row["copy_before"] + (" (prev. forward)" if row["previous_forward"] else "")
 
 

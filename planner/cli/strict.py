@@ -2,14 +2,17 @@
 
 ``--hardware ''`` would otherwise mean "no --hardware" (the default profile), ``-o ''`` "stdout", ``--params ''``
 "no filter": an empty value is always a slip (an unset shell variable, a stray quote). Refused here, at parse
-time, for every option and argument of every command, so a manifest line (planner/review/plan_invoke.py parses it
-with the same command) is refused the same way. And an option that takes one value may be given once:
+time, for every option and argument of every command, so a manifest line (``parse_words`` parses it with the
+same command) is refused the same way. And an option that takes one value may be given once:
 click keeps the last of ``show -w a -w b`` and drops the first without a word; an option that accumulates
 (``plan --workload``) is declared as a list and keeps every value.
 """
 
 from __future__ import annotations
 
+import io
+from collections.abc import Sequence
+from contextlib import redirect_stdout
 from typing import Any
 
 import typer
@@ -49,3 +52,26 @@ def _expected(param: Any) -> str:
     if param.param_type_name == "argument":
         return f"give {metavar or param.name.upper()}"
     return f"give {metavar or 'a value'}, or leave the option out"
+
+
+def parse_words(command: Any, words: Sequence[str], prog: str = "planner plan") -> Any:
+    """The click context of ``command`` given ``words`` (its ``params``: the values parsed and converted, as
+    when the command runs), or ValueError with the parser's message (an unknown or misspelled option, a value out
+    of range). A manifest line is parsed so (planner/review/manifest.py)."""
+    stop, usage_error = usage_exceptions()
+    try:
+        with redirect_stdout(io.StringIO()):  # what --help would print
+            return command.make_context(prog, list(words))
+    except stop:  # --help: it prints and stops
+        raise ValueError("--help makes no plan") from None
+    except usage_error as err:
+        raise ValueError(err.format_message()) from None
+
+
+def usage_exceptions() -> tuple[type[BaseException], type[BaseException]]:
+    """(the exception that stops a command with an exit code, the usage error) of the click typer runs on:
+    typer 0.2x ships its own copy of click, whose exceptions are not click's; older typer uses click."""
+    bundled = getattr(typer.core, "_click", None)
+    if bundled is None:
+        import click as bundled
+    return typer.Exit, bundled.ClickException

@@ -20,20 +20,22 @@ CPU time (eager PyTorch): ``moe_block_cpu_us`` for an MoE block, ``block_cpu_us`
 another decoder block (a layer with 4 or more matrices), ``launch_us`` per param for a small
 layer, plus ``expert_cpu_us`` per touched expert (MoE blocks that loop over experts). With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
 the expert loop, so the experts' kernels start only after everything before them has run.
-Attention's own arithmetic (softmax over the context) is not counted.
+What the roofline of the matrices misses in a decoder block (attention's own arithmetic over the context,
+norms and elementwise work) is added per block: planner/cost/block.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from functools import lru_cache
 
+from planner.cost.block import ONE, Sequences, block_ms, block_shape
 from planner.kinds import name_key, param_kind
-from schemas.hardware import HardwareProfile
-from schemas.plan import PlanLayer, PlanParam
-from schemas.spec import Tensor
+from schemas.hardware_profile import HardwareProfile
+from schemas.plan_content import PlanLayer, PlanParam
+from schemas.spec_layers import Tensor
 
 _HEADS = {"lm_head", "embed_out"}
 
@@ -48,6 +50,10 @@ class LayerWork:
     # block reads the routing back to loop over the experts it hit); None: no such wait
     synced_gpu_ms: float | None = None
     synced_cpu_ms: float = 0.0
+    # the host link's time of the layer's UVA reads (their bytes at the UVA rate, re-reads included), and
+    # the part of it read after the mid-layer wait: what the copy stream shares the link with
+    uva_link_ms: float = 0.0
+    synced_uva_link_ms: float = 0.0
 
 
 def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:
@@ -86,14 +92,18 @@ def _numel(p: PlanParam) -> int:
 
 
 def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: str,
-              moe: tuple[int, int] | None) -> float:
-    """Time of one param's kernel; ``where``: gpu (resident or a prefetch slot) or uva."""
+              moe: tuple[int, int] | None) -> tuple[float, float]:
+    """Time of one param's kernel and the part of it the host link is busy (0 unless ``where`` is uva);
+    ``where``: gpu (resident or a prefetch slot) or uva."""
     rate = hw.uva_gbps if where == "uva" else hw.gpu_mem_gbps
+    link = where == "uva"
     if role == "lookup":
         row = p.bytes / max(p.shape[0], 1)
-        return min(p.bytes, tokens * row) / rate / 1e6
+        ms = min(p.bytes, tokens * row) / rate / 1e6
+        return ms, ms if link else 0.0
     if role == "vector":
-        return p.bytes / rate / 1e6
+        ms = p.bytes / rate / 1e6
+        return ms, ms if link else 0.0
     numel = _numel(p)
     if role == "routed" and moe is not None:
         experts, top_k = moe
@@ -103,9 +113,10 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         rows = tokens * top_k / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
-    passes = hw.passes(rows) if where == "uva" else 1.0
-    fixed = hw.uva_expert_call_ms if (where == "uva" and role == "routed") else 0.0
-    return fixed + max(flops / (hw.matmul_tflops * 1e9), nbytes * passes / rate / 1e6)
+    passes = hw.passes(rows) if link else 1.0
+    fixed = hw.uva_expert_call_ms if (link and role == "routed") else 0.0
+    read = nbytes * passes / rate / 1e6
+    return fixed + max(flops / (hw.matmul_tflops * 1e9), read), read if link else 0.0
 
 
 @dataclass(frozen=True)
@@ -117,22 +128,29 @@ class ParamTime:
     routed: bool
     gpu_ms: float
     uva_ms: float
+    uva_link_ms: float  # the host link's part of uva_ms
 
 
 def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProfile,
                moe: tuple[int, int] | None) -> ParamTime:
     role = _role(layer, rel, p)
-    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe),
-                     _param_ms(role, p, tokens, hw, "uva", moe))
+    uva, link = _param_ms(role, p, tokens, hw, "uva", moe)
+    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe)[0], uva, link)
 
 
-def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, on_uva, copied,
-                hw: HardwareProfile) -> LayerWork:
-    """A layer's work with ``on_uva`` params read through UVA and ``copied`` ones prefetched (sets of names)."""
-    gpu = routed = 0.0
+def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, block: float,
+                on_uva, copied, hw: HardwareProfile) -> LayerWork:
+    """A layer's work with ``on_uva`` params read through UVA and ``copied`` ones prefetched (sets of names);
+    ``block``: the GPU ms of its work besides the params' kernels (planner/cost/block.py)."""
+    gpu, routed, link, routed_link = block, 0.0, 0.0, 0.0
     copy_bytes = copies = 0
     for t in times:
-        ms = t.uva_ms if t.rel in on_uva else t.gpu_ms
+        if t.rel in on_uva:
+            ms = t.uva_ms
+            link += t.uva_link_ms
+            routed_link += t.uva_link_ms if t.routed else 0.0
+        else:
+            ms = t.gpu_ms
         gpu += ms
         routed += ms if t.routed else 0.0
         if t.rel in copied:
@@ -141,7 +159,8 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
     copy_ms = copy_bytes / hw.h2d_gbps / 1e6 + copies * hw.copy_call_us / 1e3
     synced = routed if moe_sync else None
     return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,
-                     expert_us / 1e3 if synced is not None else 0.0)
+                     expert_us / 1e3 if synced is not None else 0.0, link,
+                     routed_link if synced is not None else 0.0)
 
 
 def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
@@ -157,23 +176,26 @@ def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
     return base, expert
 
 
-def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int,
-                hw: HardwareProfile) -> tuple[list[ParamTime], float, float, bool]:
-    """Per-param times and (cpu µs, expert µs, synced) of a layer whose params are (rel, PlanParam) pairs."""
+def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw: HardwareProfile,
+                seqs: Sequences = ONE) -> tuple[list[ParamTime], float, float, bool, float]:
+    """Per-param times and (cpu µs, expert µs, synced, block ms) of a layer whose params are (rel, PlanParam)
+    pairs, at ``tokens`` in ``seqs``."""
     times = [param_time(name, rel, p, tokens, hw, moe) for rel, p in params]
-    matrices = sum(1 for (rel, p) in params if _role(name, rel, p) in ("matmul", "routed"))
+    roles = [(rel, p, _role(name, rel, p)) for rel, p in params]
+    matrices = sum(1 for _, _, role in roles if role in ("matmul", "routed"))
     base, expert = cpu_us(matrices, len(times), moe, tokens, hw)
-    return times, base, expert, moe is not None and hw.moe_sync
+    block = block_ms(block_shape(roles, moe), tokens, seqs, hw) if moe is not None or matrices >= 4 else 0.0
+    return times, base, expert, moe is not None and hw.moe_sync, block
 
 
-def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile) -> LayerWork:
+def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequences = ONE) -> LayerWork:
     """The layer's GPU, CPU and copy time at ``tokens``: its ``uva`` params read over the link, its other
     offloaded params copied."""
     on_uva = set(layer.uva)
     copied = set(layer.offloaded) - on_uva
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-    times, base, expert, sync = layer_times(layer.name, list(layer.params.items()), moe, tokens, hw)
-    return placed_work(times, base, expert, sync, on_uva, copied, hw)
+    return placed_work(*layer_times(layer.name, list(layer.params.items()), moe, tokens, hw, seqs),
+                       on_uva, copied, hw)
 
 
 def _description(layer: PlanLayer) -> tuple:
@@ -183,7 +205,7 @@ def _description(layer: PlanLayer) -> tuple:
     return name_key(layer.name), params, moe, tuple(layer.uva), tuple(layer.offloaded)
 
 
-def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile) -> list[LayerWork]:
+def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile, seqs: Sequences = ONE) -> list[LayerWork]:
     """``layer_work`` of each layer, computed once per distinct description (a stack of a thousand
     equal blocks is costed once)."""
     seen: dict[tuple, LayerWork] = {}
@@ -192,7 +214,7 @@ def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile) -> li
         key = _description(layer)
         work = seen.get(key)
         if work is None:
-            work = seen[key] = layer_work(layer, tokens, hw)
+            work = seen[key] = layer_work(layer, tokens, hw, seqs)
         out.append(work)
     return out
 
@@ -202,23 +224,4 @@ def gpu_and_uva_ms(layer: str, t: Tensor, tokens: int, hw: HardwareProfile,
     """A spec tensor's kernel time at ``tokens`` from GPU memory and read through UVA."""
     p = PlanParam.model_construct(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes, kind=t.kind)
     role = _role(layer, t.name, p)
-    return _param_ms(role, p, tokens, hw, "gpu", moe), _param_ms(role, p, tokens, hw, "uva", moe)
-
-
-def attention_positions(layers) -> list[int]:
-    """The positions of the layers holding attention matrices, which read the KV cache (spec layers or plan
-    layers: anything with a name and params, each with a shape and a kind)."""
-    out = []
-    for i, layer in enumerate(layers):
-        params = layer.params.items() if isinstance(layer.params, dict) else ((t.name, t) for t in layer.params)
-        if any(len(p.shape) >= 2 and param_kind(layer.name, rel, p.kind) == "attention" for rel, p in params):
-            out.append(i)
-    return out
-
-
-def read_kv(work: list[LayerWork], attention: list[int], nbytes: int, hw: HardwareProfile) -> None:
-    """Add reading ``nbytes`` of KV cache from GPU memory to the attention layers' GPU time, split evenly (an
-    SDPA decode step is bound by that read)."""
-    extra = nbytes / max(len(attention), 1) / hw.gpu_mem_gbps / 1e6
-    for i in attention:
-        work[i] = replace(work[i], gpu_ms=work[i].gpu_ms + extra)
+    return _param_ms(role, p, tokens, hw, "gpu", moe)[0], _param_ms(role, p, tokens, hw, "uva", moe)[0]

@@ -3,9 +3,7 @@ assembling a plan: the same per-layer costs (planner/cost/layer.py) and the same
 (planner/cost/timeline.py) as ``planner.cost.predict``, so strategy auto can compare many candidate plans.
 
 Layers with equal names up to their numbers, equal params and equal ties share their per-param
-times (a 1,000-layer stack of one block is costed once per workload). A forward that reads a KV cache
-(``Workload.kv_read``, which build.py sets from planner.memory) reads it in its attention layers, as
-``planner.cost.predict`` has it.
+times (a 1,000-layer stack of one block is costed once per workload).
 """
 
 from __future__ import annotations
@@ -13,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from planner.kinds import name_key
-from planner.cost.layer import LayerWork, attention_positions, layer_times, placed_work, profile_for, read_kv
+from planner.cost.block import Sequences, sequences_of
+from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
+from planner.cost.link import link_share
 from planner.cost.timeline import Copy, simulate
-from schemas.hardware import HardwareProfile
-from schemas.plan import PlanParam
+from schemas.hardware_profile import HardwareProfile
+from schemas.plan_content import PlanParam
 from schemas.schedule import schedule
-from schemas.spec import Layer
+from schemas.spec_layers import Layer
 from schemas.workload import Workload
 
 
@@ -29,9 +29,9 @@ class PlacementCost:
         self.layers = layers
         items = workload.items()
         total = sum(item.weight for _, item in items)
-        self.tokens = [(item.rows, item.weight / total, item.mode, workload.kv_read(name)) for name, item in items]
+        self.tokens = [(item.rows, item.weight / total, item.mode, sequences_of(item, name)) for name, item in items]
         self._hw = {mode: profile_for(hw, mode) for _, _, mode, _ in self.tokens}
-        self._attention = attention_positions(layers) if any(kv for *_, kv in self.tokens) else []
+        self._link = link_share(hw)
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}
         classes: dict[tuple, int] = {}
@@ -47,22 +47,24 @@ class PlacementCost:
                 self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
                                     + [(rel, _param(t, None)) for rel, t in tied])
             self._class.append(found)
-        self._times: dict[tuple[int, int, str], tuple] = {}
+        self._times: dict[tuple, tuple] = {}
         self._work: dict[tuple, LayerWork] = {}
         self._sets: dict[tuple, tuple[frozenset, frozenset]] = {}  # a layer's placement -> (uva, copied) names
-        self._none: dict[tuple[int, str], list[LayerWork]] = {}
+        self._none: dict[tuple, list[LayerWork]] = {}
 
-    def _layer_work(self, position: int, tokens: int, mode: str, on_uva: frozenset, copied: frozenset) -> LayerWork:
+    def _layer_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
+                    copied: frozenset) -> LayerWork:
         cls = self._class[position]
-        key = (cls, tokens, mode, on_uva, copied)
+        key = (cls, tokens, mode, seqs, on_uva, copied)
         work = self._work.get(key)
         if work is None:
             hw = self._hw[mode]
-            times = self._times.get((cls, tokens, mode))
+            times = self._times.get((cls, tokens, mode, seqs))
             if times is None:
                 layer = self.layers[position]
                 moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-                times = self._times[(cls, tokens, mode)] = layer_times(layer.name, self._params[cls], moe, tokens, hw)
+                times = self._times[(cls, tokens, mode, seqs)] = layer_times(layer.name, self._params[cls], moe,
+                                                                             tokens, hw, seqs)
             work = self._work[key] = placed_work(*times, on_uva, copied, hw)
         return work
 
@@ -82,22 +84,20 @@ class PlacementCost:
         copies = [Copy(p, t.copy_before(n), t.previous_forward)
                   for p, t in zip(positions, schedule(positions, n, slots, span))] if positions else []
         total = 0.0
-        for tokens, share, mode, kv in self.tokens:
-            work = list(self._resident(tokens, mode))
+        for tokens, weight, mode, seqs in self.tokens:
+            work = list(self._resident(tokens, mode, seqs))
             for i, (uva, copied) in placed.items():
-                work[i] = self._layer_work(i, tokens, mode, uva, copied)
-            if kv:
-                read_kv(work, self._attention, kv, self._hw[mode])
-            total += share * simulate(work, copies).step_ms
+                work[i] = self._layer_work(i, tokens, mode, seqs, uva, copied)
+            total += weight * simulate(work, copies, self._link).step_ms
         return total
 
-    def _resident(self, tokens: int, mode: str) -> list[LayerWork]:
+    def _resident(self, tokens: int, mode: str, seqs: Sequences) -> list[LayerWork]:
         """Every layer's work at ``tokens`` in ``mode`` with nothing offloaded (computed once per token count)."""
-        work = self._none.get((tokens, mode))
+        work = self._none.get((tokens, mode, seqs))
         if work is None:
             none = frozenset()
-            work = self._none[(tokens, mode)] = [self._layer_work(i, tokens, mode, none, none)
-                                                 for i in range(len(self.layers))]
+            work = self._none[(tokens, mode, seqs)] = [self._layer_work(i, tokens, mode, seqs, none, none)
+                                                       for i in range(len(self.layers))]
         return work
 
 

@@ -1,44 +1,45 @@
-"""A plan's predicted cost: per workload, one simulated forward (``planner.cost.timeline``).
-
-A forward that keeps a KV cache (a context in the plan's memory section) also reads it: each attention
-layer reads its part of ``batch x context x kv_bytes_per_token`` from GPU memory (SDPA attention of a
-decode step is bound by that read), split evenly over the layers with attention params.
-"""
+"""A plan's predicted cost: per workload, one simulated forward (``planner.cost.timeline``)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
-from schemas.reals import MILLISECONDS
-from schemas.workload import Workload, batch_of
+from schemas.fields import MILLISECONDS
+from schemas.workload import Workload
 
 from planner.errors import PlanningError
-from planner.cost.layer import attention_positions, layers_work, profile_for, read_kv
+from planner.cost.block import ONE, Sequences, sequences_of
+from planner.cost.layer import layers_work, profile_for
+from planner.cost.link import link_share
 from planner.cost.timeline import Copy, Timeline, simulate
 
 
 def copies_of(plan: Plan) -> list[Copy]:
-    """The prefetch copies of a plan, by position."""
+    """The prefetch copies of a plan's forward, by position (a layer copied once, at apply time, has none)."""
     position = {layer.name: i for i, layer in enumerate(plan.layers)}
     return [Copy(i, position[layer.prefetch.copy_before], layer.prefetch.previous_forward)
-            for i, layer in enumerate(plan.layers) if layer.prefetch is not None]
+            for i, layer in enumerate(plan.layers) if layer.prefetch is not None and not layer.prefetch.once]
 
 
-def timeline(plan: Plan, hw: HardwareProfile, tokens: int, kv_read: int = 0) -> Timeline:
-    """One forward of ``plan`` at ``tokens`` on ``hw``, reading ``kv_read`` bytes of KV cache."""
-    work = layers_work(plan.layers, tokens, hw)
-    if kv_read:
-        read_kv(work, attention_positions(plan.layers), kv_read, hw)
-    return simulate(work, copies_of(plan))
+def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE) -> Timeline:
+    """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``."""
+    work = layers_work(plan.layers, tokens, hw, seqs)
+    for i, layer in enumerate(plan.layers):
+        if layer.prefetch is not None and layer.prefetch.once:  # its slot keeps it: nothing to copy
+            work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
+    return simulate(work, copies_of(plan), link_share(hw))
 
 
-def kv_read(plan: Plan, name: str, item) -> int:
-    """Bytes of KV cache forward ``name`` reads: its sequences' contexts (none without a memory section)."""
-    mem = plan.memory
-    if mem is None or not item.context or not mem.kv_bytes_per_token:
-        return 0
-    return batch_of(name, item) * item.context * mem.kv_bytes_per_token
+def plan_sequences(plan: Plan, name: str, tokens: int) -> Sequences:
+    """The sequences of the plan's forward ``name`` at ``tokens``, as its memory section records them (a
+    forward the plan does not record at these tokens: one sequence, no context)."""
+    f = plan.memory.forward(name) if plan.memory is not None else None
+    if f is None or f.tokens != tokens:
+        return ONE
+    return Sequences(f.batch, max(0, f.context - -(-f.tokens // f.batch))) if f.context else Sequences(f.batch, 0)
 
 
 def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
@@ -56,7 +57,7 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.rows, kv_read(plan, name, item))
+        t = timeline(plan, profile_for(hw, item.mode), item.rows, sequences_of(item, name))
         _in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.rows, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),

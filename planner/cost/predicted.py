@@ -10,7 +10,8 @@ calibrated profile named ``h200`` is not the bundled ``h200``.
 from __future__ import annotations
 
 from schemas.errors import InputError, suggest
-from schemas.hardware import HardwareProfile, bundled_profiles, load_hardware
+from schemas.hardware import bundled_profiles, load_hardware
+from schemas.hardware_profile import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Predictions
 from schemas.workload import DEFAULT_TOKENS, DEFAULT_WORKLOAD, Workload, WorkloadItem, parse_workload_option

@@ -10,6 +10,10 @@ routing) makes the CPU wait for the GPU there. Walking the layers in order and t
 node's inputs computes that graph's critical path in one pass: the step time. The slack
 shows up as stalls (compute waiting for a copy) and idle link time.
 
+The copy stream and the UVA reads of the compute stream share the one host link
+(``planner.cost.link``): a layer's UVA reads, taken at the start of the layer (of its part after a
+mid-layer wait), slow down with the copies in flight then, and those copies with them.
+
 Slots whose copy the plan issues in the previous forward (``previous_forward``) start the
 forward filled, as the runtime leaves them; their copies for the next forward run in this
 one and are part of its step, since the forward ends with the join.
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from planner.cost.layer import LayerWork
+from planner.cost.link import ONE_LINK, Link
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class LayerTime:
 @dataclass
 class Timeline:
     step_ms: float
-    compute_ms: float
+    compute_ms: float  # the compute stream's busy time, UVA reads slowed by the copies they share the link with
     copy_ms: float
     stall_ms: float
     cpu_ms: float
@@ -55,8 +60,9 @@ class Timeline:
         return busiest[0]
 
 
-def simulate(work: Sequence[LayerWork], copies: Sequence[Copy]) -> Timeline:
-    """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies``."""
+def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = ONE_LINK) -> Timeline:
+    """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies``; ``share``:
+    of its own rate, what a copy and a UVA read each keep while both use the link (``planner.cost.link``)."""
     n = len(work)
     by_trigger: dict[int, list[Copy]] = {}
     for c in copies:
@@ -64,21 +70,20 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy]) -> Timeline:
     for group in by_trigger.values():  # the runtime issues a trigger's copies in the order they are used
         group.sort(key=lambda c: c.layer + (n if c.previous_forward else 0))
     waits_for = {c.layer: c for c in copies}
-    done: dict[int, float] = {}  # this forward's copy-done time of each prefetched layer
+    done: set[int] = set()  # layers whose copy this forward issues for this forward
     times = [LayerTime() for _ in range(n)]
-    cpu = gpu = link = 0.0
-    stall_total = 0.0
+    link = Link(share)
+    cpu = gpu = 0.0
+    stall_total = shared_total = 0.0
     for x in range(n):
         here = max(gpu, cpu)  # the event recorded on the compute stream just before layer x
         for c in by_trigger.get(x, ()):
-            start = max(link, here)
-            link = start + work[c.layer].copy_ms
-            times[c.layer].copy_start, times[c.layer].copy_end = start, link
+            link.copy(here, work[c.layer].copy_ms, times[c.layer])
             if not c.previous_forward:
-                done[c.layer] = link
+                done.add(c.layer)
         start = here
         if x in waits_for and not waits_for[x].previous_forward:
-            ready = done.get(x, 0.0)  # the schedule issues every copy before its layer runs
+            ready = times[x].copy_end if x in done else 0.0  # the schedule issues every copy before its layer runs
             if ready > start:
                 times[x].stall = ready - start
                 stall_total += ready - start
@@ -86,14 +91,19 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy]) -> Timeline:
         wx = work[x]
         if wx.synced_gpu_ms is None:
             cpu += wx.cpu_ms
-            gpu = max(start + wx.gpu_ms, cpu)
+            shared = link.read(start, wx.uva_link_ms) if wx.uva_link_ms else 0.0
+            gpu = max(start + wx.gpu_ms + shared, cpu)
         else:  # the CPU reads a result back mid-layer: it waits for the first part to finish
             cpu += wx.cpu_ms - wx.synced_cpu_ms
-            gpu = max(start + wx.gpu_ms - wx.synced_gpu_ms, cpu)
+            shared = link.read(start, wx.uva_link_ms - wx.synced_uva_link_ms)
+            gpu = max(start + wx.gpu_ms - wx.synced_gpu_ms + shared, cpu)
             cpu = gpu + wx.synced_cpu_ms
-            gpu = max(gpu + wx.synced_gpu_ms, cpu)
+            later = link.read(gpu, wx.synced_uva_link_ms)
+            gpu = max(gpu + wx.synced_gpu_ms + later, cpu)
+            shared += later
+        shared_total += shared
         times[x].start, times[x].end = start, gpu
-    step = max(gpu, link, cpu)
-    return Timeline(step_ms=step, compute_ms=sum(w.gpu_ms for w in work),
+    step = max(gpu, link.free, cpu)
+    return Timeline(step_ms=step, compute_ms=sum(w.gpu_ms for w in work) + shared_total,
                     copy_ms=sum(w.copy_ms for w in work if w.copy_bytes), stall_ms=stall_total,
                     cpu_ms=cpu, layers=times)

@@ -18,10 +18,11 @@ from planner.memory.shapes import LayerShape, layer_shapes
 from planner.words import memory_notes as words
 from schemas.dtypes import itemsize
 from schemas.hardware import HardwareProfile
-from schemas.ints import MAX_INT64
+from schemas.fields import MAX_INT64
 from schemas.plan import Plan
 from schemas.plan_memory import ForwardMemory, PlanMemory
-from schemas.spec import Layer, MemorySection, ModelSection
+from schemas.spec import MemorySection, ModelSection
+from schemas.spec_layers import Layer
 from schemas.workload import Workload, batch_of
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")

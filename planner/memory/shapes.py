@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.kinds import param_kind
-from schemas.spec import Layer, MoeSpec, Tensor
+from schemas.spec_layers import Layer, MoeSpec, Tensor
 
 _Q = {"q_proj", "wq", "query", "q_b_proj"}
 _K = {"k_proj", "wk", "key"}

@@ -3,7 +3,9 @@
 The commands come from the plans manifest (planner/review/manifest.py). With no FILES every line is
 checked; with FILES (the changed files pre-commit passes) the lines that name one of them as their
 spec, plan or --hardware file, and every line when the manifest itself is among them. Each line is
-run as `planner plan ... --check PLAN` (planner/review/lockfile.py decides the verdict), in this process.
+checked as `planner plan ... --check PLAN` checks it: its words parsed by the plan command's option parser,
+then the functions that command calls (planner/cli/plan_command.py; planner/review/lockfile.py decides the
+verdict).
 
 A given file that no line names is not checked: a spec without a committed plan, or any other file
 pre-commit passes. Two such files are bad input: one that does not exist, and a plan (no line says
@@ -11,7 +13,7 @@ how it is made). A plan a line names that does not exist yet is out of date: it 
 
 Exit code: the largest of the lines' (0 all up to date, 1 some out of date or not fitting their
 budget, 2 bad input: a bad manifest line, a spec that does not load, a file above). Worded in
-planner/review/check_plans_render.py.
+planner/review/check_plans_render.py; the command (read, check, say) is planner/cli/app.py's check-plans.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from schemas.io import guess_kind, parse_text, read_text
 from schemas.rank_plans import RANK_FILE
 
 from planner.cli import exit_codes
-from planner.review.plan_invoke import invoke
+from planner.cli.errors import explain
+from planner.cli.plan_command import check_verdict, make_plan
 from planner.review.manifest import Entry, path_key
+from planner.cli.strict import parse_words
 
 UP_TO_DATE, OUT_OF_DATE, MISSING, FAILED = "up to date", "out of date", "missing", "failed"
 
@@ -123,12 +127,21 @@ def _unnamed_problem(name: str, manifest: str) -> Problem | None:
                    f"`planner plan SPEC [options] -o {name}` (so its spec and options are known)", name)
 
 
-def check(entry: Entry, plan_command: Any, diff_format: str) -> Outcome:
-    """Run `planner plan ... --check PLAN` for one line, in this process, with its output captured."""
+def check(entry: Entry, plan_command: Any, diff_format: str, debug: bool = False) -> Outcome:
+    """Check one line as `planner plan ... --check PLAN` does: the verdict and the exit code that command
+    gives, its stdout (the verdict and the diff) and its stderr (why it failed) as text."""
     if not os.path.lexists(entry.plan):
         return Outcome(entry, MISSING, exit_codes.CHANGED)
-    args = [entry.spec, *entry.options, "--check", entry.plan, "--diff-format", diff_format]
-    code, output, errors = invoke(plan_command, args)
+    try:
+        words = [entry.spec, *entry.options, "--check", entry.plan, "--diff-format", diff_format]
+        ctx = parse_words(plan_command, words)
+    except ValueError as usage:  # the manifest's reader parsed the line already: not expected
+        return Outcome(entry, FAILED, exit_codes.BAD_INPUT, errors=f"error: {usage}\n")
+    try:
+        code, output = check_verdict(ctx, make_plan(ctx.params), entry.spec, entry.plan, diff_format)
+        errors = ""
+    except Exception as exc:  # noqa: BLE001 - said as the command says it, with its exit code
+        (errors, code), output = explain(exc, debug), ""
     if code == exit_codes.OK:
         status = UP_TO_DATE
     elif code == exit_codes.CHANGED and not errors:
@@ -142,30 +155,3 @@ def exit_code(outcomes: Sequence[Outcome], selection: Selection) -> int:
     """The largest exit code among the lines (bad input for a bad given file)."""
     codes = [o.exit_code for o in outcomes] + ([exit_codes.BAD_INPUT] if selection.problems else [])
     return max(codes, default=exit_codes.OK)
-
-
-def run(plan_command: Any, files: Sequence[str], manifest: str, diff_format: str, list_only: bool) -> int:
-    """The whole command: read the manifest, check the lines ``files`` select (print the plans
-    instead with ``list_only``), say each verdict as it comes and the counts last; the exit code."""
-    import sys
-
-    from planner.review.check_plans_render import outcome_text, summary
-    from planner.review.manifest import read_manifest
-
-    selection = select(read_manifest(manifest, plan_command), files, manifest)
-    for problem in selection.problems:
-        print(f"error: {problem}", file=sys.stderr)
-    if list_only:
-        sys.stdout.write("".join(f"{entry.plan}\n" for entry in selection.entries))
-        return exit_code([], selection)
-    outcomes = []
-    for entry in selection.entries:
-        outcome = check(entry, plan_command, diff_format)
-        out, err = outcome_text(outcome, manifest, diff_format == "markdown")
-        sys.stdout.write(out)
-        sys.stdout.flush()
-        sys.stderr.write(err)
-        sys.stderr.flush()
-        outcomes.append(outcome)
-    sys.stdout.write(summary(outcomes, selection, manifest))
-    return exit_code(outcomes, selection)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.plan import Plan, PlanLayer, PlanParam
+from schemas.plan import Plan
+from schemas.plan_content import PlanLayer, PlanParam
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
-from planner.review.diff_render import render_diff
 from planner.words.names import join_names
 
-__all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "placements", "render_diff"]
+__all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "placements"]
 
 BYTE_FIELDS = ("gpu_budget_bytes", "cpu_budget_bytes", "total_bytes", "resident_bytes", "offloaded_bytes",
                "buffer_bytes", "peak_gpu_bytes", "pinned_host_bytes")

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING
 
 from schemas.sizes import format_bytes
 
+from planner.review.diff import Change, Churn, ModelDiff, ParamGroup, PlanDiff, PrefetchChange, TimeDelta
 from planner.words.names import compress_names
-
-if TYPE_CHECKING:
-    from planner.review.diff import Change, Churn, ModelDiff, ParamGroup, PlanDiff, PrefetchChange, TimeDelta
 
 SCHEDULE_SHOWN = 5  # schedule changes listed before "and N more"
 NO_CHANGES = "no changes"

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from schemas.errors import InputError
 from schemas.io import load_model, parse_text, read_text, source_name
-from schemas.plan import PLAN_VERSION, Plan
+from schemas.plan import Plan
+from schemas.plan_content import PLAN_VERSION
 
 from planner.cli import exit_codes
 from planner.review.diff import PlanDiff, diff_plans

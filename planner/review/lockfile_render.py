@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from schemas.plan import PLAN_VERSION
+from schemas.plan_content import PLAN_VERSION
 from schemas.rank_plans import rank_plan_name
 
-from planner.review.diff import render_diff
+from planner.review.diff_render import render_diff
 from planner.review.lockfile import CHANGED, OLDER_VERSION, OTHER_SPEC, SAME, Check
 from planner.review.lockfile_set import SetCheck
 

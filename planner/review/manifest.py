@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planner.cli.strict import parse_words
 from planner.review.manifest_lines import command_lines
 from schemas.errors import InputError, Problem
 from schemas.input_file import read_input
@@ -94,9 +95,7 @@ def _entry(number: int, words: Sequence[str], folder: str, plan_command: Any) ->
     """One plan command's words as an Entry, or ValueError saying what is wrong with them."""
     if words[:2] != ["planner", "plan"]:
         raise ValueError(f"'{' '.join(words[:2])}': expected {ONE_A_LINE}")
-    from planner.review.plan_invoke import parse
-
-    ctx = parse(plan_command, words[2:])
+    ctx = parse_words(plan_command, words[2:])
     params = ctx.params
     for name in LEAVE_OUT:
         if params.get(name) is not None:

@@ -27,7 +27,7 @@ def spec_from_safetensors(path: str | Path, name: str | None = None) -> SpecFile
         name = path.stem if path.is_file() and path.suffix == ".safetensors" and path.stem != "model" \
             else folder.name
     try:
-        return build_spec(name, group_layers(tensors))
+        return build_spec(name, group_layers(tensors), param_order="name")  # a header keeps names, not the module's order
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"])

@@ -1,5 +1,6 @@
 """`planner plan --tp N`: what the command line adds to tensor-parallel planning (planner/tp/ranks.py): the world
-size from the flag or the spec, the checks of the request, writing the set and saying what each rank costs."""
+size from the flag or the spec, the checks of the request, writing the set and saying what each rank costs.
+The tensor-parallel machinery is imported only when a set is planned: `planner plan` for one GPU never loads it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,6 @@ import sys
 
 from schemas.plan import Plan
 from schemas.spec import SpecFile
-
-from planner.tp import notes as tp_notes
-from planner.tp.ranks import slowest_rank
-from planner.tp.output import check_folder, write_rank_plans
 
 
 def world_size(flag: int | None, spec: SpecFile) -> int:
@@ -28,11 +25,17 @@ def asked(flag: int | None, world: int, spec_name: str) -> str:
 def check_request(world: int, output: str | None, check: str | None, asked: str | None = None) -> None:
     """Refuse, before planning, what a rank set cannot do: no folder to write to (unless --check DIR)."""
     if check is None:
+        from planner.tp.output import check_folder
+
         check_folder(output or "", world, asked)
 
 
 def write_set(plans: list[Plan], output: str, fmt: str) -> None:
     """Write the set into ``output`` and say, on stdout, what each rank holds and costs."""
+    from planner.tp import notes as tp_notes
+    from planner.tp.output import write_rank_plans
+    from planner.tp.ranks import slowest_rank
+
     written = write_rank_plans(plans, output, fmt)
     lines = [f"wrote {len(written)} rank plans to {output}: {', '.join(p.name for p in written)}"]
     lines += tp_notes.set_lines(plans, slowest_rank(plans))

@@ -12,7 +12,8 @@ from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
 from planner.tp import notes as tp_notes
-from planner.review.diff import PlanDiff, diff_plans, render_diff
+from planner.review.diff import PlanDiff, diff_plans
+from planner.review.diff_render import render_diff
 from planner.tp.ranks import slowest_of
 
 RANK_FIELDS = ("peak_gpu_bytes", "resident_bytes", "offloaded_bytes", "buffer_bytes", "pinned_host_bytes")

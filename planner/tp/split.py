@@ -10,7 +10,8 @@ from typing import Any
 
 from schemas.errors import InputError, Problem, format_path
 from schemas.shard import local_shape, split_dim
-from schemas.spec import REPEAT_TOKEN, AttentionSpec, SpecFile
+from schemas.spec import AttentionSpec, SpecFile
+from schemas.spec_layers import REPEAT_TOKEN
 
 from planner.tp.shard_rules import default_rule
 from planner.tp.heads import NEEDS, head_split, module_of

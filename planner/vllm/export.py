@@ -24,15 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from schemas.plan import Plan
-from schemas.spec import Layer, Tensor
+from schemas.spec_layers import Layer, Tensor
 
 from planner.layers import build_graph, find_block_stack
 from planner.kinds import param_kind
 from planner.words.names import join_names
-from planner.vllm.flags import VllmFlags
+from planner.vllm.flags import VllmFlags, gib_text
 from planner.vllm.select import StackLayer, select
 
 _CLOSEST_GROUPS = 8  # the closest plan tries group sizes 1..8
@@ -269,17 +268,6 @@ def _find_uva(view: Sequence[StackLayer], off: dict[str, set[str]]) -> VllmFlags
     before = sum(eligible[:count - 1])
     upto = sum(eligible[:count]) if count < len(eligible) else max(sum(eligible), 1)
     return VllmFlags(cpu_offload_gb=float(gib_text(before, upto)), cpu_offload_params=segs)
-
-
-def gib_text(low: int, high: int) -> str:
-    """The shortest decimal number of GiB X with ``low < int(X * 1024**3) <= high`` (vLLM's own arithmetic)."""
-    for digits in range(0, 40):
-        scale = 10**digits
-        x = Fraction(-((-(low + 1) * scale) // 2**30), scale)  # the smallest multiple of 10^-digits GiB above low
-        text = f"{x.numerator // x.denominator}" if digits == 0 else f"{float(x):.{digits}f}"
-        if low < int(float(text) * 1024**3) <= high:
-            return text
-    raise ValueError(f"no decimal GiB between {low} and {high} bytes")
 
 
 # ---------------------------------------------------------------------------

@@ -23,13 +23,14 @@ named; vLLM's other flags (``--max-model-len`` ...) are refused as not about off
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import re
 import shlex
 from dataclasses import dataclass, field
 
 from schemas.errors import InputError, suggest
-from schemas.ints import MAX_INT64
-from schemas.reals import GIB
+from schemas.fields import GIB, MAX_INT64
 
 OPTION = "--from-vllm"
 BACKENDS = ("auto", "uva", "prefetch")
@@ -212,3 +213,14 @@ def _settings(values: dict[str, list[str]], words: tuple[str, ...]) -> VllmFlags
             raise InputError(f"{OPTION}: --offload-prefetch-step must be >= 1 when prefetch offloading is on "
                              f"(--offload-group-size {flags.group_size})")
     return flags
+
+
+def gib_text(low: int, high: int) -> str:
+    """The shortest decimal number of GiB X with ``low < int(X * 1024**3) <= high`` (vLLM's own arithmetic)."""
+    for digits in range(0, 40):
+        scale = 10**digits
+        x = Fraction(-((-(low + 1) * scale) // 2**30), scale)  # the smallest multiple of 10^-digits GiB above low
+        text = f"{x.numerator // x.denominator}" if digits == 0 else f"{float(x):.{digits}f}"
+        if low < int(float(text) * 1024**3) <= high:
+            return text
+    raise ValueError(f"no decimal GiB between {low} and {high} bytes")

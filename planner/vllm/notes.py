@@ -7,12 +7,17 @@ from schemas.sizes import format_bytes
 
 from planner.words.names import join_names
 from planner.vllm.flags import VllmFlags
-from planner.vllm.select import Selection
+from planner.vllm.select import VLLM_READ, Selection
 
 
-def pool_note(slots: int, vllm_pool: int, plan_pool: int) -> str:
-    return (f"vLLM's own pool would hold every buffer in all {slots} slots: "
-            f"{format_bytes(vllm_pool)}, this plan's {format_bytes(plan_pool)}")
+def runtime_note(slots: int, pool_bytes: int, once: list[str]) -> str:
+    one = len(once) == 1
+    alone = (f"; {join_names(once)}, alone in {'its slot' if one else 'their slots'}, {'is' if one else 'are'} "
+             f"copied once at start-up and never again (earlier vLLM copied {'it' if one else 'them'} again every "
+             "forward)") if once else ""
+    return (f"as vLLM's prefetch offloader runs (read at {VLLM_READ}): its pool holds a buffer for every param "
+            f"key in each of the {slots} slot{'s' * (slots != 1)}, {format_bytes(pool_bytes)}, counted in the "
+            f"peak{alone}")
 
 
 def plan_words(flags: VllmFlags, chosen: Selection, stack_len: int) -> tuple[str, list[str]]:
@@ -35,9 +40,10 @@ def plan_words(flags: VllmFlags, chosen: Selection, stack_len: int) -> tuple[str
                          "--offload-params")
         n = len(chosen.chosen)
         if n > s > 1 and n % s:
-            notes.append(f"{n} offloaded layers in {s} slots: vLLM starts layer (j+{s}) mod {n}'s copy after layer j, "
-                         f"which for the first layers of a forward can overwrite a slot whose layer has not run yet; "
-                         "this plan starts each copy after the previous user of its slot")
+            notes.append(f"{n} offloaded layers in {s} slots: vLLM before its slot-ownership fix "
+                         f"(vllm-project/vllm#54975) started layer (j+{s}) mod {n}'s copy after layer j, which for "
+                         "the first layers of a forward could overwrite a slot whose layer had not run yet; this plan, "
+                         "as vLLM since, starts each copy after the previous user of its slot")
         return f"{head}: vLLM's prefetch backend (--offload-group-size above 0)", notes
     limit = flags.uva_max_bytes
     params = "" if not flags.cpu_offload_params else f" matching {', '.join(flags.cpu_offload_params)}"
@@ -48,3 +54,16 @@ def plan_words(flags: VllmFlags, chosen: Selection, stack_len: int) -> tuple[str
         notes.append(f"every eligible decoder-layer param is offloaded and the {format_bytes(limit)} are not "
                      "reached: vLLM offloads nothing outside the decoder layers")
     return f"{head}: vLLM's UVA backend (--cpu-offload-gb above 0)", notes
+
+
+def order_unknown(flags: VllmFlags, layer: str, taken: int, eligible: int, before: str | None, after: str) -> str:
+    """Why --cpu-offload-gb is refused on a spec whose params are sorted by name."""
+    given = " ".join(flags.given)
+    ends = (f"--cpu-offload-gb {before} (up to the layer before it) or {after} (through it)" if before is not None
+            else f"--cpu-offload-gb {after} (through it)")
+    return (f"--from-vllm '{given}': the limit falls inside {layer} ({format_bytes(taken)} of its "
+            f"{format_bytes(eligible)}), and which of its params vLLM offloads depends on the order the module "
+            "registers them (vLLM walks named_parameters()); this spec lists each layer's params by name "
+            "(model.param_order: name, as --from-safetensors writes: a checkpoint does not keep the module's order). "
+            "Make the spec with --from-hf-config or runtime.describe() (registration order), or give a limit that "
+            f"ends at a layer: {ends}")

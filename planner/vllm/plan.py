@@ -6,22 +6,24 @@ with auto's plan. The plan says where it came from in its first note and its bac
 its strategy is ``group`` (prefetch flags) or ``budget`` (``--cpu-offload-gb``). Those notes are worded in
 planner/vllm/notes.py.
 
-What this planner does differently while executing the same selection (said in the notes):
-the buffer pool holds a buffer only for the slots whose layers use it (vLLM: every key in every
-slot), and when the number of offloaded layers is not a multiple of the prefetch step, a layer's
-copy waits until the previous user of its slot has run (vLLM, in the prefetch.py read, starts the
-copy of layer ``(j + S) % N`` after layer j, which for the first layers of the next forward can
-land in a slot still holding a layer that has not run yet).
+The plan runs the selection as vLLM's prefetch offloader does (planner/vllm/select.py says which vLLM
+was read): its buffer pool holds a buffer for every param key in each of the ``--offload-prefetch-step``
+slots (``buffer_pool.every_slot``), so its peak is vLLM's; a layer alone in its slot is copied once, at
+start-up, and never again (``prefetch.once``); and a layer's copy starts once the previous user of its
+slot has run (vLLM before its slot-ownership fix started layer ``(j + S) % N``'s copy after layer j, which
+for N not a multiple of S could overwrite a slot whose layer had not run: the notes say so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schemas.hardware import HardwareProfile, load_hardware
+from schemas.hardware import load_hardware
+from schemas.hardware_profile import HardwareProfile
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
-from schemas.spec import Layer, SpecFile
+from schemas.spec import SpecFile
+from schemas.spec_layers import Layer
 from schemas.spec_hash import spec_sha256
 from schemas.workload import DEFAULT_WORKLOAD, Workload
 
@@ -33,9 +35,9 @@ from planner.assemble import Assignment
 from planner.errors import InfeasibleError, PlanningError
 from planner.layers import build_graph, find_block_stack, layers_in_order, tied_owners
 from planner.cost.predict import predict
-from planner.vllm.flags import VllmFlags
-from planner.vllm.layout import SpecParam, vllm_params
-from planner.vllm.select import StackLayer, select
+from planner.vllm.flags import VllmFlags, gib_text
+from planner.vllm.layout import SpecParam, matches, vllm_params
+from planner.vllm.select import StackLayer, layer_limits, select, split_layer
 
 
 def stack_view(layers: Sequence[Layer], stack: Sequence[str]) -> list[StackLayer]:
@@ -70,8 +72,11 @@ def from_vllm(spec: SpecFile, flags: VllmFlags, *, gpu_budget: int | None = None
         raise PlanningError("--from-vllm plans what vLLM's flags make for the workload's batches: batch auto, "
                             "which chooses the batch with the plan, does not apply (give the batch)")
     memory = MemoryModel(spec.model, spec.model.expanded(), spec.memory).plan_memory(chosen_workload, profile)
+    view = stack_view(layers, stack)
+    if spec.model.param_order == "name":
+        _refuse_unknown_order(view, flags)
     plan = build(layers, stack, flags, model_name=spec.model.name, spec_sha256=spec_sha256(spec),
-                 gpu_budget=None, cpu_budget=None, shared=tied_owners(graph), memory=memory)
+                 gpu_budget=None, cpu_budget=None, shared=tied_owners(graph), view=view, memory=memory)
     _check_budgets(plan, gpu, cpu)  # checked here, so the budgets are recorded without a second check
     plan = plan.model_copy(update={"summary": plan.summary.model_copy(
         update={"gpu_budget_bytes": gpu, "cpu_budget_bytes": cpu})})
@@ -93,17 +98,33 @@ def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, mo
                                 "--offload-params)")
     reason, notes = vllm_notes.plan_words(flags, chosen, len(stack))
     strategy = "budget" if chosen.mode == "uva" else "group"
-    step = flags.prefetch_step if chosen.mode == "prefetch" else None
-    assignment = Assignment(chosen.where(), step, strategy, reason, tuple(notes))
+    prefetching = chosen.mode == "prefetch"
+    step = flags.prefetch_step if prefetching else None
+    assignment = Assignment(chosen.where(), step, strategy, reason, tuple(notes), every_slot=prefetching,
+                            fill_once=prefetching)
     plan = assemble(layers, assignment, model_name=model_name, spec_sha256=spec_sha256,
                     gpu_budget=gpu_budget, cpu_budget=cpu_budget, checked=checked, memory=memory)
-    if chosen.mode == "prefetch" and plan.buffer_pool is not None:
-        vllm_pool = flags.prefetch_step * sum({k.key: k.bytes for k in plan.buffer_pool.keys}.values())
-        if vllm_pool != plan.buffer_pool.bytes:
-            extra = vllm_notes.pool_note(flags.prefetch_step, vllm_pool, plan.buffer_pool.bytes)
-            plan = plan.model_copy(update={"summary": plan.summary.model_copy(
-                update={"notes": [*plan.summary.notes, extra]})})
+    if prefetching and plan.buffer_pool is not None:
+        once = [layer.name for layer in plan.layers if layer.prefetch is not None and layer.prefetch.once]
+        extra = vllm_notes.runtime_note(flags.prefetch_step, plan.buffer_pool.bytes, once)
+        plan = plan.model_copy(update={"summary": plan.summary.model_copy(
+            update={"notes": [*plan.summary.notes, extra]})})
     return plan
+
+
+def _refuse_unknown_order(view: Sequence[StackLayer], flags: VllmFlags) -> None:
+    """A spec whose params are sorted by name: refused where --cpu-offload-gb's limit cuts inside a layer (vLLM's
+    walk follows the module's registration order, which such a spec does not know); a limit between layers
+    is the same in any order."""
+    split = split_layer(view, select(view, flags), flags)
+    if split is None:
+        return
+    at, taken = split
+    before, after = layer_limits(view, flags, at)
+    eligible = sum(p.nbytes for p in view[at].params
+                   if not flags.cpu_offload_params or matches(p.name, flags.cpu_offload_params))
+    raise PlanningError(vllm_notes.order_unknown(flags, view[at].name, taken, eligible,
+                                                 None if before is None else gib_text(*before), gib_text(*after)))
 
 
 def _check_budgets(plan: Plan, gpu: int | None, cpu: int | None) -> None:

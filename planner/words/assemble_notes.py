@@ -11,7 +11,9 @@ from schemas.spec import Layer
 
 
 def schedule_notes(names: list[str], triggers: list[Trigger], step: int, run: int, automatic: bool,
-                    what: str) -> list[str]:
+                    what: str, once: Sequence[bool] = ()) -> list[str]:
+    """``once``: per layer, copied once at apply time (its slot's only user), so never in a forward."""
+    kept = set() if not once else {name for name, alone in zip(names, once) if alone}
     names = [name for name, t in zip(names, triggers) if not t.span]
     triggers = [t for t in triggers if not t.span]
     if not names:
@@ -32,7 +34,7 @@ def schedule_notes(names: list[str], triggers: list[Trigger], step: int, run: in
                      f"of {inside}, so layers late in a run will stall when a copy takes longer (the predictions "
                      f"give the stall); more slots help only where resident layers come before a run, at the "
                      f"size of the largest {what} layer each")
-    wrapped = [name for name, t in zip(names, triggers) if t.previous_forward]
+    wrapped = [name for name, t in zip(names, triggers) if t.previous_forward and name not in kept]
     if wrapped:
         notes.append(f"wrap-around: {join_names(wrapped, 8)} {'starts its' if len(wrapped) == 1 else 'start their'} copy in the "
                      "previous forward; the runtime fills those slots at apply time")

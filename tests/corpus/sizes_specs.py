@@ -45,7 +45,7 @@ CLI_SIZES = [
     plan_with("--gpu-budget", "0", "cli-size-zero", "must be > 0 (got '0')"),
     plan_with("--cpu-budget", "0.0001KB", "cli-size-under-a-byte", "less than 1 byte"),
     plan_with("--gpu-budget", "9223372036854775808", "cli-size-over-int64", "at most 2^63-1 bytes"),
-    plan_with("--gpu-budget", "12 GiG", "cli-size-misspelled-unit", "unknown size unit 'GiG'", "did you mean GiB?"),
+    plan_with("--gpu-budget", "12 GiG", "cli-size-misspelled-unit", "unknown size unit 'GiG'", "did you mean 'GiB'?"),
     plan_with("--gpu-budget", "nan", "cli-size-nan", "expected a size such as 20GB", "(got 'nan')"),
     plan_with("--cpu-budget", "inf", "cli-size-inf", "(got 'inf')"),
     plan_with("--gpu-budget", "1.5", "cli-size-fractional-bytes", "a number of bytes must be whole", "1.5GB"),

@@ -1,13 +1,18 @@
-"""Real numbers in input files, defined once: strict, finite and within a sane physical range.
+"""The field types of every file model, defined once: the strict base model, whole numbers and real numbers.
 
-Strict as the whole numbers of schemas/ints.py: a string such as ``"55.3"`` or a bool is refused; an int is a
-real number and is accepted. Finite: ``.inf``, ``.nan`` (YAML) and numbers past the float range are refused.
-In range: each quantity kind has the bounds of a real machine, so that a figure such as a link of 1e-300 GB/s
-or a kernel launch of 1e308 us, which no machine has, is refused where it is read instead of turning a
-prediction into ``inf``; sums and products of figures in range stay finite.
+``StrictModel``: unknown keys are errors (a misspelled key never silently does nothing) and loaded models
+are frozen.
 
-Every figure read from a file (hardware profiles, workloads, a plan's predictions, measured stats) has one of
-the types below; a figure read from elsewhere (a command-line flag) goes through ``Quantity.check``.
+Whole numbers: strict (a bool, a string or a float is refused, so ``repeat: "4"`` or ``shape: [true, 10]``
+is an error) and at most the largest int64.
+
+Real numbers: strict as the whole numbers (a string such as ``"55.3"`` or a bool is refused; an int is a
+real number and is accepted), finite (``.inf``, ``.nan`` and numbers past the float range are refused) and
+in range: each quantity kind has the bounds of a real machine, so that a figure such as a link of 1e-300
+GB/s or a kernel launch of 1e308 us, which no machine has, is refused where it is read instead of turning a
+prediction into ``inf``; sums and products of figures in range stay finite. Every figure read from a file
+(hardware profiles, workloads, a plan's predictions, measured stats) has one of the types below; a figure
+read from elsewhere (a command-line flag) goes through ``Quantity.check``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,37 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, Strict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors, so a misspelled key never silently does nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------
+# Whole numbers
+
+MAX_INT64 = 2**63 - 1
+
+
+def _int64(n: int) -> int:
+    if n > MAX_INT64:
+        raise ValueError(f"must be at most 2^63-1 (got a {n.bit_length()}-bit number)")
+    return n
+
+
+_INT64 = Field(json_schema_extra={"maximum": MAX_INT64})
+
+# a count, a dimension, a stride or an index: 0 or more
+Count = Annotated[int, Strict(), Field(ge=0), AfterValidator(_int64), _INT64]
+# a repeat, a group size, a step: 1 or more
+PositiveCount = Annotated[int, Strict(), Field(gt=0), AfterValidator(_int64), _INT64]
+
+
+# ---------------------------------------------------------------------------
+# Real numbers
 
 MAX_SECONDS = 86400.0  # the longest time any figure may be: a day
 
@@ -68,6 +103,8 @@ TOKENS_PER_S = Quantity("tokens/s", 0.0, 1e12)
 SHARE = Quantity("", 1e-6, 1e6)
 # how many times a weight is read (a UVA matmul's passes over it)
 PASSES = Quantity("", 1.0, 1e6)
+# memory traffic per element of a tensor (a block's elementwise work per output element of its matrices)
+BYTES_PER_ELEMENT = Quantity("bytes", 0.0, 1e6)
 # GiB of host memory (vLLM's --cpu-offload-gb): up to the int64 bytes a size can be
 GIB = Quantity("GiB", 0.0, float(2**63 - 1) / 2**30)
 
@@ -80,3 +117,4 @@ Milliseconds = MILLISECONDS.of()
 Share = SHARE.of()
 TokensPerSecond = TOKENS_PER_S.of()
 Passes = PASSES.of()
+BytesPerElement = BYTES_PER_ELEMENT.of()

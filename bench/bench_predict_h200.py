@@ -1,0 +1,334 @@
+"""Predicted against measured step time on one H200, at least 40 plans in one run (issue 19).
+
+    PYTHONPATH=. python bench/bench_predict_h200.py 2>&1 | tee $OUT/predict-h200.log      # the H200 run, < 5 min
+    python bench/bench_predict_h200.py --dry-run --device cpu --out /tmp/predict          # tiny models on the CPU
+
+One process. First ``planner calibrate``'s measurements on this GPU (a pinned copy alone, a UVA read alone and
+both at once on two streams among them: the link row), whose profile then predicts every plan. Then per
+model, random bf16 weights built on the GPU from the bundled Hugging Face configs (examples/configs/):
+Llama-3-8B (32 layers, 16.06 GB) and Qwen3-30B-A3B cut to its first 12 of 48 layers (15.6 GB: 128 experts,
+top-8), so both fit a few minutes of pinning and timing. Each plan of ``PLANS`` is made with ``planner.plan``
+(or ``--from-vllm``) from ``runtime.describe`` of the model, for decode (1 token), decode32 (32 sequences of
+one token) and prefill (one sequence of 2,048 tokens) at once, applied, timed per workload (CUDA events,
+eager, ``use_cache=False``, the median of 3 after a warm-up), and removed. Budgets are shares of the model's
+bytes (0.5: 8 GB on Llama). The plans: every strategy, UVA and prefetch mixed in one plan by kind (user
+``--backends`` and ``auto``'s own), prefill with few layers offloaded (group 8/1: 4 of 32), MoE experts on
+UVA and prefetched, and vLLM's flags.
+
+Output: one JSON line per measurement in ``$OUT/predict-h200.jsonl`` (``--out`` or the ``OUT`` variable;
+default bench/results/predict-h200-DATE/), also printed: the environment, the link, one row per plan and
+workload (predicted and measured ms, their ratio, the plan's link bound: its copied bytes at the copy rate
+plus its UVA bytes at the read rate), skipped plans, and a summary (how many within 10%). ``--time-budget``
+(default 260 s from the start) skips what would start later, each model getting its share of what is
+left, so the whole run ends within 5 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import planner  # noqa: E402
+import runtime  # noqa: E402
+from planner.cost.layer import layers_work  # noqa: E402
+from planner.errors import InfeasibleError, PlannerError  # noqa: E402
+from schemas.hardware import HardwareProfile, load_hardware  # noqa: E402
+from schemas.workload import Workload, WorkloadItem  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "examples" / "configs"
+WORKLOADS = Workload({"decode": WorkloadItem(tokens=1), "decode32": WorkloadItem(tokens=32),
+                      "prefill": WorkloadItem(tokens=2048)})
+DRY_WORKLOADS = Workload({"decode": WorkloadItem(tokens=1), "decode32": WorkloadItem(tokens=4),
+                          "prefill": WorkloadItem(tokens=16)})
+# model -> (bundled config, its overrides on the H200, the tiny overrides of a dry run)
+MODELS = {
+    "llama": ("llama-3-8b", {}, dict(hidden_size=64, intermediate_size=160, num_hidden_layers=8,
+                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16)),
+    "moe": ("qwen3-30b-a3b", dict(num_hidden_layers=12),
+            dict(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, vocab_size=256, num_experts=16, num_experts_per_tok=4,
+                 moe_intermediate_size=32)),
+}
+SLOW_STEP_MS = 400.0  # a step slower than this is timed once after one warm-up
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    label: str
+    budget: float | None = None  # share of the model's bytes
+    options: dict = field(default_factory=dict)  # planner.plan keyword arguments
+    vllm: str | None = None  # --from-vllm flags instead
+
+
+MIX = {"attention": "uva", "dense_mlp": "prefetch"}
+PLANS = [
+    # Llama-3-8B: the rows issue 19 names first (user mixes of UVA and prefetch, prefill with 4 layers offloaded)
+    Case("llama", "no offload", options=dict(backend="none")),
+    Case("llama", "mix attention=uva dense_mlp=prefetch, budget 0.5", 0.5,
+         dict(strategy="budget", backend="prefetch", backends=MIX)),
+    Case("llama", "group 8/1 prefetch step 1 (4 layers)", None,
+         dict(strategy="group", group_size=8, num_in_group=1, backend="prefetch", prefetch_step=1)),
+    Case("llama", "auto 0.5", 0.5),
+    Case("llama", "mix attention=uva dense_mlp=prefetch, budget 0.75", 0.75,
+         dict(strategy="budget", backend="prefetch", backends=MIX)),
+    Case("llama", "mix dense_mlp=uva attention=prefetch, budget 0.75", 0.75,
+         dict(strategy="budget", backend="prefetch", backends={"dense_mlp": "uva", "attention": "prefetch"})),
+    Case("llama", "auto with attention=uva, 0.5", 0.5, dict(backends={"attention": "uva"})),
+    Case("llama", "group 8/1 prefetch step 2 (4 layers)", None,
+         dict(strategy="group", group_size=8, num_in_group=1, backend="prefetch", prefetch_step=2)),
+    Case("llama", "group 16/1 prefetch step 1 (2 layers)", None,
+         dict(strategy="group", group_size=16, num_in_group=1, backend="prefetch", prefetch_step=1)),
+    Case("llama", "auto 0.25", 0.25),
+    Case("llama", "auto 0.75", 0.75),
+    Case("llama", "auto 0.875", 0.875),
+    Case("llama", "budget prefetch 0.5", 0.5, dict(strategy="budget", backend="prefetch")),
+    Case("llama", "budget prefetch 0.75", 0.75, dict(strategy="budget", backend="prefetch")),
+    Case("llama", "budget prefetch step 3, 0.5", 0.5, dict(strategy="budget", backend="prefetch", prefetch_step=3)),
+    Case("llama", "budget uva 0.75", 0.75, dict(strategy="budget", backend="uva")),
+    Case("llama", "budget uva 0.875", 0.875, dict(strategy="budget", backend="uva")),
+    Case("llama", "MLPs only, prefetched, 0.75", 0.75, dict(strategy="budget", backend="prefetch", kinds=["dense_mlp"])),
+    Case("llama", "attention only, uva, 0.875", 0.875, dict(strategy="budget", backend="uva", kinds=["attention"])),
+    Case("llama", "group 4/1 prefetch step 2 (8 layers)", None,
+         dict(strategy="group", group_size=4, num_in_group=1, backend="prefetch", prefetch_step=2)),
+    Case("llama", "group 2/1 prefetch step 2 (16 layers)", None,
+         dict(strategy="group", group_size=2, num_in_group=1, backend="prefetch", prefetch_step=2)),
+    Case("llama", "group 8/1 uva (4 layers)", None, dict(strategy="group", group_size=8, num_in_group=1, backend="uva")),
+    Case("llama", "auto prefer attention, 0.5", 0.5, dict(prefer=["attention"])),
+    Case("llama", "vllm --cpu-offload-gb 2", vllm="--cpu-offload-gb 2"),
+    Case("llama", "vllm group 8/2 step 2", vllm="--offload-group-size 8 --offload-num-in-group 2 --offload-prefetch-step 2"),
+    Case("llama", "vllm group 7/1 step 3 (2 of 4 alone in a slot)",
+         vllm="--offload-group-size 7 --offload-num-in-group 1 --offload-prefetch-step 3"),
+    # Qwen3-MoE shape
+    Case("moe", "no offload", options=dict(backend="none")),
+    Case("moe", "experts on uva, 0.5", 0.5, dict(strategy="budget", backend="uva", kinds=["routed_experts"])),
+    Case("moe", "mix routed_experts=uva attention=prefetch, 0.4", 0.4,
+         dict(strategy="budget", backend="prefetch", backends={"routed_experts": "uva", "attention": "prefetch"})),
+    Case("moe", "group 4/1 prefetch step 1 (3 layers)", None,
+         dict(strategy="group", group_size=4, num_in_group=1, backend="prefetch", prefetch_step=1)),
+    Case("moe", "auto 0.5", 0.5),
+    Case("moe", "experts prefetched step 1, 0.5", 0.5,
+         dict(strategy="budget", backend="prefetch", kinds=["routed_experts"], prefetch_step=1)),
+    Case("moe", "experts prefetched step 2, 0.6", 0.6,
+         dict(strategy="budget", backend="prefetch", kinds=["routed_experts"], prefetch_step=2)),
+    Case("moe", "mix routed_experts=prefetch attention=uva, 0.5", 0.5,
+         dict(strategy="budget", backend="prefetch", backends={"routed_experts": "prefetch", "attention": "uva"})),
+    Case("moe", "auto 0.3", 0.3),
+    Case("moe", "auto 0.75", 0.75),
+    Case("moe", "budget uva 0.6", 0.6, dict(strategy="budget", backend="uva")),
+    Case("moe", "group 6/1 prefetch step 2 (2 layers)", None,
+         dict(strategy="group", group_size=6, num_in_group=1, backend="prefetch", prefetch_step=2)),
+    Case("moe", "group 2/1 uva (6 layers)", None, dict(strategy="group", group_size=2, num_in_group=1, backend="uva")),
+    Case("moe", "auto with routed_experts=uva, 0.4", 0.4, dict(backends={"routed_experts": "uva"})),
+    Case("moe", "vllm --cpu-offload-gb 4 experts", vllm="--cpu-offload-gb 4 --cpu-offload-params experts"),
+    Case("moe", "vllm group 4/1 step 2 experts",
+         vllm="--offload-group-size 4 --offload-num-in-group 1 --offload-prefetch-step 2 --offload-params experts"),
+]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="folder for the rows (default $OUT, else bench/results/predict-h200-DATE)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dry-run", action="store_true", help="tiny models from the same configs, on any device")
+    ap.add_argument("--profile", help="predict with this profile instead of calibrating (a CPU run takes the bundled h200)")
+    ap.add_argument("--only", choices=sorted(MODELS))
+    ap.add_argument("--limit", type=int, help="the first N plans of each model only")
+    ap.add_argument("--time-budget", type=float, default=260.0, help="seconds from the start; later plans are skipped")
+    return ap.parse_args(argv)
+
+
+def out_folder(args: argparse.Namespace) -> Path:
+    folder = args.out or os.environ.get("OUT") or str(
+        ROOT / "bench" / "results" / f"predict-h200-{datetime.date.today().isoformat()}")
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def build_model(kind: str, dry: bool, device: torch.device):
+    """The model of a bundled config, random weights in bf16 (float32 on the CPU), built on ``device``."""
+    import transformers
+
+    name, overrides, tiny = MODELS[kind]
+    config = transformers.AutoConfig.from_pretrained(CONFIGS / name)
+    for key, value in (tiny if dry else overrides).items():
+        setattr(config, key, value)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    finally:
+        torch.set_default_dtype(old)
+    return model, config
+
+
+def inputs(name: str, tokens: int, vocab: int, device: torch.device) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    shape = (1, tokens) if name.startswith("prefill") else (tokens, 1)
+    return torch.randint(0, vocab, shape, generator=g).to(device)
+
+
+def step_ms(fn, device: torch.device) -> float:
+    """Median ms of ``fn``: CUDA events on a GPU (runtime.calibrate's timer) after one warm-up, 3 timings (1
+    for a step slower than SLOW_STEP_MS); elsewhere (a dry run) one call on the wall clock."""
+    with torch.inference_mode():
+        if device.type == "cuda":
+            from runtime.calibrate import gpu_ms
+
+            first = gpu_ms(fn, repeat=1, warmup=1)
+            return first if first > SLOW_STEP_MS else gpu_ms(fn, repeat=3, warmup=0)
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+
+def make_plan(case: Case, spec, total: int, hw: HardwareProfile, workload: Workload):
+    """The case's plan and a note when its budget had to be raised to the smallest feasible."""
+    if case.vllm is not None:
+        from planner.vllm.flags import parse_vllm_flags
+        from planner.vllm.plan import from_vllm
+
+        return from_vllm(spec, parse_vllm_flags(case.vllm), hardware=hw, workload=workload), None
+    options = dict(case.options)
+    if case.budget is not None:
+        options["gpu_budget"] = int(total * case.budget)
+    try:
+        return planner.plan(spec, hardware=hw, workload=workload, **options), None
+    except InfeasibleError as err:
+        if err.min_gpu_budget is None:
+            raise
+        options["gpu_budget"] = err.min_gpu_budget
+        return planner.plan(spec, hardware=hw, workload=workload, **options), f"budget raised to {err.min_gpu_budget}"
+
+
+def link_bound_ms(plan, tokens: int, hw: HardwareProfile) -> float:
+    """The plan's bytes over the host link at one forward: copies at the copy rate, UVA reads at the read rate."""
+    once = {layer.name for layer in plan.layers if layer.prefetch is not None and layer.prefetch.once}
+    return sum((0.0 if layer.name in once else w.copy_ms) + w.uva_link_ms
+               for layer, w in zip(plan.layers, layers_work(plan.layers, tokens, hw)))
+
+
+class Writer:
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("w")
+
+    def row(self, **data) -> None:
+        self.file.write(json.dumps(data) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Writer, deadline: float) -> list[dict]:
+    model, config = build_model(kind, args.dry_run, device)
+    spec = runtime.describe(model, name=kind)
+    total = sum(layer.nbytes for layer in spec.model.expanded())
+    rows = []
+    for case in cases:
+        if time.perf_counter() > deadline:
+            out.row(type="skipped", model=kind, plan=case.label, reason="time budget")
+            print(f"{kind:5} {case.label:52} skipped (time budget)", flush=True)
+            continue
+        try:
+            plan, note = make_plan(case, spec, total, hw, workload)
+            predicted = {p.workload: p for p in plan.predictions.workloads}
+            with runtime.apply(plan, model, device=str(device)):
+                for name, item in workload.items():
+                    ids = inputs(name, item.tokens, config.vocab_size, device)
+                    ms = step_ms(lambda: model(ids, use_cache=False), device)
+                    p = predicted[name]
+                    row = {"type": "row", "model": kind, "plan": case.label, "note": note,
+                           "backend": plan.summary.backend, "strategy": plan.summary.strategy,
+                           "gpu_budget": plan.summary.gpu_budget_bytes, "peak_gpu_bytes": plan.summary.peak_gpu_bytes,
+                           "offloaded_bytes": plan.summary.offloaded_bytes,
+                           "offloaded_layers": plan.summary.offloaded_layers, "prefetch_step": plan.summary.prefetch_step,
+                           "workload": name, "tokens": item.tokens, "predicted_ms": p.step_ms,
+                           "measured_ms": round(ms, 3), "ratio": round(p.step_ms / ms, 4), "bound": p.bound,
+                           "link_bound_ms": round(link_bound_ms(plan, item.tokens, hw), 3)}
+                    out.row(**row)
+                    rows.append(row)
+                    print(f"{kind:5} {case.label:52} {name:8} predicted {p.step_ms:9.2f} ms  measured {ms:9.2f} ms  "
+                          f"x{p.step_ms / ms:5.3f}  ({p.bound})", flush=True)
+        except (PlannerError, RuntimeError, ValueError) as err:
+            out.row(type="error", model=kind, plan=case.label, error=f"{type(err).__name__}: {err}",
+                    trace=traceback.format_exc(limit=3))
+            print(f"{kind:5} {case.label:52} error: {type(err).__name__}: {err}", flush=True)
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    ratios = [r["ratio"] for r in rows]
+    within = [r for r in rows if abs(r["ratio"] - 1) <= 0.10]
+    plans = {(r["model"], r["plan"]) for r in rows}
+    plans_within = {key for key in plans if all(abs(r["ratio"] - 1) <= 0.10 for r in rows if (r["model"], r["plan"]) == key)}
+    return {"type": "summary", "plans": len(plans), "pairs": len(rows), "pairs_within_10pct": len(within),
+            "plans_all_within_10pct": len(plans_within),
+            "median_ratio": round(statistics.median(ratios), 4) if ratios else None,
+            "worst": sorted(({"model": r["model"], "plan": r["plan"], "workload": r["workload"], "ratio": r["ratio"]}
+                             for r in rows), key=lambda r: -abs(r["ratio"] - 1))[:8]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    start = time.perf_counter()
+    device = torch.device(args.device)
+    folder = out_folder(args)
+    out = Writer(folder / "predict-h200.jsonl")
+    try:
+        out.row(type="env", date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                argv=sys.argv, torch=torch.__version__, dry_run=args.dry_run,
+                device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+        if args.profile or device.type != "cuda":
+            hw = load_hardware(args.profile or "h200")
+        else:
+            from runtime.calibrate import calibrate
+
+            hw, raw = calibrate(device, "h200-calibrated")
+            link = raw["raw_link"]
+            out.row(type="link", **link, copy_gbps=link["bytes"] / link["copy_ms"] / 1e6,
+                    read_gbps=link["bytes"] / link["read_ms"] / 1e6, both_gbps=hw.link_shared_gbps,
+                    sum_of_alone_ms=link["copy_ms"] + link["read_ms"])
+            print(f"link: copy {link['copy_ms']:.1f} ms, UVA read {link['read_ms']:.1f} ms, both {link['both_ms']:.1f} ms "
+                  f"({hw.link_shared_gbps:.1f} GB/s together)", flush=True)
+            (folder / "predict-h200.profile.yaml").write_text(__import__("schemas").dump_model(hw))
+        out.row(type="profile", profile=hw.model_dump(), seconds=round(time.perf_counter() - start, 1))
+        workload = DRY_WORKLOADS if args.dry_run else WORKLOADS
+        kinds = [args.only] if args.only else list(MODELS)
+        rows: list[dict] = []
+        for i, kind in enumerate(kinds):
+            left = args.time_budget - (time.perf_counter() - start)
+            deadline = time.perf_counter() + left / (len(kinds) - i)  # each model its share of what is left
+            cases = [c for c in PLANS if c.model == kind][:args.limit]
+            rows += run_model(kind, cases, args, device, hw, workload, out, deadline)
+        result = summary(rows)
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        out.row(**result)
+        print(json.dumps(result), flush=True)
+    finally:
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""What a decoder block computes besides its matrices' matmuls (the roofline of planner/cost/layer.py):
+attention's own arithmetic over the context, and the elementwise work between the matmuls.
+
+- Attention: a forward's tokens belong to ``sequences`` (``Sequences``); each pushes ``q = tokens /
+  sequences`` new tokens over the ``context`` tokens its KV cache already holds, causally:
+  ``q·context + q(q+1)/2`` query-key pairs a sequence, each ``4·width`` flops (Q·Kᵀ and the weighted sum
+  of V; ``width`` = heads × head_dim, the query projection's output), at the profile's
+  ``attention_tflops``. Its keys and values (the key and value projections' output per token, in their
+  dtype) are read once a sequence from GPU memory. The time is the larger of the two (a roofline): the
+  arithmetic at a long prefill, the KV cache at a decode over a long context.
+- Elementwise: norms, rotary embedding, activation and residual adds move ``elementwise_bytes`` of GPU
+  memory per token for each output element of the block's matrices (routed experts: the top-k a token
+  uses), at ``gpu_mem_gbps``. ``planner calibrate`` measures it on a transformers Llama block as what the
+  roofline of its matmuls and attention leaves unexplained.
+
+A block is a layer with 4 or more matrices or with routed experts (as for the CPU cost in
+planner/cost/layer.py). Its query, key and value projections are found by name: ``q_proj``, ``k_proj``,
+``v_proj`` (and ``query``/``key``/``value``, ``wq``/``wk``/``wv``), fused ``qkv_proj``,
+``query_key_value``, ``Wqkv``, ``W_pack``, ``c_attn`` (a third each), and MLA's ``q_b_proj`` and
+``kv_a_proj_with_mqa`` (the compressed cache); a block without them has no attention cost.
+
+A workload item's sequences and context (schemas/workload.py: ``batch``, ``context``, what a sequence holds
+after the forward) give ``Sequences``: ``sequences_of``. Without a context, its batch if it gives one (else one
+sequence of all its tokens), none holding earlier tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from schemas.hardware import HardwareProfile
+from schemas.plan_content import PlanParam
+
+_QUERY = {"q_proj", "query", "wq", "q_b_proj"}
+_KEY_VALUE = {"k_proj", "v_proj", "key", "value", "wk", "wv", "kv_a_proj_with_mqa"}
+_FUSED = {"qkv_proj", "query_key_value", "wqkv", "w_pack", "c_attn"}
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """How a forward's tokens split into sequences, and the tokens each already holds in its KV cache."""
+
+    count: int = 1
+    context: int = 0
+
+
+ONE = Sequences()
+
+
+def sequences_of(item, name: str = "") -> Sequences:
+    """A workload item's sequences (``schemas.workload.batch_of``: its batch, else one a token for a decode step
+    and one for a prefill) and the tokens each held before the forward: its ``context`` (what a sequence holds
+    after it) less the tokens the forward adds; without a context, none."""
+    from schemas.workload import batch_of
+
+    if getattr(item, "context", None) is None:  # as before workloads had contexts: its batch, if it gives one
+        given = item.batch if isinstance(item.batch, int) else 1
+        return Sequences(max(1, min(given, item.rows)), 0)
+    batch = batch_of(name, item)
+    return Sequences(batch, max(0, item.context - -(-item.rows // batch)))
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    query: int  # query features a token has (heads x head_dim); 0: no attention found
+    kv_bytes: float  # key and value bytes a token keeps in the cache
+    outputs: float  # output elements of the block's matrices a token produces
+
+
+def block_shape(params: Iterable[tuple[str, PlanParam, str]], moe: tuple[int, int] | None) -> BlockShape:
+    """The shape of a block from its (name relative to it, param, role) triples; roles as planner/cost/layer.py."""
+    query = 0
+    kv = 0.0
+    outputs = 0.0
+    for rel, p, role in params:
+        if role not in ("matmul", "routed") or len(p.shape) < 2:
+            continue
+        rows = p.shape[-2] if len(p.shape) >= 3 else p.shape[0]
+        if role == "routed" and moe is not None:
+            experts, top_k = moe
+            outputs += rows * top_k / (1 if len(p.shape) >= 3 else experts)
+            continue
+        outputs += rows
+        names = {s.lower() for s in rel.split(".")}
+        itemsize = p.bytes / max(math.prod(p.shape), 1)
+        if names & _QUERY:
+            query += rows
+        elif names & _KEY_VALUE:
+            kv += rows * itemsize
+        elif names & _FUSED:
+            query += rows // 3
+            kv += (rows - rows // 3) * itemsize
+    return BlockShape(query, kv, outputs)
+
+
+def block_ms(shape: BlockShape, tokens: int, seqs: Sequences, hw: HardwareProfile) -> float:
+    """GPU time of a block's attention arithmetic and elementwise work at ``tokens`` in ``seqs``."""
+    elementwise = tokens * shape.outputs * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6
+    if not shape.query:
+        return elementwise
+    q = tokens / seqs.count
+    pairs = seqs.count * (q * seqs.context + q * (q + 1) / 2)
+    flops = 4.0 * pairs * shape.query
+    cache = seqs.count * (seqs.context + q) * shape.kv_bytes
+    return max(flops / (hw.attention_tflops * 1e9), cache / hw.gpu_mem_gbps / 1e6) + elementwise

@@ -1,0 +1,72 @@
+"""The host link as one resource: the copy stream's prefetch copies and the UVA reads of the compute
+stream draw on the same bandwidth.
+
+Measured on the H200 (docs/DESIGN.md, "Cost model"): a 4 GiB pinned copy alone 55.4 GB/s, a matmul
+reading 4 GiB through UVA alone 51.3 GB/s, both at once on two streams 161 ms for the 8 GiB: the time
+of both is the sum of each alone. That is a work-conserving link; which share each stream gets while
+both run was not measured, and the model gives them equal shares (processor sharing): while both are
+busy each moves at ``share`` of its own rate, then the one left runs at its full rate.
+
+``share`` comes from the profile's ``link_shared_gbps`` (a copy and a UVA read of equal bytes at once,
+measured by ``planner calibrate``): 0.5 is one link taken in turns, 1 two independent links. A profile
+without it is taken as one link (0.5).
+"""
+
+from __future__ import annotations
+
+from schemas.hardware import HardwareProfile
+
+ONE_LINK = 0.5  # each of two streams gets half the link while both run
+_LEAST_SHARE = 0.05
+
+
+def link_share(hw: HardwareProfile) -> float:
+    """The share of its own rate a copy and a UVA read each keep while both use the link.
+
+    With equal bytes B of each, alone they take ``c = B/h2d`` and ``u = B/uva``; at once, both at
+    ``share`` until the shorter is done, then the longer alone: ``min(c, u)/share + |c - u|``, which the
+    calibration measured as ``2B/link_shared_gbps``."""
+    if hw.link_shared_gbps is None:
+        return ONE_LINK
+    copy, read = 1.0 / hw.h2d_gbps, 1.0 / hw.uva_gbps
+    shared = 2.0 / hw.link_shared_gbps - abs(copy - read)
+    if shared <= 0.0:
+        return 1.0
+    return min(1.0, max(_LEAST_SHARE, min(copy, read) / shared))
+
+
+class Link:
+    """The copy stream's queue on the host link. ``copy`` queues a copy; ``read`` lets UVA reads of the
+    compute stream share the link with the copies in flight, delaying both."""
+
+    def __init__(self, share: float = ONE_LINK) -> None:
+        self.share = share
+        self.free = 0.0  # when the copy stream has done every copy queued so far
+        self._open: list = []  # LayerTime records of copies that may still be in flight
+
+    def copy(self, issued: float, ms: float, record) -> None:
+        """Queue a copy of ``ms`` issued at ``issued``; ``record`` (a LayerTime) gets its start and end."""
+        start = max(self.free, issued)
+        self.free = start + ms
+        record.copy_start, record.copy_end = start, self.free
+        self._open.append(record)
+
+    def read(self, at: float, ms: float) -> float:
+        """UVA reads needing ``ms`` of the link alone, from ``at``: the delay they take, the same delay the
+        copies in flight take (both run at ``share`` while they overlap). The copies' times are moved."""
+        waiting = self.free - at
+        if ms <= 0.0 or waiting <= 0.0 or self.share >= 1.0:
+            return 0.0
+        both = min(ms, waiting)  # link time of each stream spent while both run
+        delay = both * (1.0 / self.share - 1.0)
+
+        def moved(t: float) -> float:
+            if t <= at:
+                return t
+            return at + (t - at) / self.share if t - at <= both else t + delay
+
+        self._open = [r for r in self._open if r.copy_end > at]
+        for r in self._open:
+            r.copy_start, r.copy_end = moved(r.copy_start), moved(r.copy_end)
+        self.free = moved(self.free)
+        return delay
