@@ -43,7 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     p.add_argument("--backend", default="both", choices=["prefetch", "uva", "both"])
     p.add_argument("--budget-fraction", type=float, default=0.5,
-                   help="GPU budget as a fraction of the model's bytes (default 0.5)")
+                   help="GPU budget for the weights as a fraction of the model's bytes, on top of what the plan "
+                        "counts besides them (default 0.5)")
     p.add_argument("--prefetch-step", type=int, default=None, help="buffer slots (default: the planner's, 2)")
     p.add_argument("--cache", default="static", choices=["static", "dynamic"],
                    help="transformers' KV cache: static (compiled, CUDA graphs on a GPU) or dynamic (eager)")
@@ -124,16 +125,21 @@ def run(args: argparse.Namespace) -> bool:
     # compiled runs may drift by rounding: eager (dynamic cache) tokens are then the exact comparison
     want_eager = generate(model, ids, args.tokens, "dynamic") if cuda and args.cache == "static" else None
     print(f"no offload: {want}")
-    budget = int(total * args.budget_fraction)
-    # the plan predicts the forward the way it will run: CUDA graph replay with the static cache on a GPU
+    # the plan predicts the forward the way it will run: CUDA graph replay with the static cache on a GPU, one
+    # sequence whose KV cache holds the prompt and the new tokens, generate()'s logits (the last token's)
     mode = "graph" if cuda and args.cache == "static" else "eager"
+    workload = Workload({"decode": WorkloadItem(batch=1, context=args.prompt_len + args.tokens, logits="last",
+                                                mode=mode)})
+    # the budget: that fraction of the weights, and what the plan counts besides them (KV cache, activations,
+    # workspace), which a plan without a budget reports
+    besides = planner.plan(spec, backend="none", workload=workload).memory.non_weight_bytes
+    budget = int(total * args.budget_fraction) + besides
     ok = True
     for backend in (["prefetch", "uva"] if args.backend == "both" else [args.backend]):
         try:
             # strategy budget: block-stack layers on one backend, so the two backends are compared on like plans
             plan = planner.plan(spec, gpu_budget=budget, strategy="budget", backend=backend,
-                                prefetch_step=args.prefetch_step,
-                                workload=Workload({"decode": WorkloadItem(tokens=1, mode=mode)}))
+                                prefetch_step=args.prefetch_step, workload=workload)
         except InfeasibleError as err:
             print(f"{backend}: {err.message}")
             ok = False
@@ -161,8 +167,8 @@ def run(args: argparse.Namespace) -> bool:
               f"{plan.predictions.hardware} in {mode} mode ({ms:.1f} vs {predicted:.1f} ms a token; "
               f"{1000 / resident_ms:.1f} tokens/s resident)")
         if peak is not None:
-            print(f"{backend}: peak GPU memory {format_bytes(peak)} during generate(); the plan's weights and "
-                  f"buffers {format_bytes(s.peak_gpu_bytes)} (the KV cache and activations are not in the plan)")
+            print(f"{backend}: peak GPU memory {format_bytes(peak)} during generate(); the plan's peak "
+                  f"{format_bytes(s.peak_gpu_bytes)} (weights, buffers, KV cache, activations and workspace)")
         if drift is not None:
             shared, eager_same = drift
             print(f"{backend}: the compiled tokens agree with the resident model's for the first {shared} of "

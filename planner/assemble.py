@@ -28,6 +28,7 @@ from schemas.plan_experts import ExpertSplit, host_bytes
 from schemas.plan_content import BufferKey, BufferPool, PlanLayer, PlanParam, Prefetch, Summary
 from schemas.schedule import DEFAULT_PREFETCH_STEP, filled_once, num_slots, schedule
 from schemas.spec_layers import Layer, Tensor
+from schemas.plan_memory import PlanMemory
 
 
 ParamBackend = Literal["prefetch", "uva"]
@@ -102,8 +103,10 @@ def pool_of(prefetched: Sequence[Layer], where: Mapping[str, Mapping[str, str]],
 
 def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str, spec_sha256: str,
              gpu_budget: int | None = None, cpu_budget: int | None = None, record_kinds: bool = False,
-             checked: bool = True) -> Plan:
+             checked: bool = True, memory: PlanMemory | None = None) -> Plan:
     """The plan of ``layers`` (the spec's, expanded, in execution order) as ``assignment`` says.
+
+    ``memory``: what the plan counts besides the weights (planner/memory), added to its peak.
 
     ``record_kinds``: write each param's kind into the plan. ``checked=False`` skips the plan's own
     check (schemas/plan_check.py), for a plan that is only predicted, never written. Raises PlanningError when the
@@ -173,10 +176,11 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
         model=model_name, backend=backend, backend_reason=assignment.reason, strategy=assignment.strategy,
         prefetch_step=step if pool else None, gpu_budget_bytes=gpu_budget, cpu_budget_bytes=cpu_budget,
         total_bytes=total, resident_bytes=total - offloaded_total, offloaded_bytes=offloaded_total,
-        buffer_bytes=buffer, peak_gpu_bytes=total - offloaded_total + buffer, pinned_host_bytes=offloaded_total,
+        buffer_bytes=buffer, peak_gpu_bytes=total - offloaded_total + buffer + (memory.non_weight_bytes if memory else 0),
+        pinned_host_bytes=offloaded_total,
         layers=num_layers, offloaded_layers=sum(1 for layer in plan_layers if layer.offloaded),
         spec_sha256=spec_sha256, notes=notes)
-    fields = {"summary": summary, "layers": plan_layers, "buffer_pool": pool}
+    fields = {"summary": summary, "memory": memory, "layers": plan_layers, "buffer_pool": pool}
     return Plan(**fields) if checked else Plan.model_construct(**fields)
 
 

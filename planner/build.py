@@ -34,6 +34,9 @@ from planner.strategy.budget import Tier, prefer_tiers, previous_state, search, 
 from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host
 from schemas.errors import InputError
 from schemas.routing import RoutingRef, RoutingStats, spec_problems
+from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budget
+from planner.words import memory_notes
+from schemas.plan_memory import PlanMemory
 
 WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
 
@@ -373,6 +376,8 @@ def plan(
     *,
     gpu_budget: int | None = None,
     cpu_budget: int | None = None,
+    kv_cache: int | str | None = None,
+    kv_cache_dtype: str | None = None,
     backend: str | None = None,
     strategy: str | None = None,
     group_size: int | None = None,
@@ -393,6 +398,11 @@ def plan(
     stay on the GPU and the predictions use the measured rates; InputError when the spec does not match it.
 
     ``backends``: kind -> prefetch or uva for the offloaded params of that kind (offload.backends).
+    ``kv_cache`` (bytes, or "auto") and ``kv_cache_dtype`` override memory.kv_cache and memory.kv_cache_dtype.
+
+    The gpu_budget is the whole GPU: the KV cache, the activations and the workspace the workload needs
+    (planner/memory) are taken off it first, and the strategy fits weights and buffers into the rest. A
+    workload with ``batch: auto`` chooses its batch with the plan (planner/memory/throughput.py).
 
     ``hardware`` (a profile, or a bundled name or file; default the spec's, else h200: a relative file
     there is read from the current folder, where `planner plan` passes it resolved against the spec's
@@ -405,36 +415,84 @@ def plan(
     profile = hardware if isinstance(hardware, HardwareProfile) else load_hardware(hardware or spec.hardware)
     chosen_workload = workload or spec.workload or DEFAULT_WORKLOAD
     memory, offload = _merge(
-        spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget},
+        spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget, "kv_cache": kv_cache,
+               "kv_cache_dtype": kv_cache_dtype},
         {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
          "prefetch_step": prefetch_step, "params": params, "kinds": kinds, "prefer": prefer, "backends": backends})
     offload, host = link_view(offload)
-    m = replace(_model(spec, memory, offload), host=host, routing=routing, routing_ref=routing_ref)
+    if memory.kv_cache == "auto" and memory.gpu_budget is None:
+        raise PlanningError("kv_cache auto gives the KV cache what the plan leaves of the gpu_budget: give a "
+                            "gpu_budget (--gpu-budget)")
+    sizes = MemoryModel(spec.model, spec.model.expanded(), memory)
+    links = _Links(host, routing, routing_ref)
+    if chosen_workload.auto is not None:
+        from planner.memory.throughput import plan_throughput
+
+        return plan_throughput(lambda w: _plan_for(spec, sizes, memory, offload, profile, w, links), chosen_workload)
+    return _plan_for(spec, sizes, memory, offload, profile, chosen_workload, links)
+
+
+@dataclass(frozen=True)
+class _Links:
+    """What the plan adds to a strategy's choice: kinds the host computes, measured routing and its file."""
+
+    host: frozenset[str] | set[str]
+    routing: RoutingStats | None
+    routing_ref: RoutingRef | None
+
+
+def _plan_for(spec: SpecFile, sizes: MemoryModel, memory: MemorySection, offload: OffloadSection,
+              profile: HardwareProfile, workload: Workload, links: _Links) -> Plan:
+    """The plan for ``workload`` (every batch given): the memory besides the weights off the budget, then a
+    strategy for the weights and buffers (the one point where the budget the strategies see is set)."""
+    mem = sizes.plan_memory(workload, profile)
+    m = replace(_model(spec, memory.model_copy(update={"gpu_budget": weights_budget(memory.gpu_budget, mem)}),
+                       offload), host=links.host, routing=links.routing, routing_ref=links.routing_ref)
+    routing, routing_ref = links.routing, links.routing_ref
     if routing is not None:
         problems = spec_problems(routing, m.layers)
         if problems:
             where = routing_ref.file if routing_ref is not None else "the routing statistics"
             raise InputError(f"{where} does not match the spec {spec.model.name} (recorded on {routing.model}): "
                              + "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else ""))
+    try:
+        made = _decide(spec, m, profile, workload, mem, memory.gpu_budget)
+    except InfeasibleError as err:
+        if memory.gpu_budget is None or err.min_gpu_budget is None:
+            raise
+        raise infeasible(err, memory.gpu_budget, mem) from None
+    notes = memory_notes.budget_note(memory.gpu_budget, mem) + memory_notes.assumed_notes(
+        mem, {name: item.batch is not None for name, item in workload.items()})
+    if mem.kv_cache == "reserved":
+        notes += memory_notes.room_notes(mem)
+    summary = made.summary.model_copy(update={"notes": [*made.summary.notes, *notes]})
+    return fill_kv(made.model_copy(update={"summary": summary}))
+
+
+def _decide(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload, mem: PlanMemory,
+            gpu_budget: int | None) -> Plan:
+    """The strategy's plan of the weights and buffers, assembled with the memory section ``mem``."""
+    offload = m.offload
     if offload.strategy == "auto" and offload.backend != "none":
-        return _plan_auto(spec, m, profile, chosen_workload)
+        return _plan_auto(spec, m, profile, workload, mem, gpu_budget)
     if offload.backend == "none":
         out = _decide_none(m)
     elif offload.strategy == "group":
         out = _decide_group(m)
     else:
         out = _decide_budget(m)
-    cpu = memory.cpu_budget
+    cpu = m.memory.cpu_budget
     if out.cost is not None and cpu is not None and out.cost.offloaded_bytes > cpu:
         raise InfeasibleError(f"the plan pins {m.size(out.cost.offloaded_bytes)} of host memory, more than the "
                               f"{m.size(cpu)} cpu_budget", None)
-    result = assemble(m.layers, m.placed(_assignment(m, out), profile, chosen_workload), model_name=spec.model.name,
+    result = assemble(m.layers, m.placed(_assignment(m, out), profile, workload), model_name=spec.model.name,
                       spec_sha256=spec_sha256(spec),  # hashed only for a plan: 0.3 s at 10,000 layers
-                      gpu_budget=memory.gpu_budget, cpu_budget=memory.cpu_budget, record_kinds=m.by_kind)
-    return m.finished(result, profile, chosen_workload)
+                      gpu_budget=gpu_budget, cpu_budget=cpu, record_kinds=m.by_kind, memory=mem)
+    return m.finished(result, profile, workload)
 
 
-def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload) -> Plan:
+def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload, mem: PlanMemory,
+               gpu_budget: int | None) -> Plan:
     """strategy auto (planner/strategy/auto.py), with the best plan of the budget strategy as the runner-up."""
     decision = decide_auto(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
                            m.total_bytes)
@@ -445,8 +503,8 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
         chosen = m.placed(auto_assignment(decision, reason, notes, step, names), profile, workload)
         result = assemble(m.layers, chosen, model_name=spec.model.name,
-                          spec_sha256=spec_sha256(spec), gpu_budget=m.memory.gpu_budget,
-                          cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind)
+                          spec_sha256=spec_sha256(spec), gpu_budget=gpu_budget,
+                          cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind, memory=mem)
         return m.finished(result, profile, workload)
 
     notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget, m.host)
@@ -471,7 +529,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
             continue
         alt = assemble(other.layers, m.placed(_assignment(other, out), profile, workload),
                        model_name=spec.model.name, spec_sha256="0" * 64,
-                       gpu_budget=m.memory.gpu_budget, cpu_budget=m.memory.cpu_budget, checked=False)
+                       cpu_budget=m.memory.cpu_budget, checked=False, memory=mem)
         ms = predict(alt, profile, workload, m.shares).weighted_step_ms
         if runner_up is None or ms < runner_up[1]:
             runner_up = (f"strategy budget with {backend} ({format_bytes(out.cost.offloaded_bytes)} offloaded)", ms)

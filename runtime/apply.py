@@ -22,6 +22,7 @@ from runtime.placement import Placement
 from runtime.prefetch import MixedOffloader, PrefetchOffloader
 from runtime.progress import Progress
 from runtime.rank_plans import choose_plan, this_rank
+from runtime.stats import PeakWatch, with_peaks
 from runtime.teardown import RemoveError, Step, run_steps
 from runtime.ties import extent, storage_key
 from runtime.uva import UvaOffloader
@@ -52,6 +53,7 @@ class Handle:
         self._guards: Guards | None = None
         self._watch = watch
         self.active = True
+        self.peaks: PeakWatch | None = None  # with stats=True: each forward's peak GPU memory
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
                                      ("weights", placement.restore),
@@ -76,10 +78,13 @@ class Handle:
         return self._placement.true_values() | split
 
     def stats(self) -> dict:
-        """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s."""
+        """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s, and on CUDA the
+        forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]
+        if self.peaks is not None:
+            forwards = with_peaks(forwards, list(self.peaks.peaks))
         return {"backend": self.offloader.name, "forwards": forwards,
                 "pinned_host_bytes": self._placement.host_bytes}
 
@@ -192,6 +197,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)
         handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
+        if stats:
+            handle.peaks = PeakWatch(device)
+            handle.peaks.install(model, offloader.hooks)
         if record_routing:
             handle._routing = RoutingRecorder()
             handle._pending.insert(0, ("routing hooks", handle._routing.remove))

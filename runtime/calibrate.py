@@ -22,7 +22,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
   above) and the attention, as bytes at ``gpu_mem_gbps`` per token and output element of its matrices
   (planner/cost/block.py reads them back the same way);
-- ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py).
+- ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py);
+- ``workspace_bytes``: what a matmul and an attention leave allocated on a fresh stream beyond their
+  outputs (cuBLAS's workspace), the allowance every plan's peak counts.
 """
 
 from __future__ import annotations
@@ -241,6 +243,26 @@ def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
     return {"uva_expert_call_ms": statistics.median(estimates)}
 
 
+def workspace(device: torch.device) -> dict[str, int]:
+    """The GPU bytes library workspaces take on a stream a forward runs on: what stays allocated after a
+    bf16 matmul and an SDPA attention on a fresh stream, less their outputs (cuBLAS keeps a workspace per
+    stream it has run on, allocated through PyTorch's caching allocator, so ``max_memory_allocated`` sees it)."""
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.Stream(device)
+    with torch.cuda.stream(stream):
+        a = torch.randn(256, 4096, device=device, dtype=torch.bfloat16)
+        w = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+        q = torch.randn(1, 8, 256, 128, device=device, dtype=torch.bfloat16)
+        stream.synchronize()
+        before = torch.cuda.memory_allocated(device)
+        y = a @ w.T
+        o = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        stream.synchronize()
+        after = torch.cuda.memory_allocated(device)
+    kept = after - before - y.untyped_storage().nbytes() - o.untyped_storage().nbytes()
+    return {"workspace_bytes": max(0, kept)}
+
+
 # a decoder block: hidden, intermediate, query heads, key/value heads, head dim (Llama-3-8B's)
 LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
 
@@ -297,6 +319,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
     figures.update(host_experts(device))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
+    figures.update(workspace(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link")}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()

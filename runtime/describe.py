@@ -16,7 +16,9 @@ transpose, a slice of a bigger param: runtime/ties.py) are listed once, at the f
 whose bytes cover all the others', and the others are recorded as ``tied`` to it, so their bytes
 count once. Views of one storage that no one of them covers (two halves of a fused weight, each a
 param) are refused. On the meta device only identity counts.
-Consecutive blocks with identical tensors fold into one ``{i}`` template.
+Consecutive blocks with identical tensors fold into one ``{i}`` template. A model with a transformers config
+gets ``model.attention`` (its heads and KV heads), which the planner needs to size the KV cache of a fused
+q/k/v projection or a latent attention, and to split attention by heads under tensor parallelism.
 
 A model sharded with ``torch.distributed.tensor`` (DTensor params) is described whole: global
 shapes, and each param's ``shard`` read from its placement (runtime/dtensor.py), so every rank
@@ -136,6 +138,20 @@ def moe_of(module: nn.Module) -> dict[str, int] | None:
     return None
 
 
+def attention_of(model: nn.Module) -> dict[str, int] | None:
+    """``{heads, kv_heads}`` from the model's (text) config, as transformers names them
+    (``num_attention_heads``, ``num_key_value_heads``), or None: what the spec's ``model.attention`` records,
+    so the planner can split fused q/k/v projections (tensor parallel, the KV cache's size)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    if not isinstance(heads, int) or not isinstance(kv, int) or heads <= 0 or kv <= 0 or heads % kv:
+        return None
+    return {"heads": heads, "kv_heads": kv}
+
+
 def describe(model: nn.Module, name: str | None = None, dtype: str | None = None, *,
              non_persistent: bool = False, fold: bool = True, local: bool = False) -> SpecFile:
     """The spec of ``model``: its layers in order, every param and buffer, ties, folded blocks.
@@ -172,4 +188,4 @@ def describe(model: nn.Module, name: str | None = None, dtype: str | None = None
                     raise ValueError(f"'{lname}.{rel}': {exc}") from None
         entry.moe = moe_of(module)
         entries.append(entry)
-    return build_spec(name or type(model).__name__, entries, dtype, fold)
+    return build_spec(name or type(model).__name__, entries, dtype, fold, attention=attention_of(model))

@@ -1,14 +1,24 @@
-"""Per-forward copy statistics, measured with CUDA events (recorded only when stats are on).
+"""Per-forward copy statistics, measured with CUDA events, and each forward's peak GPU memory (recorded
+only when stats are on).
 
 Each copy and each wait carries the name of the layer it is for, so ``summary()`` can
 say per layer what the copy and the stall took (``schemas.measured`` is the format). On
 the CPU there are no CUDA events: copies are recorded with their layer and bytes and
 ``None`` for the events, and their times come out as ``None`` (not measured).
+
+``PeakWatch`` resets the device's peak-memory statistic as each eager forward of the model starts and reads
+``torch.cuda.max_memory_allocated`` as it ends: the forward's peak, weights, buffers, KV cache and
+activations together, which ``planner explain --measured`` compares with the plan's parts. Resetting is
+process-wide: while stats are on, ``max_memory_allocated`` outside counts from the last forward's start.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+
+import torch
+from torch import nn
 
 from schemas.measured import MeasuredForward, MeasuredLayer
 
@@ -51,3 +61,43 @@ class ForwardStats:
             late_copies=self.late_copies,
             layers=layers,
         ).model_dump()
+
+
+class PeakWatch:
+    """The peak GPU memory of each of the model's last 100 eager forwards (CUDA only; not while dynamo traces
+    or a CUDA graph captures, where no Python runs per forward)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.peaks: deque[int] = deque(maxlen=100)
+
+    def install(self, model: nn.Module, hooks: list) -> None:
+        if self.device.type != "cuda":
+            return
+        hooks.append(model.register_forward_pre_hook(self._start))
+        hooks.append(model.register_forward_hook(self._end))
+
+    def _quiet(self) -> bool:
+        return torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing()
+
+    def _start(self, _module: nn.Module, _args: tuple) -> None:
+        if not self._quiet():
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _end(self, _module: nn.Module, _args: tuple, _output) -> None:
+        if not self._quiet():
+            self.peaks.append(torch.cuda.max_memory_allocated(self.device))
+
+
+def with_peaks(forwards: list[dict], peaks: list[int]) -> list[dict]:
+    """The forwards' summaries with ``max_memory_allocated`` from ``peaks`` (one a forward, the latest last):
+    aligned at the end; a backend that records no copies gets one row a forward."""
+    if not peaks:
+        return forwards
+    if not forwards:
+        return [MeasuredForward(bytes_copied=0, max_memory_allocated=p).model_dump() for p in peaks]
+    n = min(len(forwards), len(peaks))
+    out = list(forwards)
+    for i in range(1, n + 1):
+        out[-i] = {**out[-i], "max_memory_allocated": peaks[-i]}
+    return out

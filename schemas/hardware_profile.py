@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from pydantic import Field, StrictBool, field_validator
 
-from schemas.fields import (BytesPerElement, Microseconds, Milliseconds, Passes, PositiveCount,
+from schemas.fields import (BytesPerElement, Count, Microseconds, Milliseconds, Passes, PositiveCount,
                             PositiveMicroseconds, Rate, Share, StrictModel, Tflops)
 from schemas.spec_names import PrintableName, PrintableText
 
@@ -18,6 +18,9 @@ from schemas.spec_names import PrintableName, PrintableText
 # tokens, resident: 62.7 ms measured; docs/BENCHMARKS.md, "Cost model"): the defaults of a profile without them
 H200_ATTENTION_TFLOPS = 300.0
 H200_ELEMENTWISE_BYTES = 17.0
+# the workspace allowance of a profile that does not measure one: cuBLAS keeps 32 MiB on the stream a
+# forward runs on (measured on the H200, shared/h200-limits.md)
+DEFAULT_WORKSPACE_BYTES = 32 * 2**20
 
 
 class UvaPoint(StrictModel):
@@ -88,6 +91,14 @@ class HardwareProfile(StrictModel):
                                    "kernels read host memory through UVA, as a share of its rate alone")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")
+    workspace_bytes: Count | None = Field(
+        default=None, description="GPU bytes library workspaces take on the stream a forward runs on (cuBLAS, "
+        "attention kernels), counted in every plan's peak (absent: 32 MiB)")
+
+    @property
+    def workspace(self) -> int:
+        """The workspace allowance a plan counts: the measured one, else DEFAULT_WORKSPACE_BYTES."""
+        return self.workspace_bytes if self.workspace_bytes is not None else DEFAULT_WORKSPACE_BYTES
 
     @field_validator("uva_passes", "host_expert_gbps")
     @classmethod

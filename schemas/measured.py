@@ -36,6 +36,9 @@ class MeasuredForward(StrictModel):
     late_copies: Count = 0
     step_ms: Milliseconds | None = Field(
         default=None, description="the forward's wall time, when the caller timed it")
+    max_memory_allocated: Count | None = Field(
+        default=None, description="torch.cuda.max_memory_allocated() over the forward (the GPU's peak: weights, "
+        "buffers, KV cache, activations, workspace); null where not measured")
     layers: list[MeasuredLayer] = Field(default_factory=list, description="prefetched layers, in copy order")
 
     @field_validator("layers")

@@ -21,6 +21,7 @@ import schemas.plan_wording as say
 from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, has_span, pool_bytes
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
+from schemas.memory_check import check_memory
 from schemas.plan_content import PREFETCHING, PlanContent, PlanLayer, PlanParam
 from schemas.plan_experts import host_bytes, split_findings
 from schemas.prediction_check import check_predictions
@@ -68,6 +69,7 @@ def plan_findings(plan: PlanContent) -> list[Finding]:
     _check_summary(plan, totals, out)
     _check_prefetch(plan, totals, out)
     check_predictions(plan, len(totals.offloaded_layers), lambda loc, text: out.append(Finding(loc, text)))
+    check_memory(plan, lambda loc, text: out.append(Finding(loc, text)))
     return out
 
 
@@ -272,7 +274,8 @@ def _check_summary(plan: PlanContent, totals: _Totals, out: list[Finding]) -> No
     if not SHA256.fullmatch(s.spec_sha256):
         out.append(Finding(loc + ("spec_sha256",), say.sha_format(s.spec_sha256)))
     buffer = _rebuilt_buffer(plan, totals)
-    peak = resident + buffer
+    others = plan.memory.non_weight_bytes if plan.memory is not None else 0
+    peak = resident + buffer + others
     wants = [
         ("layers", len(plan.layers), "the layers listed"),
         ("offloaded_layers", n, "the layers that offload params"),
@@ -281,7 +284,8 @@ def _check_summary(plan: PlanContent, totals: _Totals, out: list[Finding]) -> No
         ("resident_bytes", resident, "total_bytes less offloaded_bytes"),
         ("pinned_host_bytes", totals.offloaded, "offloaded_bytes (each offloaded param is pinned once)"),
         ("buffer_bytes", buffer, "the buffer pool" if plan.buffer_pool is not None or buffer else "no buffer pool"),
-        ("peak_gpu_bytes", peak, f"resident_bytes {resident} + buffer_bytes {buffer}"),
+        ("peak_gpu_bytes", peak, f"resident_bytes {resident} + buffer_bytes {buffer}" + (
+            "" if plan.memory is None else say.memory_parts_source(plan.memory))),
     ]
     for name, want, source in wants:
         found = getattr(s, name)

@@ -17,11 +17,13 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 from schemas.buffer_pool import PoolEntry, PoolKey
 from schemas.fields import Count, StrictModel
 from schemas.plan_experts import ExpertSplit
+from schemas.plan_memory import PlanMemory
 from schemas.prediction import Predictions
 from schemas.routing import RoutingRef
 from schemas.shard import Shard
 from schemas.spec_layers import MoeSpec, ParamKind
 from schemas.spec_names import DottedName, PrintableName, PrintableText, check_dotted_names
+from schemas.throughput import Throughput
 
 PLAN_VERSION = 2  # 2: prefetch_step is the number of buffer slots (in version 1 it was slots - 1)
 
@@ -155,7 +157,8 @@ class Summary(StrictModel):
     resident_bytes: Count
     offloaded_bytes: Count
     buffer_bytes: Count
-    peak_gpu_bytes: Count = Field(description="resident params + buffer pool")
+    peak_gpu_bytes: Count = Field(description="resident params + buffer pool + the memory section's KV cache, "
+                                  "activations and workspace (plans without it: params and buffers alone)")
     pinned_host_bytes: Count
     layers: Count
     offloaded_layers: Count
@@ -172,6 +175,11 @@ class PlanContent(StrictModel):
 
     plan_version: Literal[2] = PLAN_VERSION
     summary: Summary
+    memory: PlanMemory | None = Field(
+        default=None, description="what the plan counts on the GPU besides weights and buffers (absent in older "
+        "plans)")
+    throughput: Throughput | None = Field(
+        default=None, description="the batch chosen for the most tokens per second (a workload's batch: auto)")
     predictions: Predictions | None = Field(
         default=None, description="predicted step time per workload (informative, not checked on load)")
     layers: list[PlanLayer]

@@ -256,5 +256,82 @@ def weighted_source() -> str:
     return "the workloads' step_ms averaged with their weights"
 
 
+def forward_twice(name: str, first: int) -> str:
+    return f"workload '{name}' is listed twice (first at memory.forwards[{first}])"
+
+
+def batch_over_tokens(batch: int, tokens: int) -> str:
+    return f"{batch} sequences push at least one token each, more than the forward's {tokens} tokens"
+
+
+def context_too_short(context: int, tokens: int, batch: int) -> str:
+    return (f"a context of {context} tokens cannot hold the {-(-tokens // batch)} new tokens each sequence adds "
+            f"(tokens {tokens} / batch {batch})")
+
+
+def context_without_kv_size() -> str:
+    return "a context needs memory.kv_bytes_per_token (the size of a token in the KV cache), which is absent"
+
+
+def kv_source(batch: int, context: int, per_token: int | None) -> str:
+    return f"batch {batch} x context {context} x memory.kv_bytes_per_token {value(per_token)}"
+
+
+def largest_source(what: str) -> str:
+    return f"the largest forward's {what} (memory.forwards)"
+
+
+def kv_below_need(found: int, need: int, sizing: str) -> str:
+    return (f"{found} bytes, less than the {need} bytes the largest forward's KV cache needs (memory.kv_cache "
+            f"'{sizing}' sizes it at least so)")
+
+
+def forward_not_predicted(name: str, predicted: Sequence[str]) -> str:
+    return f"workload '{name}' is not among the predicted workloads ({', '.join(predicted) or 'none'})"
+
+
+def forwards_missing(names: Sequence[str]) -> str:
+    return f"the predicted workloads {', '.join(names)} have no entry here (every predicted forward has one)"
+
+
+def predicted_tokens_source(name: str) -> str:
+    return f"the tokens predictions.workloads gives '{name}'"
+
+
+def tokens_per_s_source() -> str:
+    return "batch x 1000 / step_ms"
+
+
+def options_order() -> str:
+    return "options are not listed by increasing batch, each once"
+
+
+def chosen_not_an_option(batch: int, batches: Sequence[int]) -> str:
+    return f"batch {batch} is not among the options ({', '.join(map(str, batches))})"
+
+
+def chosen_source(batch: int) -> str:
+    return f"the tokens_per_s of the option of batch {batch}"
+
+
+def better_batch(batch: int, better: int) -> str:
+    return f"batch {better} has more tokens per second than the chosen batch {batch}"
+
+
+def throughput_not_predicted(name: str, batch: int, step_ms: float, tokens: int, predicted: float) -> str:
+    return (f"batch {batch} at {step_ms} ms, but predictions give '{name}' {tokens} tokens at {predicted} ms: the "
+            "plan is predicted at the chosen batch")
+
+
+def throughput_not_in_memory(name: str, batch: int, context: int, mem_batch: int, mem_context: int) -> str:
+    return (f"batch {batch} at a context of {context}, but memory.forwards gives '{name}' batch {mem_batch} at "
+            f"{mem_context}: the plan's memory is of the chosen batch")
+
+
+def memory_parts_source(mem: Any) -> str:
+    return (f" + memory.kv_cache_bytes {mem.kv_cache_bytes} + memory.activation_bytes {mem.activation_bytes}"
+            f" + memory.workspace_bytes {mem.workspace_bytes}")
+
+
 def summary_intro(count: int) -> str:
     return f"the plan contradicts itself ({count} problem{'s' if count != 1 else ''})"

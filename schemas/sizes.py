@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from pydantic import PlainValidator, TypeAdapter, WithJsonSchema
 
@@ -121,6 +121,35 @@ _JSON_SCHEMA = {
 Size = Annotated[int, PlainValidator(size_bytes), WithJsonSchema(_JSON_SCHEMA)]
 
 _SIZE = TypeAdapter(Size)
+
+
+def size_or_zero(value: Any) -> int:
+    """A size, or ``0`` (an int or the text ``0``): an amount of memory that may be none at all."""
+    if not isinstance(value, bool) and (value == 0 or (isinstance(value, str) and value.strip() == "0")):
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"must be 0 or more (got {_shown(value)}): an amount of memory")
+    return size_bytes(value)
+
+
+def size_or_auto(value: Any) -> int | str:
+    """A size, or the word ``auto`` (memory.kv_cache: what the plan leaves)."""
+    if isinstance(value, str) and value.strip() == "auto":
+        return "auto"
+    try:
+        return size_bytes(value)
+    except ValueError as err:
+        raise ValueError(f"{err}, or auto") from None
+
+
+SizeOrAuto = Annotated[Union[int, str], PlainValidator(size_or_auto), WithJsonSchema(
+    {"anyOf": [*_JSON_SCHEMA["anyOf"], {"const": "auto"}]})]
+
+
+# a size field that may be 0 (memory.workspace, memory.activations: none at all)
+SizeOrZero = Annotated[int, PlainValidator(size_or_zero), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_BYTES, "description": "bytes"},
+               _JSON_SCHEMA["anyOf"][1]]})]
 
 
 def parse_size(value: int | str) -> int:

@@ -15,7 +15,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from schemas.dtypes import canonical_dtype, itemsize
 from schemas.fields import PositiveCount, StrictModel
-from schemas.sizes import Size
+from schemas.sizes import Size, SizeOrAuto, SizeOrZero
 from schemas.spec_layers import (REPEAT_TOKEN, Layer, LayerSpec, ParamKind, ParamOrder, ParamSpec, Tensor,
                                  storage_elements)
 from schemas.spec_limits import check_bytes, check_counts
@@ -79,8 +79,32 @@ class ModelSection(StrictModel):
 
 
 class MemorySection(StrictModel):
-    gpu_budget: Size | None = Field(default=None, description="GPU bytes for weights plus offload buffers")
+    """The budgets, and what the plan counts besides the weights (docs/DESIGN.md, "The whole GPU"): the KV
+    cache, the activations and a workspace allowance, each computed from the spec and the workload unless
+    given here."""
+
+    gpu_budget: Size | None = Field(default=None, description="the GPU bytes the plan may use: weights, offload "
+                                    "buffers, KV cache, activations and workspace")
     cpu_budget: Size | None = Field(default=None, description="cap on pinned host bytes")
+    kv_cache: SizeOrAuto | None = Field(
+        default=None, description="GPU bytes reserved for the KV cache (at least what the workload's contexts "
+        "need), or auto: whatever the plan leaves of gpu_budget (default: what the workload's contexts need)")
+    kv_cache_dtype: str | None = Field(default=None, description="dtype of the cached keys and values "
+                                       "(default: the model's dtype)")
+    kv_bytes_per_token: Size | None = Field(
+        default=None, description="bytes one token of context takes in the KV cache, all layers together "
+        "(default: from the attention params' shapes)")
+    activations: SizeOrZero | None = Field(
+        default=None, description="the activations' peak of any forward (default: from the spec's shapes and "
+        "the workload, as transformers' eager modules allocate them)")
+    workspace: SizeOrZero | None = Field(
+        default=None, description="library workspaces (cuBLAS) (default: the hardware profile's "
+        "workspace_bytes, which planner calibrate measures)")
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_dtype(cls, value: str | None) -> str | None:
+        return None if value is None else canonical_dtype(value)
 
 
 Backend = Literal["auto", "prefetch", "uva", "none"]

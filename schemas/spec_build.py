@@ -40,9 +40,11 @@ def default_dtype(entries: list[LayerEntry]) -> str:
 
 
 def build_spec(name: str, entries: list[LayerEntry], dtype: str | None = None,
-               fold: bool = True, param_order: str | None = None) -> SpecFile:
+               fold: bool = True, param_order: str | None = None,
+               attention: dict[str, int] | None = None) -> SpecFile:
     """A validated spec of ``entries`` (execution order), identical consecutive blocks folded; ``param_order``:
-    the spec's ``model.param_order`` (None: the params are in registration order, the default)."""
+    the spec's ``model.param_order`` (None: the params are in registration order, the default); ``attention``:
+    the model's ``{heads, kv_heads}`` when known (model.attention)."""
     if not entries:
         raise ValueError("no layers with tensors to describe")
     default = dtype or default_dtype(entries)
@@ -55,6 +57,8 @@ def build_spec(name: str, entries: list[LayerEntry], dtype: str | None = None,
     model: dict[str, Any] = {"name": name, "dtype": default, "layers": spec_layers}
     if param_order is not None:
         model["param_order"] = param_order
+    if attention:
+        model["attention"] = attention
     return SpecFile.model_validate({"model": model})
 
 

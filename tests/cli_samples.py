@@ -28,6 +28,8 @@ model:
         weight: [100, 8]
 memory:
   gpu_budget: 2KB
+  workspace: 0        # a toy model: its budgets are about weights, so nothing else is counted
+  activations: 0
 offload:
   backend: uva
 """

@@ -18,12 +18,16 @@ EXAMPLES = ROOT / "examples"
 
 @pytest.fixture(scope="session")
 def llama8b() -> SpecFile:
-    return load_spec(EXAMPLES / "llama-3-8b.yaml")
+    return weights_only(load_spec(EXAMPLES / "llama-3-8b.yaml"))
+
+
+WEIGHTS_ONLY = {"workspace": 0, "activations": 0}  # a toy spec's budgets are about weights and buffers
 
 
 def make_spec(blocks: list[dict[str, list[int]]], *, head: bool = True, offload: dict | None = None,
               memory: dict | None = None, dtype: str = "bfloat16") -> SpecFile:
-    """A spec: optional ``embed`` layer, one ``model.layers.<i>`` per dict of params, optional ``norm``."""
+    """A spec: optional ``embed`` layer, one ``model.layers.<i>`` per dict of params, optional ``norm``;
+    its memory section counts no workspace and no activations (``WEIGHTS_ONLY``) unless ``memory`` says."""
     layers = [{"name": "embed", "params": {"weight": [64, 16]}}] if head else []
     layers += [{"name": f"model.layers.{i}", "params": params} for i, params in enumerate(blocks)]
     if head:
@@ -31,9 +35,15 @@ def make_spec(blocks: list[dict[str, list[int]]], *, head: bool = True, offload:
     data = {"model": {"name": "toy", "dtype": dtype, "layers": layers}}
     if offload:
         data["offload"] = offload
-    if memory:
-        data["memory"] = memory
+    data["memory"] = {**WEIGHTS_ONLY, **(memory or {})}
     return SpecFile.model_validate(data)
+
+
+def weights_only(spec: SpecFile) -> SpecFile:
+    """``spec`` with a memory section that counts no workspace and no activations: for tests of how the
+    strategies place weights at a budget (with no context, no KV cache is counted either), so that their
+    budgets are the weights' and buffers' alone, as they were before plans counted the whole GPU."""
+    return spec.model_copy(update={"memory": spec.memory.model_copy(update=WEIGHTS_ONLY)})
 
 
 def plan_within(spec: SpecFile, budget: int):

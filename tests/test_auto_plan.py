@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import weights_only
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,8 @@ PREFILL = Workload({"prefill": WorkloadItem(tokens=2048)})
 
 @pytest.fixture(scope="module")
 def specs():
-    return {name: load_spec(GENERATED / f"{name}.yaml") for name in ("llama-3-8b", "qwen3-30b-a3b", "llama-3.2-1b")}
+    return {name: weights_only(load_spec(GENERATED / f"{name}.yaml"))
+            for name in ("llama-3-8b", "qwen3-30b-a3b", "llama-3.2-1b")}
 
 
 def _placement(plan: Plan) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import make_spec
+from conftest import make_spec, weights_only
 
 import planner
 from planner.cost.placement import PlacementCost
@@ -22,7 +22,7 @@ GB = 10**9
 
 @pytest.fixture(scope="module")
 def llama():
-    return load_spec(GENERATED / "llama-3-8b.yaml")
+    return weights_only(load_spec(GENERATED / "llama-3-8b.yaml"))
 
 
 def _slot_note(plan) -> str:

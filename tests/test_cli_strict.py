@@ -18,7 +18,7 @@ COMMANDS = sorted(ROOT.commands.items())  # type: ignore[attr-defined]
 _, USAGE_ERROR = usage_exceptions()
 
 
-CANDIDATES = ("1", "x", "yaml", "text", "auto", "vllm", "spec", "graph")  # one of them suits each option's type
+CANDIDATES = ("1", "x", "yaml", "text", "auto", "vllm", "spec", "graph", "throughput")  # one of them suits each option's type
 
 
 def _value(name: str, cmd: Any, param: Any, before: list[str] = ()) -> str:

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 import planner
-from planner.review.diff import BYTE_FIELDS, GPU, PREFETCH, UVA, diff_plans
+from planner.review.diff import BYTE_FIELDS, GPU, MEMORY_FIELDS, PREFETCH, UVA, diff_plans
 from planner.review.diff_render import SCHEDULE_SHOWN, render_diff
 from schemas import load_spec
 from schemas.io import dump_model
@@ -47,7 +47,7 @@ def _with_uva(plan, uva: dict[str, list[str]]):
 def test_equal_plans_have_no_changes(llama8b, plans):
     d = diff_plans(plans[0], planner.plan(llama8b))
     assert not d.changed and not d.moves and not d.settings and not d.schedule and not d.model.changed
-    assert [m.field for m in d.memory] == list(BYTE_FIELDS) and all(m.delta == 0 for m in d.memory)
+    assert [m.field for m in d.memory] == [*BYTE_FIELDS, *MEMORY_FIELDS] and all(m.delta == 0 for m in d.memory)
     assert render_diff(d, "text") == render_diff(d, "markdown") == "no changes\n"
     assert json.loads(render_diff(d, "json"))["changed"] is False
 

@@ -100,7 +100,8 @@ def test_show_prints_a_deep_plan_as_plain_lines(monkeypatch) -> None:
     monkeypatch.setattr(show, "RICH_ROWS", 300)
     n = 301
     text = ("model:\n  name: deep\n  dtype: float16\n  layers:\n"
-            f"    - name: blocks.{{i}}\n      repeat: {n}\n      params: {{mlp.w1: [32, 8], norm.weight: [8]}}\n")
+            f"    - name: blocks.{{i}}\n      repeat: {n}\n      params: {{mlp.w1: [32, 8], norm.weight: [8]}}\n"
+            "memory: {workspace: 0, activations: 0}\n")  # a toy: its budget is about weights
     plan = planner.plan(load_model(SpecFile, "deep.yaml", text), gpu_budget=n * 400, backend="prefetch")
     rows = []
     monkeypatch.setattr(Table, "add_row", lambda self, *cells, **kw: rows.append(cells))

@@ -212,7 +212,7 @@ def test_compact_plan_leaves_out_defaults_and_keeps_what_reviewers_need() -> Non
         assert default not in text
     assert text.startswith("plan_version: 2\nsummary:\n")
     data = yaml.safe_load(text)
-    assert list(data) == ["plan_version", "summary", "predictions", "layers", "buffer_pool"]
+    assert list(data) == ["plan_version", "summary", "memory", "predictions", "layers", "buffer_pool"]
     for key in ("backend", "strategy", "prefetch_step", "gpu_budget_bytes", "resident_bytes", "offloaded_bytes",
                 "buffer_bytes", "peak_gpu_bytes", "pinned_host_bytes", "spec_sha256"):
         assert key in data["summary"]

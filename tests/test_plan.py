@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, ROOT, make_spec
+from conftest import EXAMPLES, ROOT, make_spec, weights_only
 from pydantic import ValidationError
 
 import planner
@@ -212,6 +212,6 @@ def test_synthetic_spec_plans(tmp_path):
 
     path = Path(tmp_path / "big.yaml")
     path.write_text(synthetic_spec_text(200, 20, hidden=64, gpu_budget="12MB"))
-    plan = planner.plan(load_spec(path))
+    plan = planner.plan(weights_only(load_spec(path)))
     assert len(plan.layers) == 203 and all(len(layer.params) == 20 for layer in plan.layers[1:201])
     assert plan.summary.peak_gpu_bytes <= 12 * 10**6 < plan.summary.total_bytes

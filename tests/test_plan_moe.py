@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 from cli_samples import invoke
-from conftest import EXAMPLES, ROOT, plan_within
+from conftest import EXAMPLES, ROOT, WEIGHTS_ONLY, plan_within, weights_only
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -25,7 +25,7 @@ ROUTED = "routed_experts"
 
 
 def _spec(layers: list[dict], offload: dict | None = None, dtype: str = "bfloat16", name: str = "toy") -> SpecFile:
-    data: dict = {"model": {"name": name, "dtype": dtype, "layers": layers}}
+    data: dict = {"model": {"name": name, "dtype": dtype, "layers": layers}, "memory": dict(WEIGHTS_ONLY)}
     if offload:
         data["offload"] = offload
     return SpecFile.model_validate(data)
@@ -94,7 +94,7 @@ def mixtral() -> SpecFile:
     """The Mixtral-8x7B example with every param eligible (the file limits offload to the experts)."""
     data = load_spec(EXAMPLES / "mixtral-8x7b.yaml").model_dump(mode="json")
     del data["offload"]["params"]
-    return SpecFile.model_validate(data)
+    return weights_only(SpecFile.model_validate(data))
 
 
 def _offloaded(plan: Plan) -> dict[str, list[str]]:

@@ -14,12 +14,13 @@ from planner.cost import layer as layer_cost
 from schemas.io import load_model  # noqa: E402
 from schemas.spec import SpecFile  # noqa: E402
 from synthetic_spec import synthetic_spec_text  # noqa: E402
+from conftest import weights_only  # noqa: E402
 
 BLOCKS, PARAMS = 300, 20
 
 
 def _spec() -> SpecFile:
-    return load_model(SpecFile, "synthetic.yaml", synthetic_spec_text(BLOCKS, PARAMS, hidden=64))
+    return weights_only(load_model(SpecFile, "synthetic.yaml", synthetic_spec_text(BLOCKS, PARAMS, hidden=64)))
 
 
 def test_each_distinct_name_is_classified_once(monkeypatch) -> None:

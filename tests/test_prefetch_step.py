@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import make_spec
+from conftest import make_spec, weights_only
 
 import planner
 from planner.errors import InfeasibleError
@@ -22,7 +22,7 @@ def llama_all_params() -> SpecFile:
     """examples/llama-3-8b.yaml with ``params: [mlp]`` removed: every param of a block may be offloaded."""
     data = load_spec(EXAMPLES / "llama-3-8b.yaml").model_dump(mode="json")
     del data["offload"]["params"]
-    return SpecFile.model_validate(data)
+    return weights_only(SpecFile.model_validate(data))
 
 
 def test_smallest_prefetch_budget_is_what_stays_plus_two_slots(llama_all_params):

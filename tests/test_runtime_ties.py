@@ -4,6 +4,7 @@ storage again after ``remove()`` (aliasing in, aliasing out)."""
 from __future__ import annotations
 
 import pytest
+from conftest import weights_only
 
 torch = pytest.importorskip("torch")
 
@@ -49,7 +50,7 @@ def partition(model: nn.Module) -> set[frozenset[str]]:
 @pytest.mark.parametrize("strategy", ["group", "budget", "auto"])
 def test_a_weight_and_its_transpose_are_tied_counted_once_and_kept_together(strategy):
     model = TiedHead()
-    spec = runtime.describe(model)
+    spec = weights_only(runtime.describe(model))  # a toy: its budget is about weights
     head = next(layer for layer in spec.model.expanded() if layer.name == "head")
     assert head.tied == {"weight": "emb.weight"} and not head.params
     unique = 40 * 20 * 4 + 3 * (20 * 20 + 20) * 4

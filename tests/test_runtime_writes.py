@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pytest
+from conftest import weights_only
 
 torch = pytest.importorskip("torch")
 
@@ -31,7 +32,7 @@ def _weight_bytes(model) -> int:
 
 
 def kv_plan(model, how: str, device: str = "cpu", params: list[str] | None = None):
-    spec = runtime.describe(model)
+    spec = weights_only(runtime.describe(model))  # a toy: its budget is about weights
     if how.startswith("group-"):
         return planner.plan(spec, strategy="group", group_size=2, num_in_group=1, prefetch_step=1,
                             backend=how.removeprefix("group-"), params=params)

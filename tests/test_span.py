@@ -12,6 +12,7 @@ import copy
 import random
 
 import pytest
+from conftest import weights_only
 
 from schemas.buffer_pool import ALIGN, PoolKey, arena_layout, build_pool, pool_bytes
 from schemas.schedule import schedule
@@ -92,7 +93,7 @@ def _llama_spec():
 
     from schemas.io import load_spec
 
-    return load_spec(Path(__file__).resolve().parent.parent / "examples" / "generated" / "llama-3-8b.yaml")
+    return weights_only(load_spec(Path(__file__).resolve().parent.parent / "examples" / "generated" / "llama-3-8b.yaml"))
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import WEIGHTS_ONLY
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -14,7 +15,7 @@ from schemas.spec import SpecFile
 
 
 def model(*layers: dict[str, Any]) -> dict[str, Any]:
-    return {"model": {"name": "m", "dtype": "float16", "layers": list(layers)}}
+    return {"model": {"name": "m", "dtype": "float16", "layers": list(layers)}, "memory": dict(WEIGHTS_ONLY)}
 
 
 def refused(data: dict[str, Any]) -> str:

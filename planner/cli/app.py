@@ -59,6 +59,7 @@ Backend = _choices("Backend", "auto prefetch uva none")
 Strategy = _choices("Strategy", "auto budget group")
 SchemaKind = _choices("SchemaKind", "spec plan")
 ExecMode = _choices("ExecMode", "eager graph")  # schemas.workload.MODES
+Objective = _choices("Objective", "throughput")
 
 
 def _version(value: bool) -> None:
@@ -146,8 +147,8 @@ def plan_command(
     spec: Annotated[str, typer.Argument(
         metavar="SPEC", help="Spec file (YAML or JSON); '-' reads stdin.", show_default=False)],
     gpu_budget: Annotated[Optional[str], typer.Option(
-        "--gpu-budget", "-g", help="GPU bytes for weights plus offload buffers, e.g. 20GB (overrides memory.gpu_budget).",
-        show_default=False)] = None,
+        "--gpu-budget", "-g", help="The GPU memory the plan may use, e.g. 20GB: weights, offload buffers, KV cache, "
+        "activations and workspace (overrides memory.gpu_budget).", show_default=False)] = None,
     cpu_budget: Annotated[Optional[str], typer.Option(
         "--cpu-budget", help="Cap on pinned host bytes, e.g. 64GiB (overrides memory.cpu_budget).",
         show_default=False)] = None,
@@ -193,11 +194,26 @@ def plan_command(
         "(h200) or a file from `planner calibrate` (overrides the spec's hardware; default h200).",
         show_default=False)] = None,
     workload: Annotated[Optional[list[str]], typer.Option(
-        "--workload", "-w", metavar="NAME[=TOKENS][:WEIGHT]", help="A forward to predict, repeatable: decode "
-        "(1 token), prefill (2048), decode=32, prefill=4096:0.1 (overrides the spec's workload).",
-        show_default=False)] = None,
+        "--workload", "-w", metavar="NAME[=TOKENS|=auto][@CONTEXT][:WEIGHT]", help="A forward to plan for, "
+        "repeatable: decode (1 token), prefill (2048), decode=32, prefill=4096:0.1, decode=32@4096 (32 sequences "
+        "with a 4,096-token KV cache each), decode=auto@4096 (the batch with the most tokens per second) "
+        "(overrides the spec's workload).", show_default=False)] = None,
     tokens: Annotated[Optional[int], typer.Option(
         "--tokens", min=1, help="Shorthand for --workload decode=N (a decode step at batch N).",
+        show_default=False)] = None,
+    context: Annotated[Optional[int], typer.Option(
+        "--context", min=1, max=10**9, metavar="N", help="Tokens each sequence holds in the KV cache, for every "
+        "forward that gives no @CONTEXT (without it no KV cache is counted).", show_default=False)] = None,
+    kv_cache: Annotated[Optional[str], typer.Option(
+        "--kv-cache", metavar="SIZE|auto", help="Reserve SIZE for the KV cache (at least what the workload needs), "
+        "or auto: give it whatever the plan leaves of the budget, reported as sequences x context (overrides "
+        "memory.kv_cache).", show_default=False)] = None,
+    kv_cache_dtype: Annotated[Optional[str], typer.Option(
+        "--kv-cache-dtype", metavar="DTYPE", help="dtype of the cached keys and values, e.g. float8_e4m3fn "
+        "(overrides memory.kv_cache_dtype; default the model's).", show_default=False)] = None,
+    objective: Annotated[Optional[Objective], typer.Option(
+        "--objective", help="throughput: choose the decode step's batch with the plan for the most predicted "
+        "tokens per second, as -w decode=auto@CONTEXT does [default: the workload's batches].",
         show_default=False)] = None,
     mode: Annotated[Optional[ExecMode], typer.Option(
         "--mode", help="How every workload runs: eager (the CPU issues each kernel: its time counts) or graph "
@@ -335,7 +351,7 @@ def _draw_chart(plan: Any, path: str, hardware: Optional[str], workload: Optiona
     from planner.cost.predicted import chosen_profile, chosen_workload
 
     name, item = chosen_workload(plan, workload).items()[0]
-    drawn = drawing.chart(plan, chosen_profile(plan, hardware), name, item.tokens)
+    drawn = drawing.chart(plan, chosen_profile(plan, hardware), name, item.rows)
     write_atomic(path, drawing.render(drawn, drawing.check_chart_path(path).suffix))
 
 
@@ -369,7 +385,7 @@ def explain_command(
     plan = load_plan(plan_file)
     stats = load_measured(measured)
     name, item = chosen_workload(plan, workload).items()[0]
-    result = explain.explain(plan, stats, chosen_profile(plan, hardware), name, item.tokens, source_name(measured))
+    result = explain.explain(plan, stats, chosen_profile(plan, hardware), name, item.rows, source_name(measured))
     if fmt is ShowFormat.json:
         sys.stdout.write(explain.render_json(result))
     else:

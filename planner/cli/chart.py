@@ -23,7 +23,7 @@ from schemas.plan import Plan
 from schemas.sizes import format_bytes
 
 from planner.cost.layer import layers_work
-from planner.cost.predict import timeline
+from planner.cost.predict import plan_sequences, timeline
 
 SUFFIXES = (".png", ".svg", ".pdf")
 _UNITS = (("GB", 10**9), ("MB", 10**6), ("KB", 10**3), ("B", 1))
@@ -104,7 +104,7 @@ def _memory_panel(ax: Any, plan: Plan) -> tuple[Any, Any]:
 
 
 def _timeline_panel(ax: Any, plan: Plan, hw: HardwareProfile, name: str, tokens: int) -> tuple[Any, ...]:
-    t = timeline(plan, hw, tokens)
+    t = timeline(plan, hw, tokens, plan_sequences(plan, name, tokens))
     cpu_ends = list(accumulate(w.cpu_ms for w in layers_work(plan.layers, tokens, hw)))
     y = _ROWS
     colors = [_COLORS["offloaded_layer"] if layer.offloaded else _COLORS["compute"] for layer in plan.layers]

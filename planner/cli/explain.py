@@ -6,6 +6,10 @@ and the totals. The measured figure of each field is the median over the forward
 file, leaving out the first when there are several (it carries the warm-up). A time the
 runtime did not measure (a run on the CPU, a CUDA graph replay) is shown as not measured
 and never counted as a miss.
+
+Memory: the forward's peak GPU bytes as the plan counts them (weights and buffers, the forward's KV cache
+and activations, the workspace: its ``memory`` section) against the largest ``max_memory_allocated`` the
+runtime measured over the forwards used, with the plan's parts beside it.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from schemas.errors import InputError, suggest
 from schemas.hardware_profile import HardwareProfile
 from schemas.measured import MeasuredForward, MeasuredStats
 from schemas.plan import Plan
+from schemas.sizes import format_bytes
 
 from planner.cost.layer import layer_work
-from planner.cost.predict import timeline
+from planner.cost.predict import plan_sequences, timeline
 
 MISSES_SHOWN = 10
 
@@ -74,6 +79,7 @@ class Explanation:
     forwards_used: int
     layers: list[LayerComparison] = field(default_factory=list)
     totals: list[Compared] = field(default_factory=list)  # step, copy, stall (ms), bytes copied, link GB/s
+    memory: list[Compared] = field(default_factory=list)  # the peak GPU bytes, then the plan's parts (predicted)
     notes: list[str] = field(default_factory=list)
 
     def misses(self, limit: int = MISSES_SHOWN) -> list[Miss]:
@@ -128,7 +134,7 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
                          f"backend is '{plan.summary.backend}'; measure with this plan")
     _check_layers(plan, stats, source)
     used = _used(stats)
-    t = timeline(plan, hw, tokens)
+    t = timeline(plan, hw, tokens, plan_sequences(plan, workload, tokens))
     out = Explanation(plan.summary.model, plan.summary.backend, workload, tokens, hw.name,
                       len(stats.forwards), len(used))
     predicted_bytes = 0
@@ -152,11 +158,27 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
         Compared("bytes copied", predicted_bytes, _median([f.bytes_copied for f in used])),
         Compared("link GB/s", hw.h2d_gbps, _median([f.copy_gbps for f in used])),
     ]
+    out.memory = _memory(plan, workload, used)
     if all(c.measured is None for row in out.layers for c in (row.copy_ms, row.stall_ms)) and out.layers:
         out.notes.append("no copy or stall was timed (a run on the CPU, or stats off): only bytes are compared")
     if out.totals[0].measured is None:
         out.notes.append("no measured step time: add step_ms to each forward to compare the step")
     return out
+
+
+def _memory(plan: Plan, workload: str, used: list[MeasuredForward]) -> list[Compared]:
+    """The forward's peak as the plan counts it, against the largest peak measured; then the plan's parts."""
+    s, mem = plan.summary, plan.memory
+    peaks = [f.max_memory_allocated for f in used if f.max_memory_allocated is not None]
+    measured = float(max(peaks)) if peaks else None
+    parts = [("weights and buffers", s.resident_bytes + s.buffer_bytes)]
+    forward = mem.forward(workload) if mem is not None else None
+    if mem is not None:
+        kv = forward.kv_cache_bytes if forward is not None and mem.kv_cache == "workload" else mem.kv_cache_bytes
+        act = forward.activation_bytes if forward is not None and mem.activations == "model" else mem.activation_bytes
+        parts += [("KV cache", kv), ("activations", act), ("workspace", mem.workspace_bytes)]
+    rows = [Compared("peak GPU bytes", sum(n for _, n in parts), measured)]
+    return rows + [Compared(f"  {what}", n, None) for what, n in parts]
 
 
 # ---------------------------------------------------------------------------
@@ -192,6 +214,15 @@ def render_text(e: Explanation, source: str) -> str:
                  + [[c.what, _num(c.predicted, 0 if c.what == "bytes copied" else 3),
                      _num(c.measured, 0 if c.what == "bytes copied" else 3), _ratio(c)] for c in e.totals],
                  right={1, 2, 3})
+    if e.memory:
+        peak = e.memory[0]
+        out += ["", "GPU memory (bytes; measured: the largest max_memory_allocated of the forwards used):"]
+        out += _grid([["memory", "predicted", "measured", "ratio"]]
+                     + [[c.what, f"{format_bytes(int(c.predicted))} ({_num(c.predicted, 0)})",
+                         "-" if c.measured is None else f"{format_bytes(int(c.measured))} ({_num(c.measured, 0)})",
+                         _ratio(c) if c is peak else ""] for c in e.memory], right={1, 2, 3})
+        if peak.measured is None:
+            out.append("(no peak measured: runtime.apply(..., stats=True) on CUDA records max_memory_allocated)")
     if e.layers:
         out += ["", "per prefetched layer (ms):"]
         head = ["layer", "bytes", "copy pred", "copy meas", "ratio", "stall pred", "stall meas", "ratio"]
@@ -217,8 +248,9 @@ def _compared(c: Compared) -> dict:
 
 
 def render_json(e: Explanation) -> str:
-    data = {k: v for k, v in asdict(e).items() if k not in ("layers", "totals")}
+    data = {k: v for k, v in asdict(e).items() if k not in ("layers", "totals", "memory")}
     data["totals"] = [_compared(c) for c in e.totals]
+    data["memory"] = [_compared(c) | {"what": c.what.strip()} for c in e.memory]
     data["layers"] = [{"name": r.name, "bytes": _compared(r.bytes), "copy_ms": _compared(r.copy_ms),
                        "stall_ms": _compared(r.stall_ms)} for r in e.layers]
     data["misses"] = [{"layer": m.layer, **_compared(m.figure)} for m in e.misses()]

@@ -43,6 +43,10 @@ def make_plan(params: Mapping[str, Any]) -> Any:
     mode = _value(params.get("mode"))
     if mode is not None:
         options["workload"] = _in_mode(options["workload"] or spec_file.workload, mode)
+    if params.get("context") is not None:
+        options["workload"] = _with_context(options["workload"] or spec_file.workload, params["context"])
+    if _value(params.get("objective")) is not None:
+        options["workload"] = _for_throughput(options["workload"] or spec_file.workload)
     world = world_size(params.get("tp"), spec_file)
     world_asked = asked(params.get("tp"), world, source_name(spec))
     if world > 1:
@@ -114,6 +118,8 @@ def planner_options(params: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "gpu_budget": _size(params.get("gpu_budget"), "--gpu-budget"),
         "cpu_budget": _size(params.get("cpu_budget"), "--cpu-budget"),
+        "kv_cache": _kv_cache(params.get("kv_cache")),
+        "kv_cache_dtype": _dtype(params.get("kv_cache_dtype"), "--kv-cache-dtype"),
         "backend": _value(params.get("backend")),
         "strategy": _value(params.get("strategy")),
         "group_size": params.get("group_size"),
@@ -147,6 +153,31 @@ def _size(value: str | None, flag: str) -> int | None:
         raise InputError(problems_from_validation(err, prefix=(flag,))) from None
 
 
+def _kv_cache(value: str | None) -> Any:
+    """--kv-cache SIZE|auto: bytes, or "auto" (the rule of memory.kv_cache, schemas.sizes.size_or_auto)."""
+    if value is None:
+        return None
+    from schemas.errors import InputError
+    from schemas.sizes import size_or_auto
+
+    try:
+        return size_or_auto(value)
+    except ValueError as err:
+        raise InputError(f"--kv-cache: {err}") from None
+
+
+def _dtype(value: str | None, flag: str) -> str | None:
+    if value is None:
+        return None
+    from schemas.dtypes import canonical_dtype
+    from schemas.errors import InputError
+
+    try:
+        return canonical_dtype(value)
+    except ValueError as err:
+        raise InputError(f"{flag}: {err}") from None
+
+
 def _segments(value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -175,7 +206,8 @@ def _backends(value: str | None) -> dict[str, str] | None:
 
 
 def _workload(options: list[str] | None, tokens: int | None) -> Any:
-    """--workload/--tokens as a Workload (None: the spec's or the default)."""
+    """--workload/--tokens as a Workload (None: the spec's or the default); the items are parsed and checked
+    by schemas.workload, the rules of a spec's workload."""
     if not options and tokens is None:
         return None
     from schemas.errors import InputError
@@ -195,6 +227,46 @@ def _workload(options: list[str] | None, tokens: int | None) -> Any:
             raise InputError("--tokens sets the decode workload, which --workload gives too; use one of them")
         items["decode"] = WorkloadItem(tokens=tokens)
     return Workload(items)
+
+
+def _with_context(workload: Any, context: int) -> Any:
+    """``workload`` (None: the default one) with --context for every forward that gives none."""
+    from pydantic import ValidationError
+
+    from schemas.errors import InputError
+    from schemas.workload import DEFAULT_WORKLOAD, first_message
+
+    try:
+        return (workload or DEFAULT_WORKLOAD).with_context(context)
+    except ValidationError as err:
+        raise InputError(f"--context {context}: {first_message(err)}") from None
+
+
+def _for_throughput(workload: Any) -> Any:
+    """--objective throughput: the decode step's batch chosen (batch auto); the workload must say which."""
+    from pydantic import ValidationError
+
+    from schemas.errors import InputError
+    from schemas.workload import DEFAULT_WORKLOAD, Workload, first_message, is_prefill
+
+    chosen = workload or DEFAULT_WORKLOAD
+    if chosen.auto is not None:
+        return chosen
+    steps = [name for name, _ in chosen.items() if not is_prefill(name)]
+    if len(steps) != 1:
+        raise InputError("--objective throughput chooses the batch of one decode step, and the workload has "
+                         f"{len(steps)} ({', '.join(steps) or 'none'}): say which with -w NAME=auto@CONTEXT")
+    name = steps[0]
+    item = chosen.root[name]
+    if item.context is None:
+        raise InputError(f"--objective throughput: workload '{name}' has no context, and the KV cache of the "
+                         f"sequences is what bounds the batch: give --context N or -w {name}=auto@N")
+    update = {**item.model_dump(exclude_none=True), "batch": "auto"}
+    update.pop("tokens", None)
+    try:
+        return Workload({**chosen.root, name: type(item).model_validate(update)})
+    except ValidationError as err:
+        raise InputError(f"--objective throughput: {first_message(err)}") from None
 
 
 def _in_mode(workload: Any, mode: str) -> Any:

@@ -43,7 +43,42 @@ def totals(plan: Plan) -> dict[str, Any]:
         "peak_gpu_bytes": s.peak_gpu_bytes,
         "pinned_host_bytes": s.pinned_host_bytes,
         "gpu_budget_bytes": s.gpu_budget_bytes,
+        **({} if plan.memory is None else {"kv_cache_bytes": plan.memory.kv_cache_bytes,
+                                           "activation_bytes": plan.memory.activation_bytes,
+                                           "workspace_bytes": plan.memory.workspace_bytes}),
     }
+
+
+def peak_parts(plan: Plan) -> str:
+    """``resident 11.00 GiB + buffers 416.00 MiB + KV cache 0 B + ...``: what the peak is made of."""
+    s, mem = plan.summary, plan.memory
+    parts = [("resident", s.resident_bytes), ("buffers", s.buffer_bytes)]
+    if mem is not None:
+        parts += [("KV cache", mem.kv_cache_bytes), ("activations", mem.activation_bytes),
+                  ("workspace", mem.workspace_bytes)]
+    return " + ".join(f"{what} {format_bytes(n)}" for what, n in parts)
+
+
+def memory_lines(plan: Plan) -> list[str]:
+    """Per forward: what the plan assumed it holds and what it needs; the KV cache's room; the batch chosen."""
+    mem = plan.memory
+    if mem is None:
+        return []
+    per_token = "" if mem.kv_bytes_per_token is None else f", {format_bytes(mem.kv_bytes_per_token)} a token"
+    out = [f"KV cache {format_bytes(mem.kv_cache_bytes)} ({mem.kv_cache}; {mem.kv_cache_dtype}{per_token})"
+           + (f": {mem.kv_tokens:,} tokens" if mem.kv_tokens else "")]
+    for f in mem.forwards:
+        cache = (f"KV cache {f.batch:,} x {f.context:,} tokens {format_bytes(f.kv_cache_bytes)}" if f.context
+                 else "no KV cache counted")
+        out.append(f"  {f.workload}: {f.tokens:,} tokens in {f.batch:,} sequence{'s' * (f.batch != 1)}, {cache}, "
+                   f"activations {format_bytes(f.activation_bytes)} at {f.largest}"
+                   + (", logits of the last token" if f.logits == "last" else ""))
+    t = plan.throughput
+    if t is not None:
+        tried = ", ".join(f"{o.batch}: {o.tokens_per_s:,.1f}" for o in t.options)
+        out.append(f"batch {t.batch} chosen for {t.workload} at {t.context:,} tokens: {t.tokens_per_s:,.1f} tokens/s "
+                   f"predicted (tokens/s by batch: {tried}; {t.tried} batches planned)")
+    return out
 
 
 def describe(doc: Any) -> str:
@@ -72,6 +107,8 @@ def render_json(plan: Plan, predictions: Predictions | None = None) -> str:
     preds = predictions or plan.predictions
     head = {"model": s.model, "backend": s.backend, "strategy": s.strategy, "prefetch_step": s.prefetch_step}
     body = {"layers": layer_rows(plan), "totals": totals(plan),
+            "memory": None if plan.memory is None else plan.memory.model_dump(mode="json"),
+            "throughput": None if plan.throughput is None else plan.throughput.model_dump(mode="json"),
             "predictions": None if preds is None else preds.model_dump(mode="json")}
     return json.dumps({**head, **body}, indent=2) + "\n"
 
@@ -190,11 +227,12 @@ def _summary_lines(plan: Plan, t: dict[str, Any], console: Any, predictions: Pre
     s = plan.summary
     budget = format_bytes(s.gpu_budget_bytes) if s.gpu_budget_bytes is not None else "none"
     console.print(
-        f"{t['layers']} layers, {t['offloaded_layers']} offloaded; peak GPU {format_bytes(s.peak_gpu_bytes)} (resident {format_bytes(s.resident_bytes)} "
-        f"+ buffers {format_bytes(s.buffer_bytes)}) of budget {budget}; "
-        f"pinned host {format_bytes(s.pinned_host_bytes)}",
+        f"{t['layers']} layers, {t['offloaded_layers']} offloaded; peak GPU {format_bytes(s.peak_gpu_bytes)} "
+        f"({peak_parts(plan)}) of budget {budget}; pinned host {format_bytes(s.pinned_host_bytes)}",
         highlight=False, markup=False,
     )
+    for line in memory_lines(plan):
+        console.print(line, highlight=False, markup=False)
     for note in s.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
     preds = predictions or plan.predictions

@@ -19,9 +19,9 @@ planner/cost/layer.py). Its query, key and value projections are found by name: 
 ``query_key_value``, ``Wqkv``, ``W_pack``, ``c_attn`` (a third each), and MLA's ``q_b_proj`` and
 ``kv_a_proj_with_mqa`` (the compressed cache); a block without them has no attention cost.
 
-A workload gives no sequences today (one sequence of all its tokens, no earlier context: exact for a
-prefill, and negligible either way for a decode without a KV cache); ``sequences_of`` reads ``batch`` and
-``context`` where a workload item carries them.
+A workload item's sequences and context (schemas/workload.py: ``batch``, ``context``, what a sequence holds
+after the forward) give ``Sequences``: ``sequences_of``. Without a context, its batch if it gives one (else one
+sequence of all its tokens), none holding earlier tokens.
 """
 
 from __future__ import annotations
@@ -49,11 +49,17 @@ class Sequences:
 ONE = Sequences()
 
 
-def sequences_of(item) -> Sequences:
-    """A workload item's sequences: its ``batch`` and ``context`` where it has them, else one, no context."""
-    batch = getattr(item, "batch", None) or 1
-    context = getattr(item, "context", None) or 0
-    return Sequences(max(1, min(int(batch), int(item.tokens))), max(0, int(context)))
+def sequences_of(item, name: str = "") -> Sequences:
+    """A workload item's sequences (``schemas.workload.batch_of``: its batch, else one a token for a decode step
+    and one for a prefill) and the tokens each held before the forward: its ``context`` (what a sequence holds
+    after it) less the tokens the forward adds; without a context, none."""
+    from schemas.workload import batch_of
+
+    if getattr(item, "context", None) is None:  # as before workloads had contexts: its batch, if it gives one
+        given = item.batch if isinstance(item.batch, int) else 1
+        return Sequences(max(1, min(given, item.rows)), 0)
+    batch = batch_of(name, item)
+    return Sequences(batch, max(0, item.context - -(-item.rows // batch)))
 
 
 @dataclass(frozen=True)

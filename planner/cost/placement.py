@@ -29,7 +29,7 @@ class PlacementCost:
         self.layers = layers
         items = workload.items()
         total = sum(item.weight for _, item in items)
-        self.tokens = [(item.tokens, item.weight / total, item.mode, sequences_of(item)) for _, item in items]
+        self.tokens = [(item.rows, item.weight / total, item.mode, sequences_of(item, name)) for name, item in items]
         self._hw = {mode: profile_for(hw, mode) for _, _, mode, _ in self.tokens}
         self._link = link_share(hw)
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(

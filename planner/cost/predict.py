@@ -38,6 +38,15 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE
     return simulate(work, copies_of(plan), link_share(hw))
 
 
+def plan_sequences(plan: Plan, name: str, tokens: int) -> Sequences:
+    """The sequences of the plan's forward ``name`` at ``tokens``, as its memory section records them (a
+    forward the plan does not record at these tokens: one sequence, no context)."""
+    f = plan.memory.forward(name) if plan.memory is not None else None
+    if f is None or f.tokens != tokens:
+        return ONE
+    return Sequences(f.batch, max(0, f.context - -(-f.tokens // f.batch))) if f.context else Sequences(f.batch, 0)
+
+
 def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
     """A prediction is written only with figures a plan file can hold: finite, at most a day
     (PlanningError naming the figure otherwise; figures of profiles in range keep to this)."""
@@ -53,9 +62,9 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload, routing=None) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.tokens, sequences_of(item), routing)
+        t = timeline(plan, profile_for(hw, item.mode), item.rows, sequences_of(item, name), routing)
         _in_range(t, name, hw)
-        rows.append(Prediction(workload=name, tokens=item.tokens, weight=item.weight, mode=item.mode,
+        rows.append(Prediction(workload=name, tokens=item.rows, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))

@@ -18,11 +18,17 @@ from schemas.workload import DEFAULT_TOKENS, DEFAULT_WORKLOAD, Workload, Workloa
 
 
 def plan_workload(plan: Plan) -> Workload:
-    """The workloads the plan was predicted for (decode at 1 token for a plan without predictions)."""
+    """The workloads the plan was predicted for (decode at 1 token for a plan without predictions), with the
+    sequences, context and logits its memory section records."""
     if plan.predictions is None:
         return DEFAULT_WORKLOAD
-    return Workload({p.workload: WorkloadItem(tokens=p.tokens, weight=p.weight, mode=p.mode)
-                     for p in plan.predictions.workloads})
+    items = {}
+    for p in plan.predictions.workloads:
+        f = plan.memory.forward(p.workload) if plan.memory is not None else None
+        held = {} if f is None or f.tokens != p.tokens else {
+            "batch": f.batch, "context": f.context or None, "logits": f.logits if f.logits != "all" else None}
+        items[p.workload] = WorkloadItem(tokens=p.tokens, weight=p.weight, mode=p.mode, **held)
+    return Workload(items)
 
 
 def chosen_workload(plan: Plan, option: str | None) -> Workload:

@@ -23,6 +23,7 @@ __all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "p
 BYTE_FIELDS = ("gpu_budget_bytes", "cpu_budget_bytes", "total_bytes", "resident_bytes", "offloaded_bytes",
                "buffer_bytes", "peak_gpu_bytes", "pinned_host_bytes")
 SETTINGS = ("backend", "strategy", "prefetch_step")
+MEMORY_FIELDS = ("kv_cache_bytes", "activation_bytes", "workspace_bytes")  # of the plans' memory sections
 MODEL_FIELDS = ("model", "spec_sha256", "layers", "rank", "world_size")  # summary fields that describe the model
 PARAM_FIELDS = ("shape", "dtype", "stride", "buffer", "kind", "shard")  # compared per param (bytes follow from them)
 
@@ -425,12 +426,42 @@ def diff_plans(old: Plan, new: Plan) -> PlanDiff:
     d.churn = _churn(d.moves)
 
     d.memory = [MemoryDelta(f, getattr(so, f), getattr(sn, f)) for f in BYTE_FIELDS]
+    if old.memory is not None or new.memory is not None:
+        d.memory += [MemoryDelta(f, _part(old, f), _part(new, f)) for f in MEMORY_FIELDS]
     _time(d, old.predictions, new.predictions)
     if so.offloaded_layers != sn.offloaded_layers:
         d.offloaded_layers = Change("offloaded_layers", so.offloaded_layers, sn.offloaded_layers)
     d.settings = [Change(f, getattr(so, f), getattr(sn, f)) for f in SETTINGS if getattr(so, f) != getattr(sn, f)]
+    d.settings += _forward_changes(old, new)
     if old.buffer_pool != new.buffer_pool:
         d.other += _pool_changes(old, new)
     if not d.changed and old != new:
         d.other += _leftovers(old, new)
     return d
+
+
+def _part(plan: Plan, field: str) -> int | None:
+    """A part of the plan's memory section (None for a plan without one)."""
+    return None if plan.memory is None else getattr(plan.memory, field)
+
+
+def _forward_text(plan: Plan, name: str) -> str | None:
+    """What the plan assumed forward ``name`` holds: ``32 x 4,096 tokens, logits last``."""
+    f = plan.memory.forward(name) if plan.memory is not None else None
+    if f is None:
+        return None
+    cache = f"{f.batch} x {f.context} tokens of KV cache" if f.context else f"{f.batch} sequences, no KV cache"
+    return f"{f.tokens} tokens, {cache}" + (", logits of the last token" if f.logits == "last" else "")
+
+
+def _forward_changes(old: Plan, new: Plan) -> list[Change]:
+    """The forwards whose sequences, context or logits the two plans assume differently, and the batch chosen."""
+    names = [f.workload for f in (new.memory.forwards if new.memory else [])]
+    names += [f.workload for f in (old.memory.forwards if old.memory else []) if f.workload not in names]
+    out = [Change(f"workload {name}", a, b) for name in names
+           if (a := _forward_text(old, name)) != (b := _forward_text(new, name)) and a is not None and b is not None]
+    batch_old = old.throughput.batch if old.throughput else None
+    batch_new = new.throughput.batch if new.throughput else None
+    if batch_old != batch_new:
+        out.append(Change("batch chosen for tokens/s", batch_old, batch_new))
+    return out

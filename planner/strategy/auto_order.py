@@ -69,7 +69,7 @@ class Order:
 def _weighted(workload: Workload) -> list[tuple[int, float]]:
     items = workload.items()
     total = sum(item.weight for _, item in items)
-    return [(item.tokens, item.weight / total) for _, item in items]
+    return [(item.rows, item.weight / total) for _, item in items]
 
 
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,

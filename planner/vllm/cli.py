@@ -23,5 +23,11 @@ def plan_from_vllm(spec: Any, flags_text: str, options: dict[str, Any]) -> Any:
     flags = parse_vllm_flags(flags_text)
     from planner.vllm.plan import from_vllm
 
+    if options.get("kv_cache") == "auto":
+        raise InputError(f"{OPTION} with --kv-cache auto: vLLM sizes its own KV cache from what its flags leave; "
+                         "give --kv-cache SIZE to count a reservation in the plan")
+    memory = {k: options[k] for k in ("kv_cache", "kv_cache_dtype") if options.get(k) is not None}
+    if memory:
+        spec = spec.model_copy(update={"memory": spec.memory.model_copy(update=memory)})
     return from_vllm(spec, flags, gpu_budget=options.get("gpu_budget"), cpu_budget=options.get("cpu_budget"),
                      hardware=options.get("hardware"), workload=options.get("workload"))

@@ -299,12 +299,12 @@ def _closest(plan: Plan, layers: list[Layer], stack: list[str], view: Sequence[S
         for g in range(1, min(_CLOSEST_GROUPS, len(stack)) + 1):
             choices += [VllmFlags(group_size=g, num_in_group=k, prefetch_step=step, offload_params=segs)  # type: ignore[arg-type]
                         for k in range(1, g + 1)]
-    need = s.total_bytes - target
+    need = s.total_bytes - (target - (plan.memory.non_weight_bytes if plan.memory is not None else 0))
     if need > 0:
         choices.append(VllmFlags(cpu_offload_gb=float(gib_text(need - 1, 2**62))))
     profile, workload = chosen_profile(plan, None), plan_workload(plan)
     built = [(f, build(layers, stack, f, model_name=s.model, spec_sha256=s.spec_sha256, gpu_budget=None,
-                       cpu_budget=None, view=view, checked=False)) for f in choices]
+                       cpu_budget=None, view=view, checked=False, memory=plan.memory)) for f in choices]
     fitting = [(f, p) for f, p in built if p.summary.peak_gpu_bytes <= target]
     pool = fitting or [min(built, key=lambda fp: fp[1].summary.peak_gpu_bytes)]
     scored = [(predict(p, profile, workload).weighted_step_ms, p.summary.peak_gpu_bytes, i, f)

@@ -29,6 +29,8 @@ from schemas.workload import DEFAULT_WORKLOAD, Workload
 
 from planner.vllm import notes as vllm_notes
 from planner.assemble import assemble
+from planner.memory.parts import MemoryModel
+from schemas.plan_memory import PlanMemory
 from planner.assemble import Assignment
 from planner.errors import InfeasibleError, PlanningError
 from planner.layers import build_graph, find_block_stack, layers_in_order, tied_owners
@@ -65,23 +67,28 @@ def from_vllm(spec: SpecFile, flags: VllmFlags, *, gpu_budget: int | None = None
     if flags.mode != "none" and not stack:
         raise PlanningError("--from-vllm: vLLM offloads only decoder layers (layers named <prefix>.<int>, e.g. "
                             "model.layers.{i} with repeat), and this spec has none")
+    chosen_workload = workload or spec.workload or DEFAULT_WORKLOAD
+    if chosen_workload.auto is not None:
+        raise PlanningError("--from-vllm plans what vLLM's flags make for the workload's batches: batch auto, "
+                            "which chooses the batch with the plan, does not apply (give the batch)")
+    memory = MemoryModel(spec.model, spec.model.expanded(), spec.memory).plan_memory(chosen_workload, profile)
     view = stack_view(layers, stack)
     if spec.model.param_order == "name":
         _refuse_unknown_order(view, flags)
     plan = build(layers, stack, flags, model_name=spec.model.name, spec_sha256=spec_sha256(spec),
-                 gpu_budget=None, cpu_budget=None, shared=tied_owners(graph), view=view)
+                 gpu_budget=None, cpu_budget=None, shared=tied_owners(graph), view=view, memory=memory)
     _check_budgets(plan, gpu, cpu)  # checked here, so the budgets are recorded without a second check
     plan = plan.model_copy(update={"summary": plan.summary.model_copy(
         update={"gpu_budget_bytes": gpu, "cpu_budget_bytes": cpu})})
-    return plan.model_copy(update={"predictions": predict(plan, profile, workload or spec.workload or DEFAULT_WORKLOAD)})
+    return plan.model_copy(update={"predictions": predict(plan, profile, chosen_workload)})
 
 
 def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, model_name: str, spec_sha256: str,
           gpu_budget: int | None, cpu_budget: int | None, shared: dict[str, set[str]] | None = None,
-          view: Sequence[StackLayer] | None = None, checked: bool = True) -> Plan:
+          view: Sequence[StackLayer] | None = None, checked: bool = True, memory: PlanMemory | None = None) -> Plan:
     """The plan (without predictions) of vLLM's selection for ``flags`` over ``layers``; ``view``: the
     stack's ``stack_view``, when the caller has it; ``checked=False``: a plan only compared, never written
-    (planner.assemble)."""
+    (planner.assemble); ``memory``: what the plan counts besides the weights (planner.memory)."""
     chosen = select(stack_view(layers, stack) if view is None else view, flags)
     for layer, params in chosen.where().items():
         bad = sorted(set(params) & (shared or {}).get(layer, set()))
@@ -96,7 +103,7 @@ def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, mo
     assignment = Assignment(chosen.where(), step, strategy, reason, tuple(notes), every_slot=prefetching,
                             fill_once=prefetching)
     plan = assemble(layers, assignment, model_name=model_name, spec_sha256=spec_sha256,
-                    gpu_budget=gpu_budget, cpu_budget=cpu_budget, checked=checked)
+                    gpu_budget=gpu_budget, cpu_budget=cpu_budget, checked=checked, memory=memory)
     if prefetching and plan.buffer_pool is not None:
         once = [layer.name for layer in plan.layers if layer.prefetch is not None and layer.prefetch.once]
         extra = vllm_notes.runtime_note(flags.prefetch_step, plan.buffer_pool.bytes, once)
@@ -123,10 +130,12 @@ def _refuse_unknown_order(view: Sequence[StackLayer], flags: VllmFlags) -> None:
 def _check_budgets(plan: Plan, gpu: int | None, cpu: int | None) -> None:
     s = plan.summary
     if gpu is not None and s.peak_gpu_bytes > gpu:
+        others = "" if plan.memory is None else (
+            f", {plan.memory.non_weight_bytes} for the KV cache, activations and workspace")
         raise InfeasibleError(f"vLLM's flags make a plan that peaks at {s.peak_gpu_bytes} bytes "
                               f"({format_bytes(s.peak_gpu_bytes)}), over the {gpu}-byte gpu_budget ({s.offloaded_bytes} bytes offloaded, "
-                              f"{s.buffer_bytes} in buffers); the smallest feasible gpu_budget for these flags is "
-                              f"{s.peak_gpu_bytes} bytes", s.peak_gpu_bytes)
+                              f"{s.buffer_bytes} in buffers{others}); the smallest feasible gpu_budget for these "
+                              f"flags is {s.peak_gpu_bytes} bytes", s.peak_gpu_bytes)
     if cpu is not None and s.pinned_host_bytes > cpu:
         raise InfeasibleError(f"vLLM's flags pin {format_bytes(s.pinned_host_bytes)} of host memory, more than the "
                               f"{format_bytes(cpu)} cpu_budget", None)

@@ -16,7 +16,7 @@ _WHY_UVA = {
 
 
 def _workload_text(workload: Workload) -> str:
-    return ", ".join(f"{name} ({item.tokens} token{'s' if item.tokens != 1 else ''}"
+    return ", ".join(f"{name} ({item.rows} token{'s' if item.rows != 1 else ''}"
                      + (f", weight {item.weight:g}" if len(workload.root) > 1 else "") + ")"
                      for name, item in workload.items())
 

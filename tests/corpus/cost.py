@@ -45,7 +45,7 @@ CASES = [
     _cli("workload-weight-junk", "--workload", "decode=1:x", expect=("--workload", "'x'")),
     _cli("workload-given-twice", "--workload", "decode", "--workload", "decode=4", expect=("decode given twice",)),
     _cli("workload-and-tokens-clash", "--workload", "decode", "--tokens", "4", expect=("--tokens sets the decode",)),
-    _cli("workload-empty", "--workload", "", expect=("--workload", "an empty value; give NAME[=TOKENS][:WEIGHT]")),
+    _cli("workload-empty", "--workload", "", expect=("--workload", "an empty value; give NAME[=TOKENS|=auto][@CONTEXT][:WEIGHT]")),
     _cli("workload-bad-name", "--workload", "9lives=4", expect=("--workload", "must be letters")),
     _cli("tokens-zero", "--tokens", "0", expect=("--tokens",)),
     _cli("hardware-unknown-name", "--hardware", "h20", expect=("--hardware", "did you mean 'h200'")),

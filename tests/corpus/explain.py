@@ -19,7 +19,7 @@ def _plan_text() -> tuple[str, str, str]:
         {"name": "blocks.{i}", "repeat": 4, "params": {"mlp.w1": [32, 8], "mlp.w2": [8, 32], "norm.weight": [8]}},
         {"name": "head", "params": {"weight": [100, 8]}}]}})
     plan = planner.plan(spec, backend="prefetch", strategy="group", group_size=2, num_in_group=1,
-                        gpu_budget=10**6)
+                        gpu_budget=10**9)
     prefetched = next(layer.name for layer in plan.layers if layer.prefetch is not None)
     resident = next(layer.name for layer in plan.layers if not layer.offloaded)
     return dump_model(plan), prefetched, resident
@@ -90,7 +90,7 @@ CASES = [
     _show("show-chart-jpg", "--chart", "{d}/chart.jpg", expect=("--chart", "'.jpg'", ".png, .svg, .pdf")),
     _show("show-chart-no-suffix", "--chart", "{d}/chart", expect=("no suffix", ".png, .svg, .pdf")),
     _show("show-chart-missing-folder", "--chart", "{d}/no/such/chart.png", expect=("no/such",)),
-    _show("show-workload-nameless", "--workload", "=512", expect=("--workload", "NAME[=TOKENS]")),
+    _show("show-workload-nameless", "--workload", "=512", expect=("--workload", "NAME[=TOKENS|=auto][@CONTEXT]")),
     _show("show-workload-unknown-name", "--workload", "prefil", expect=("did you mean", "the plan predicts: decode")),
     _show("show-hardware-missing-file", "--hardware", "{d}/gpu.yaml", expect=("gpu.yaml: no such file",)),
 ]

@@ -40,6 +40,7 @@ model:
     - name: head
       tied:
         weight: embed.weight
+memory: {workspace: 0, activations: 0}  # a toy model: its plans count weights and buffers alone
 """
 
 # the planner's settings for each plan the cases start from

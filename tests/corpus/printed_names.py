@@ -35,7 +35,7 @@ CASES = [
     _plan("param-name-escape", "weight: {shape: [100, 8]", '"w\\x9beight": {shape: [100, 8]', "params", "U+009B"),
     _plan("backend-reason-escape", "backend_reason: prefetch requested", 'backend_reason: "prefetch\\e[8m requested"',
           "summary.backend_reason", "U+001B"),
-    _plan("workload-escape", "workload: decode", 'workload: "decode\\e[8m"', "predictions.workloads[0].workload",
+    _plan("workload-escape", "workload: decode", 'workload: "decode\\e[8m"', "memory.forwards[0].workload",
           "U+001B"),
 ]
 CASES += [

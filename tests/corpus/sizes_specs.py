@@ -117,9 +117,9 @@ STRICT_TYPES = [
     validate("buffer-string", edit("norm.weight: [8]", "norm.weight: {shape: [8], buffer: 'no'}"),
              "bad.yaml:13:", "params['norm.weight'].buffer", "(got 'no')"),
     validate("group-size-float", edit("backend: uva", "backend: uva\n  strategy: group\n  group_size: 2.5"),
-             "bad.yaml:22:", "offload.group_size", "(got 2.5)"),
+             "bad.yaml:24:", "offload.group_size", "(got 2.5)"),
     validate("prefetch-step-bool", edit("backend: uva", "backend: prefetch\n  prefetch_step: true"),
-             "bad.yaml:21:", "offload.prefetch_step", "(got True)"),
+             "bad.yaml:23:", "offload.prefetch_step", "(got True)"),
 ]
 
 NAMES = [
@@ -135,7 +135,7 @@ NAMES = [
              edit("        weight: [100, 8]\nmemory", '        bias: [8]\n      tied: {weight: "\\uFEFFembed.weight"}\nmemory'),
              "bad.yaml:", "model.layers[2].tied", "U+FEFF"),
     validate("offload-segment-next-line", edit("backend: uva", 'backend: uva\n  params: ["mlp\\N"]'),
-             "bad.yaml:21:", "offload.params", "U+0085"),
+             "bad.yaml:23:", "offload.params", "U+0085"),
     validate("layer-name-not-nfc", edit("name: head", 'name: "he\\u0301ad"'),
              "bad.yaml:14:", "not in Unicode normal form NFC"),
 ]

@@ -101,11 +101,11 @@ VALUES = [
     CliCase("tp-not-a-number", ("plan", "{f}", "--tp", "two", "-o", "{d}/out"), {"bad.yaml": TINY_SPEC},
             expect=("--tp", "valid integer")),
     CliCase("tp-spec-zero", ("plan", "{f}", "-o", "{d}/out"), {"bad.yaml": TINY_SPEC + "parallel: {tp: 0}\n"},
-            expect=("bad.yaml:21:", "parallel.tp", "must be > 0")),
+            expect=("bad.yaml:23:", "parallel.tp", "must be > 0")),
     CliCase("tp-spec-string", ("validate", "{f}"), {"bad.yaml": TINY_SPEC + "parallel:\n  tp: '2'\n"},
-            expect=("bad.yaml:22:", "parallel.tp", "expected a whole number")),
+            expect=("bad.yaml:24:", "parallel.tp", "expected a whole number")),
     CliCase("tp-spec-unknown-key", ("validate", "{f}"), {"bad.yaml": TINY_SPEC + "parallel:\n  tensor: 2\n"},
-            expect=("bad.yaml:22:", "parallel.tensor", "unknown key", "tp")),
+            expect=("bad.yaml:24:", "parallel.tensor", "unknown key", "tp")),
 ]
 
 OUTPUTS = [
