@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from schemas import plan_wording as say
+import schemas.plan_wording as say
 from schemas.dtypes import canonical_dtype
 
 if TYPE_CHECKING:
-    from schemas.plan import Plan
+    from schemas.plan_content import PlanContent as Plan
     from schemas.plan_memory import PlanMemory
 
 Finding = Callable[[tuple[Any, ...], str], None]
