@@ -14,14 +14,12 @@ most, and the predictions and the memory section are of that batch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from schemas import plan_wording as say
+import schemas.plan_wording as say
 from schemas.dtypes import canonical_dtype
-
-if TYPE_CHECKING:
-    from schemas.plan import Plan
-    from schemas.plan_memory import PlanMemory
+from schemas.plan_content import PlanContent as Plan
+from schemas.plan_memory import PlanMemory
 
 Finding = Callable[[tuple[Any, ...], str], None]
 ROUNDING = 1e-4  # figures are written rounded to 4 decimals
