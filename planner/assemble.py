@@ -15,7 +15,7 @@ where the pool's upper bound is not enough (a layer spanning the slots).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from planner.errors import PlanningError
@@ -24,6 +24,7 @@ from planner.layers import longest_run
 from planner.words.assemble_notes import schedule_notes, span_notes, tied_note
 from schemas.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes, signature
 from schemas.plan import Plan
+from schemas.plan_experts import ExpertSplit, host_bytes
 from schemas.plan_content import BufferKey, BufferPool, PlanLayer, PlanParam, Prefetch, Summary
 from schemas.schedule import DEFAULT_PREFETCH_STEP, filled_once, num_slots, schedule
 from schemas.spec_layers import Layer, Tensor
@@ -48,11 +49,15 @@ class Assignment:
     span: frozenset[str] = frozenset()  # prefetched layers whose buffers lie over the slots' (schemas/schedule.py)
     every_slot: bool = False  # every pool key gets a buffer in each of the step's slots (vLLM's pool)
     fill_once: bool = False  # a slot's only user is copied once, at apply time (vLLM's prefetch runtime)
+    # layer -> where each routed expert lives and runs (schemas/plan_experts.py); its params are not in ``where``
+    experts: Mapping[str, ExpertSplit] = field(default_factory=dict)
 
     @property
     def backend(self) -> str:
-        """The plan's backend: none, prefetch, uva, or mixed when both occur."""
+        """The plan's backend: none, prefetch, uva, cpu, or mixed when more than one occurs."""
         used = {b for params in self.where.values() for b in params.values()}
+        for split in self.experts.values():
+            used |= {place for place in ("uva", "cpu") if getattr(split, place)}
         if not used:
             return "none"
         return used.pop() if len(used) == 1 else "mixed"
@@ -110,7 +115,7 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     check refuses a plan over them.
     """
     where = assignment.where
-    _check_assignment(layers, where)
+    _check_assignment(layers, where, assignment.experts)
     num_layers = len(layers)
     prefetched = layers_with_prefetch(layers, where)
     positions = [layer.index for layer in prefetched]
@@ -150,13 +155,16 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
                        for rel, target in layer.tied.items()}
         else:
             params |= {rel: _plan_param(owner_of[target], cache, None) for rel, target in layer.tied.items()}
-        off = [t for t in layer.params if t.name in mine]
-        off_bytes = sum(t.nbytes for t in off)
+        split = assignment.experts.get(layer.name)
+        by_expert = set(split.params) if split is not None else set()
+        off = [t for t in layer.params if t.name in mine or t.name in by_expert]
+        off_bytes = sum(host_bytes(t.nbytes, layer.moe.experts, split) if t.name in by_expert else t.nbytes
+                        for t in off)
         offloaded_total += off_bytes
         plan_layers.append(make_layer(
             name=layer.name, params=params, tied=dict(layer.tied), offloaded=[t.name for t in off],
-            uva=[t.name for t in off if mine[t.name] == "uva"], resident_bytes=layer.nbytes - off_bytes,
-            offloaded_bytes=off_bytes, prefetch=entries.get(layer.index), moe=layer.moe))
+            uva=[t.name for t in off if mine.get(t.name) == "uva"], resident_bytes=layer.nbytes - off_bytes,
+            offloaded_bytes=off_bytes, prefetch=entries.get(layer.index), moe=layer.moe, experts=split))
     pool = None
     if positions:
         slots, entries_ = pool_of(prefetched, where, step, assignment.span, assignment.every_slot)
@@ -176,9 +184,18 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     return Plan(**fields) if checked else Plan.model_construct(**fields)
 
 
-def _check_assignment(layers: Sequence[Layer], where) -> None:
+def _check_assignment(layers: Sequence[Layer], where, experts: Mapping[str, ExpertSplit]) -> None:
     by_name = {layer.name: layer for layer in layers}
     problems = []
+    for name, split in experts.items():
+        layer = by_name.get(name)
+        if layer is None or layer.moe is None:
+            problems.append(f"layer '{name}' has no routed experts (moe) to split" if layer else
+                            f"layer '{name}' is not in the spec")
+            continue
+        named = [p for p in split.params if p in where.get(name, {})]
+        if named:
+            problems.append(f"{name}: {', '.join(named)} split by expert and also given a backend")
     targets = {target for layer in layers for target in layer.tied.values()}
     for name, params in where.items():
         layer = by_name.get(name)

@@ -31,6 +31,9 @@ from planner.strategy.auto import decide as decide_auto
 from schemas.schedule import DEFAULT_PREFETCH_STEP
 from planner.layers import eligible_params, group_rule
 from planner.strategy.budget import Tier, prefer_tiers, previous_state, search, single_tier
+from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host
+from schemas.errors import InputError
+from schemas.routing import RoutingRef, RoutingStats, spec_problems
 from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budget
 from planner.words import memory_notes
 from schemas.plan_memory import PlanMemory
@@ -50,6 +53,33 @@ class _Model:
     offload: OffloadSection
     tiers: list[Tier]  # the budget search's ladder (one tier without offload.prefer)
     shared: dict[str, set[str]] = field(default_factory=dict)  # layer -> its params other params are tied to
+    host: frozenset[str] = frozenset()  # kinds the host computes (offload.backends cpu; placed as uva)
+    routing: RoutingStats | None = None  # measured routing (planner plan --routing)
+    routing_ref: RoutingRef | None = None
+
+    @property
+    def shares(self) -> dict[str, list[float]] | None:
+        return None if self.routing is None else self.routing.shares()
+
+    def placed(self, assignment: Assignment, profile: HardwareProfile, workload: Workload) -> Assignment:
+        """A strategy's assignment with its host kinds shared between the host and the link and, with measured
+        routing, the most used experts kept on the GPU (planner/strategy/experts.py)."""
+        chosen = to_host(assignment, self.layers, self.host, profile, workload)
+        if self.routing is None:
+            return chosen
+
+        def peak(a: Assignment) -> int:
+            return assemble(self.layers, a, model_name="peak", spec_sha256="0" * 64, checked=False).summary.peak_gpu_bytes
+
+        return keep_hot(chosen, self.layers, self.shares, self.memory.gpu_budget, self.host, profile, workload,
+                        peak).assignment
+
+    def finished(self, plan: Plan, profile: HardwareProfile, workload: Workload) -> Plan:
+        """The plan with its predictions (at the measured routing rates) and the routing it was made with."""
+        update: dict = {"predictions": predict(plan, profile, workload, self.shares)}
+        if self.routing_ref is not None:
+            update["summary"] = plan.summary.model_copy(update={"routing": self.routing_ref})
+        return plan.model_copy(update=update)
     _split: dict[tuple[int, str], Candidate] = field(default_factory=dict)  # (id(candidate), base) -> its split
     _sigs: dict[Signature, Signature] = field(default_factory=dict)
 
@@ -104,7 +134,8 @@ class _Model:
         """The per-kind backends as a reason's prefix ('' without offload.backends)."""
         if not self.offload.backends:
             return ""
-        listed = ", ".join(f"{kind} {backend}" for kind, backend in self.offload.backends.items())
+        listed = ", ".join(f"{kind} {'cpu' if kind in self.host else backend}"
+                           for kind, backend in self.offload.backends.items())
         return f"offload.backends: {listed}; other kinds "
 
 
@@ -358,8 +389,13 @@ def plan(
     backends: dict[str, str] | None = None,
     hardware: HardwareProfile | str | None = None,
     workload: Workload | None = None,
+    routing: RoutingStats | None = None,
+    routing_ref: RoutingRef | None = None,
 ) -> Plan:
     """Plan ``spec``; keyword arguments override its memory/offload sections (None keeps the file's).
+
+    ``routing``: measured routing (schemas/routing.py; ``routing_ref`` names its file): the most used experts
+    stay on the GPU and the predictions use the measured rates; InputError when the spec does not match it.
 
     ``backends``: kind -> prefetch or uva for the offloaded params of that kind (offload.backends).
     ``kv_cache`` (bytes, or "auto") and ``kv_cache_dtype`` override memory.kv_cache and memory.kv_cache_dtype.
@@ -383,23 +419,42 @@ def plan(
                "kv_cache_dtype": kv_cache_dtype},
         {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
          "prefetch_step": prefetch_step, "params": params, "kinds": kinds, "prefer": prefer, "backends": backends})
+    offload, host = link_view(offload)
     if memory.kv_cache == "auto" and memory.gpu_budget is None:
         raise PlanningError("kv_cache auto gives the KV cache what the plan leaves of the gpu_budget: give a "
                             "gpu_budget (--gpu-budget)")
     sizes = MemoryModel(spec.model, spec.model.expanded(), memory)
+    links = _Links(host, routing, routing_ref)
     if chosen_workload.auto is not None:
         from planner.memory.throughput import plan_throughput
 
-        return plan_throughput(lambda w: _plan_for(spec, sizes, memory, offload, profile, w), chosen_workload)
-    return _plan_for(spec, sizes, memory, offload, profile, chosen_workload)
+        return plan_throughput(lambda w: _plan_for(spec, sizes, memory, offload, profile, w, links), chosen_workload)
+    return _plan_for(spec, sizes, memory, offload, profile, chosen_workload, links)
+
+
+@dataclass(frozen=True)
+class _Links:
+    """What the plan adds to a strategy's choice: kinds the host computes, measured routing and its file."""
+
+    host: frozenset[str] | set[str]
+    routing: RoutingStats | None
+    routing_ref: RoutingRef | None
 
 
 def _plan_for(spec: SpecFile, sizes: MemoryModel, memory: MemorySection, offload: OffloadSection,
-              profile: HardwareProfile, workload: Workload) -> Plan:
+              profile: HardwareProfile, workload: Workload, links: _Links) -> Plan:
     """The plan for ``workload`` (every batch given): the memory besides the weights off the budget, then a
     strategy for the weights and buffers (the one point where the budget the strategies see is set)."""
     mem = sizes.plan_memory(workload, profile)
-    m = _model(spec, memory.model_copy(update={"gpu_budget": weights_budget(memory.gpu_budget, mem)}), offload)
+    m = replace(_model(spec, memory.model_copy(update={"gpu_budget": weights_budget(memory.gpu_budget, mem)}),
+                       offload), host=links.host, routing=links.routing, routing_ref=links.routing_ref)
+    routing, routing_ref = links.routing, links.routing_ref
+    if routing is not None:
+        problems = spec_problems(routing, m.layers)
+        if problems:
+            where = routing_ref.file if routing_ref is not None else "the routing statistics"
+            raise InputError(f"{where} does not match the spec {spec.model.name} (recorded on {routing.model}): "
+                             + "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else ""))
     try:
         made = _decide(spec, m, profile, workload, mem, memory.gpu_budget)
     except InfeasibleError as err:
@@ -430,10 +485,10 @@ def _decide(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workl
     if out.cost is not None and cpu is not None and out.cost.offloaded_bytes > cpu:
         raise InfeasibleError(f"the plan pins {m.size(out.cost.offloaded_bytes)} of host memory, more than the "
                               f"{m.size(cpu)} cpu_budget", None)
-    result = assemble(m.layers, _assignment(m, out), model_name=spec.model.name,
+    result = assemble(m.layers, m.placed(_assignment(m, out), profile, workload), model_name=spec.model.name,
                       spec_sha256=spec_sha256(spec),  # hashed only for a plan: 0.3 s at 10,000 layers
                       gpu_budget=gpu_budget, cpu_budget=cpu, record_kinds=m.by_kind, memory=mem)
-    return result.model_copy(update={"predictions": predict(result, profile, workload)})
+    return m.finished(result, profile, workload)
 
 
 def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload, mem: PlanMemory,
@@ -443,16 +498,24 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                            m.total_bytes)
     names = [layer.name for layer in m.layers]
 
-    def build(notes: list[str]) -> Plan:
-        reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
+    def build(notes: list[str], m: _Model) -> Plan:
+        reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget, m.host)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
-        result = assemble(m.layers, auto_assignment(decision, reason, notes, step, names), model_name=spec.model.name,
+        chosen = m.placed(auto_assignment(decision, reason, notes, step, names), profile, workload)
+        result = assemble(m.layers, chosen, model_name=spec.model.name,
                           spec_sha256=spec_sha256(spec), gpu_budget=gpu_budget,
                           cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind, memory=mem)
-        return result.model_copy(update={"predictions": predict(result, profile, workload)})
+        return m.finished(result, profile, workload)
 
-    notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget)
-    chosen = build(notes)
+    notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget, m.host)
+    chosen = build(notes, m)
+    host = host_to_try(m.offload, workload, decision.where, m.layers)
+    if host:  # auto's own choice of the cpu backend: the host shares the experts auto put on UVA, if that is faster
+        hybrid = replace(m, host=m.host | host)
+        hybrid_notes = auto_notes.notes(decision, names, None, m.memory.gpu_budget, hybrid.host)
+        alt = build(hybrid_notes, hybrid)
+        if prefer_host(alt.predictions.weighted_step_ms, chosen.predictions.weighted_step_ms):
+            m, notes, chosen = hybrid, hybrid_notes, alt
     runner_up = None
     for backend in ("prefetch", "uva"):
         if m.offload.backend not in ("auto", backend) or m.memory.gpu_budget is None:
@@ -464,15 +527,16 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
             continue
         if out.cost is None:
             continue
-        alt = assemble(other.layers, _assignment(other, out), model_name=spec.model.name, spec_sha256="0" * 64,
+        alt = assemble(other.layers, m.placed(_assignment(other, out), profile, workload),
+                       model_name=spec.model.name, spec_sha256="0" * 64,
                        cpu_budget=m.memory.cpu_budget, checked=False, memory=mem)
-        ms = predict(alt, profile, workload).weighted_step_ms
+        ms = predict(alt, profile, workload, m.shares).weighted_step_ms
         if runner_up is None or ms < runner_up[1]:
             runner_up = (f"strategy budget with {backend} ({format_bytes(out.cost.offloaded_bytes)} offloaded)", ms)
     if runner_up is None:
         return chosen
     # the runner-up's note goes after auto's own notes (the schedule's follow them); nothing else changes
     ours = chosen.predictions.weighted_step_ms if chosen.predictions else 0.0
-    with_runner_up = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours), m.memory.gpu_budget)
+    with_runner_up = auto_notes.notes(decision, names, (runner_up[0], runner_up[1], ours), m.memory.gpu_budget, m.host)
     summary_notes = with_runner_up + chosen.summary.notes[len(notes):]
     return chosen.model_copy(update={"summary": chosen.summary.model_copy(update={"notes": summary_notes})})

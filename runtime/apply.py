@@ -12,6 +12,8 @@ from torch import nn
 
 import runtime.capture as capture
 from runtime.check import UNPLANNED_CHOICES, Loose, Refs, Unplanned, check, meta_tensors
+from runtime.cpu_experts import CpuOffloader, ExpertSplits, split_gpu_bytes
+from runtime.routing import RoutingRecorder, experts_modules
 from runtime.errors import ApplyError
 from runtime.guard import (Guards, hold_hook_guards, install, refuse_if_applied, release_hook_guards,
                            reset_compiled_code)
@@ -43,16 +45,20 @@ class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
 
     def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement,
-                 watch: WriteWatch) -> None:
+                 watch: WriteWatch, splits: ExpertSplits | None = None) -> None:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
+        self._splits = splits
+        self._routing: RoutingRecorder | None = None
         self._guards: Guards | None = None
         self._watch = watch
         self.active = True
         self.peaks: PeakWatch | None = None  # with stats=True: each forward's peak GPU memory
         # what remove() still has to do; a step that fails stays here and is retried
         self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
-                                     ("weights", placement.restore), ("guards", self._remove_guards),
+                                     ("weights", placement.restore),
+                                     *([("expert splits", splits.restore)] if splits is not None else []),
+                                     ("guards", self._remove_guards),
                                      ("compile caches", reset_compiled_code), *_RELEASE_HELD]
         _ACTIVE[id(self)] = self
         hold_hook_guards()  # dynamo guards on module hooks while a plan is applied
@@ -66,7 +72,10 @@ class Handle:
     def true_values(self) -> dict[int, torch.Tensor]:
         """id(param or buffer object) -> its true value, for every tensor whose ``.data`` is now a
         compute copy (a prefetch slot, a UVA view, a placeholder); empty once removed."""
-        return self._placement.true_values() if self.active else {}
+        if not self.active:
+            return {}
+        split = {key: value() for key, value in self._splits.true_values().items()} if self._splits else {}
+        return self._placement.true_values() | split
 
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s, and on CUDA the
@@ -78,6 +87,13 @@ class Handle:
             forwards = with_peaks(forwards, list(self.peaks.peaks))
         return {"backend": self.offloader.name, "forwards": forwards,
                 "pinned_host_bytes": self._placement.host_bytes}
+
+    def routing_stats(self, source: str = ""):
+        """Per MoE layer, the tokens each routed expert received since apply (``apply(..., record_routing=True)``):
+        ``schemas.routing.RoutingStats``, for ``planner plan --routing`` (save it with ``schemas.io.dump_model``)."""
+        if self._routing is None:
+            raise ApplyError("this plan was applied without record_routing=True: nothing was recorded")
+        return self._routing.stats(self.plan.summary.model, source)
 
     def remove(self) -> None:
         """Restore the model. Every step runs even if one fails; then RemoveError lists what
@@ -105,7 +121,7 @@ class Handle:
 def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: str | torch.device = "cuda", *,
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
           spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
-          read_only_buffers: bool = False) -> Handle:
+          read_only_buffers: bool = False, record_routing: bool = False, host_threads: int | None = None) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -126,6 +142,10 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     ``rank``, else its rank in ``process_group`` (default: the default group) of an initialized
     ``torch.distributed``. A rank plan must be this rank's and match the model's local shards
     (DTensor params: their local tensors and placements).
+
+    ``record_routing=True``: count, per MoE layer, the tokens each routed expert receives
+    (``Handle.routing_stats()``, runtime/routing.py). ``host_threads``: the threads torch's host kernels use while a
+    plan whose host computes experts is applied (default: every CPU this process may run on).
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -147,6 +167,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     _check_device_memory(plan, checked.refs, device)
 
     placement = Placement()
+    if host_threads is not None and (type(host_threads) is not int or host_threads < 1):
+        raise ApplyError(f"host_threads={host_threads!r}: expected a whole number of threads, 1 or more")
+    splits = ExpertSplits(device, host_threads=host_threads)
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = handle = None
@@ -154,8 +177,10 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         placement.group([*checked.refs.values(), *(t.ref for t in checked.loose)])  # views of one storage move as one
         offloaded: list[Offloaded] = []
         for layer in plan.layers:  # offload first: frees GPU memory when the model starts there
-            if layer.offloaded:
-                offloaded += placement.offload_layer([checked.ref(layer.name, r) for r in layer.offloaded], pin)
+            by_expert = set(layer.experts.params) if layer.experts is not None else set()
+            if len(layer.offloaded) > len(by_expert):
+                offloaded += placement.offload_layer([checked.ref(layer.name, r) for r in layer.offloaded
+                                                      if r not in by_expert], pin)
                 moved.advance(layer.offloaded_bytes)
         for layer in plan.layers:
             for rel in layer.params:
@@ -164,23 +189,29 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
                     if rel not in layer.tied:  # a tied param is counted once, at its owner
                         moved.advance(layer.params[rel].bytes)
         n_loose = _move_unplanned(checked.loose, placement, device)
-        offloader = make_offloader(plan.summary.backend, plan=plan, model=model, device=device,
+        splits.build(plan, model, pin)
+        offloader = make_offloader(_link_backend(plan), plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
         offloader.post_init()
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)
-        handle = Handle(plan, model, offloader, placement, watch)
+        handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
         if stats:
             handle.peaks = PeakWatch(device)
             handle.peaks.install(model, offloader.hooks)
-        handle._guards = install(handle, model, placement.true_values())
+        if record_routing:
+            handle._routing = RoutingRecorder()
+            handle._pending.insert(0, ("routing hooks", handle._routing.remove))
+            for layer, module in experts_modules(model, (layer.name for layer in plan.layers)):
+                handle._routing.watch(layer, module)
+        handle._guards = install(handle, model, placement.true_values() | splits.true_values())
     except BaseException as exc:
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
         if handle is not None:  # it holds the dynamo and capture settings: give them back
             _ACTIVE.pop(id(handle), None)
             steps += _RELEASE_HELD
-        _, problems = run_steps(steps + [("weights", placement.restore)])
+        _, problems = run_steps(steps + [("weights", placement.restore), ("expert splits", splits.restore)])
         if problems:  # the original error is what the caller needs; say what could not be undone
             log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))
             exc.add_note("rollback problems: " + "; ".join(problems)) if hasattr(exc, "add_note") else None
@@ -197,11 +228,19 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
 
 
 BACKENDS: dict[str, type[Offloader]] = {"none": NoOffloader, "uva": UvaOffloader, "prefetch": PrefetchOffloader,
-                                         "mixed": MixedOffloader}
+                                         "mixed": MixedOffloader, "cpu": CpuOffloader}
+
+
+def _link_backend(plan: Plan) -> str:
+    """The offloader of the plan's link: its backend, save a mixed plan that prefetches nothing (UVA params
+    and experts the host computes), which the cpu offloader runs."""
+    backend = plan.summary.backend
+    return "cpu" if backend == "mixed" and plan.buffer_pool is None else backend
 
 
 def make_offloader(backend: str, **kwargs) -> Offloader:
-    """The offloader of a plan's backend (runtime/uva.py; runtime/prefetch.py: prefetch and mixed)."""
+    """The offloader of a plan's backend (runtime/uva.py; runtime/prefetch.py: prefetch and mixed;
+    runtime/cpu_experts.py: experts the host computes beside UVA params)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}'; expected {', '.join(BACKENDS)}")
     return BACKENDS[backend](**kwargs)
@@ -238,7 +277,7 @@ def _check_device_memory(plan: Plan, refs: Refs, device: torch.device) -> None:
         a, b = extent(t)
         lo, hi = spans.get(storage_key(t), (a, b))
         spans[storage_key(t)] = (min(lo, a), max(hi, b))
-    need = plan.summary.buffer_bytes + sum(hi - lo for lo, hi in spans.values())
+    need = plan.summary.buffer_bytes + sum(hi - lo for lo, hi in spans.values()) + split_gpu_bytes(plan)
     free, _total = torch.cuda.mem_get_info(device)
     if need > free:
         raise ApplyError(f"the plan needs {format_bytes(need)} more on {device} but only "

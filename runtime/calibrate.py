@@ -22,6 +22,7 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
   above) and the attention, as bytes at ``gpu_mem_gbps`` per token and output element of its matrices
   (planner/cost/block.py reads them back the same way);
+- ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py);
 - ``workspace_bytes``: what a matmul and an attention leave allocated on a fresh stream beyond their
   outputs (cuBLAS's workspace), the allowance every plan's peak counts.
 """
@@ -36,6 +37,7 @@ from collections.abc import Callable
 
 import torch
 
+from runtime.calibrate_host import host_experts
 from runtime.uva import device_view
 from schemas.hardware_profile import HardwareProfile, UvaPoint
 
@@ -315,6 +317,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
+    figures.update(host_experts(device))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
     figures.update(workspace(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link")}

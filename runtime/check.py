@@ -23,6 +23,7 @@ from torch import nn
 
 from runtime.dtensor import is_dtensor, local_tensor
 from runtime.errors import PlanMismatchError
+from runtime.cpu_experts import split_problems
 from runtime.rank_plans import Rank, layout_problems, rank_problems
 from runtime.tensors import TensorRef, dtype_name, resolve_in, storage_nbytes
 from runtime.ties import shared_storages, storage_key, within
@@ -75,7 +76,7 @@ def check(plan: Plan, model: nn.Module, *, unplanned: str, spec: SpecFile | None
     problems = spec_problems(plan, spec) + rank_problems(plan, who)
     refs, missing_layers = find(plan, model)
     problems += model_problems(plan, model, refs, missing_layers)
-    problems += layout_problems(plan, refs, device)
+    problems += layout_problems(plan, refs, device) + split_problems(plan, model)
     problems += naming_problems(plan, refs)
     loose = loose_tensors(model, refs)
     offloaded = [refs[(layer.name, r)] for layer in plan.layers for r in layer.offloaded if (layer.name, r) in refs]

@@ -28,6 +28,8 @@ compiled code of every model in the process, not only this one's (docs/DESIGN.md
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -113,9 +115,10 @@ class Guards:
                 module.__dict__[attr] = previous
 
 
-def install(handle: object, model: nn.Module, true_values: dict[int, torch.Tensor]) -> Guards:
+def install(handle: object, model: nn.Module, true_values: dict[int, torch.Tensor | Callable[[], torch.Tensor]]) -> Guards:
     """Guard every module of ``model``. ``true_values`` maps id(param or buffer object) to the
-    tensor holding its true value (the host copy) for every tensor whose ``.data`` is not it.
+    tensor holding its true value (the host copy) for every tensor whose ``.data`` is not it, or to a
+    function returning a fresh copy of it (a param split by expert, runtime/cpu_experts.py).
     On failure, whatever was installed is taken off again."""
     guards = Guards()
     try:
@@ -165,7 +168,7 @@ def _true_state(held: list[tuple[str, torch.Tensor]]):
         for attr, value in held:
             key = prefix + attr
             if key in state_dict:
-                state_dict[key] = value.detach().clone()
+                state_dict[key] = value() if callable(value) else value.detach().clone()
 
     return hook
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 from pydantic import Field, StrictBool, field_validator
 
 from schemas.fields import (BytesPerElement, Count, Microseconds, Milliseconds, Passes, PositiveCount,
-                            PositiveMicroseconds, Rate, StrictModel, Tflops)
+                            PositiveMicroseconds, Rate, Share, StrictModel, Tflops)
 from schemas.spec_names import PrintableName, PrintableText
 
 # what the roofline of a block's matrices misses, as fitted on the H200 (Llama-3-8B shape, prefill of 2,048
@@ -28,6 +28,19 @@ class UvaPoint(StrictModel):
 
     tokens: PositiveCount
     passes: Passes = Field(description="bytes read over the link / the weight's bytes")
+
+
+class RatePoint(StrictModel):
+    """A rate at a number of rows: the host's grouped expert kernel, GB/s of expert weights it reads when
+    each expert it computes sees ``tokens`` rows."""
+
+    tokens: PositiveCount
+    gbps: Rate
+
+
+# the host CPU of the H200 machine (16 cores, AMX), torch 2.11's grouped_mm in bf16 over Qwen3-MoE experts
+# (bench/results/probe-cpu-experts-h200.jsonl): 24.5 GB/s at one row an expert, 32 GB/s from two rows on
+H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=24.5), RatePoint(tokens=2, gbps=32.0)]
 
 
 class HardwareProfile(StrictModel):
@@ -64,6 +77,18 @@ class HardwareProfile(StrictModel):
     uva_expert_call_ms: Milliseconds = Field(
         default=0.0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
+    host_expert_gbps: list[RatePoint] = Field(
+        default_factory=lambda: list(H200_HOST_EXPERTS), min_length=1,
+        description="the cpu backend: GB/s of expert weights the host CPU's grouped kernel reads, by the rows each "
+        "expert sees; linear between points (default: the H200 machine's host)")
+    host_dense_gbps: Rate = Field(default=59.0, description="the cpu backend: GB/s of expert weights the host's dense "
+                                  "pass reads (every token through every expert, few tokens; schemas/plan_experts.py)")
+    host_tflops: Tflops = Field(default=0.52, description="the cpu backend: the host's bf16 rate on the experts' "
+                                "matmuls once compute-bound (many rows an expert), TFLOP/s")
+    host_call_us: Microseconds = Field(default=250.0, description="the cpu backend: host time of one layer's call "
+                                       "beyond its matmuls (routing read back, sort, copies), microseconds")
+    host_link_share: Share = Field(default=0.71, description="the cpu backend: the host kernel's rate while GPU "
+                                   "kernels read host memory through UVA, as a share of its rate alone")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")
     workspace_bytes: Count | None = Field(
@@ -75,13 +100,24 @@ class HardwareProfile(StrictModel):
         """The workspace allowance a plan counts: the measured one, else DEFAULT_WORKSPACE_BYTES."""
         return self.workspace_bytes if self.workspace_bytes is not None else DEFAULT_WORKSPACE_BYTES
 
-    @field_validator("uva_passes")
+    @field_validator("uva_passes", "host_expert_gbps")
     @classmethod
-    def _sorted(cls, points: list[UvaPoint]) -> list[UvaPoint]:
+    def _sorted(cls, points: list) -> list:
         tokens = [p.tokens for p in points]
         if tokens != sorted(set(tokens)):
             raise ValueError("must be listed by increasing tokens, each once")
         return points
+
+    def host_gbps(self, rows: float) -> float:
+        """The host expert kernel's GB/s when each expert sees ``rows`` rows: linear between the points, flat
+        outside them."""
+        pts = self.host_expert_gbps
+        if rows <= pts[0].tokens:
+            return pts[0].gbps
+        for a, b in zip(pts, pts[1:]):
+            if rows <= b.tokens:
+                return a.gbps + (rows - a.tokens) * (b.gbps - a.gbps) / (b.tokens - a.tokens)
+        return pts[-1].gbps
 
     def passes(self, tokens: float) -> float:
         """Re-reads of a UVA weight by a matmul over ``tokens`` rows: piecewise linear in tokens

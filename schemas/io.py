@@ -23,6 +23,7 @@ from schemas.input_file import input_name, read_input
 from schemas.plan import DEFER_CHECK, OLD_STEP_MESSAGE, Plan, old_step_version
 from schemas.plan_content import PlanLayer
 from schemas.plan_check import plan_findings
+from schemas.routing import RoutingStats, file_sha256
 from schemas.spec import SpecFile
 from schemas.yaml_lines import YamlProblem, load_data, load_with_lines
 from schemas.yaml_write import dump_yaml
@@ -51,6 +52,8 @@ _HINT = {  # by a file model's FILE_KIND
             "make one with `planner plan SPEC`",
     "hardware profile": "a hardware profile has the top-level keys name, source, h2d_gbps, uva_gbps, ...; "
                         "make one with `planner calibrate -o FILE`",
+    "routing statistics": "a routing file has the top-level keys routing_version, model, source and layers; record "
+                          "one with runtime.record_routing(model) (schemas/routing.py)",
 }
 
 
@@ -60,6 +63,8 @@ def guess_kind(data: Any) -> str | None:
         return None
     if "plan_version" in data or ("summary" in data and "layers" in data):
         return "plan"
+    if "routing_version" in data:
+        return "routing statistics"
     if "model" in data:
         return "spec"
     if "h2d_gbps" in data or "uva_passes" in data:
@@ -149,6 +154,12 @@ def load_spec(path: str | Path) -> SpecFile:
 
 def load_plan(path: str | Path) -> Plan:
     return load_model(Plan, path)
+
+
+def load_routing(path: str | Path) -> tuple[RoutingStats, str]:
+    """Routing statistics and the sha256 of the file's bytes (a plan made with them names both)."""
+    text = read_text(path)
+    return load_model(RoutingStats, path, text), file_sha256(text.encode("utf-8"))
 
 
 def load_spec_or_plan(path: str | Path) -> SpecFile | Plan:

@@ -14,12 +14,14 @@ most, and the predictions and the memory section are of that batch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import schemas.plan_wording as say
 from schemas.dtypes import canonical_dtype
-from schemas.plan_content import PlanContent as Plan
-from schemas.plan_memory import PlanMemory
+
+if TYPE_CHECKING:
+    from schemas.plan_content import PlanContent as Plan
+    from schemas.plan_memory import PlanMemory
 
 Finding = Callable[[tuple[Any, ...], str], None]
 ROUNDING = 1e-4  # figures are written rounded to 4 decimals

@@ -23,6 +23,7 @@ from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
 from schemas.memory_check import check_memory
 from schemas.plan_content import PREFETCHING, PlanContent, PlanLayer, PlanParam
+from schemas.plan_experts import host_bytes, split_findings
 from schemas.prediction_check import check_predictions
 from schemas.schedule import filled_once, num_slots, schedule
 from schemas.spec_layers import storage_elements
@@ -80,7 +81,8 @@ class _Totals:
     offloaded: int = 0
     offloaded_layers: list[int] = field(default_factory=list)  # indices, in order
     prefetched_layers: list[int] = field(default_factory=list)  # indices of layers with prefetched params
-    uva_params: int = 0  # offloaded params read through UVA
+    uva_params: int = 0  # offloaded params (or split experts) read through UVA
+    cpu_layers: int = 0  # layers whose host CPU computes routed experts (schemas/plan_experts.py)
     pool: list[PoolEntry] = field(default_factory=list)
     buffer: int = 0  # bytes of ``pool``
     # per distinct param object (repeated layers share them; PlanParams are frozen): checked once, keyed once
@@ -144,6 +146,12 @@ def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list
             own += p.bytes
     offloaded = 0
     seen: set[str] = set()
+    split = layer.experts
+    if split is not None:
+        split_findings(layer, backend, lambda where, text: out.append(Finding(loc + where, text)))
+        split_names = set(split.params)
+        totals.uva_params += bool(split.uva)
+        totals.cpu_layers += bool(split.cpu)
     for j, rel in enumerate(layer.offloaded):
         where = loc + ("offloaded", j)
         if rel in seen:
@@ -155,7 +163,10 @@ def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list
         elif rel not in params:
             out.append(Finding(where, say.offloaded_unknown(rel, list(params))))
         else:
-            offloaded += params[rel].bytes
+            if split is not None and rel in split_names and layer.moe is not None:
+                offloaded += host_bytes(params[rel].bytes, layer.moe.experts, split)
+            else:
+                offloaded += params[rel].bytes
             if tied_to:
                 full = f"{layer.name}.{rel}"
                 if full in tied_to:
@@ -201,8 +212,11 @@ def _check_uva(loc: Loc, layer: PlanLayer, backend: str, offloaded: set[str], to
         else:
             on_uva.add(rel)
     totals.uva_params += len(on_uva)
-    prefetched = [rel for rel in offloaded if rel not in on_uva]
-    if backend == "uva" and prefetched:
+    by_expert = set(layer.experts.params) if layer.experts is not None else set()
+    prefetched = [rel for rel in offloaded if rel not in on_uva and rel not in by_expert]
+    if backend == "cpu" and (prefetched or layer.uva):
+        out.append(Finding(loc + ("uva",), say.cpu_plan_links(sorted(prefetched), list(layer.uva))))
+    elif backend == "uva" and prefetched:
         out.append(Finding(loc + ("uva",), say.uva_plan_prefetches(sorted(prefetched, key=layer.offloaded.index))))
     elif backend == "prefetch" and layer.uva:
         out.append(Finding(loc + ("uva",), say.prefetch_plan_uva(layer.uva)))
@@ -242,8 +256,12 @@ def _check_summary(plan: PlanContent, totals: _Totals, out: list[Finding]) -> No
     if s.backend == "none" and n:
         first = plan.layers[totals.offloaded_layers[0]].name
         out.append(Finding(loc + ("backend",), say.none_offloads(n, first)))
-    if s.backend == "mixed" and not (totals.uva_params and totals.prefetched_layers):
-        out.append(Finding(loc + ("backend",), say.mixed_one_kind(totals.uva_params > 0, n > 0)))
+    used = (totals.uva_params > 0) + (len(totals.prefetched_layers) > 0) + (totals.cpu_layers > 0)
+    if s.backend == "mixed" and used < 2:
+        out.append(Finding(loc + ("backend",), say.mixed_only_cpu() if totals.cpu_layers else
+                           say.mixed_one_kind(totals.uva_params > 0, n > 0)))
+    if s.backend == "cpu" and not totals.cpu_layers:
+        out.append(Finding(loc + ("backend",), say.cpu_without_experts()))
     prefetching = s.backend in PREFETCHING and totals.prefetched_layers
     if plan.buffer_pool is not None and not prefetching:
         out.append(Finding(("buffer_pool",), say.pool_without_prefetch(s.backend)))
@@ -315,7 +333,7 @@ def _spanning(plan: PlanContent, positions: list[int]) -> list[bool]:
 
 def _signature(layer: PlanLayer, keys: dict[tuple[str, int], tuple[PoolKey, int]]) -> Signature:
     """The pool keys of the layer's prefetched params (offloaded, not on UVA); ``keys``: those made already."""
-    params, on_uva = layer.params, set(layer.uva)
+    params, on_uva = layer.params, set(layer.uva) | set(layer.experts.params if layer.experts is not None else ())
     out = []
     for rel in dict.fromkeys(layer.offloaded):
         p = params.get(rel)

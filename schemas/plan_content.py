@@ -3,7 +3,9 @@ content checked against itself by ``schemas.plan_check``).
 
 A plan's backend says how its offloaded params come back to the GPU. ``prefetch``: every offloaded param is
 copied into a buffer slot before its layer runs; ``uva``: GPU kernels read every offloaded param in place
-(``PlanLayer.uva`` lists them all); ``mixed``: some of each, per param; ``none``: nothing is offloaded.
+(``PlanLayer.uva`` lists them all); ``cpu``: the host CPU computes the routed experts it holds
+(``PlanLayer.experts``, schemas/plan_experts.py); ``mixed``: more than one of these, per param (or per expert);
+``none``: nothing is offloaded.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 
 from schemas.buffer_pool import PoolEntry, PoolKey
 from schemas.fields import Count, StrictModel
+from schemas.plan_experts import ExpertSplit
 from schemas.plan_memory import PlanMemory
 from schemas.prediction import Predictions
+from schemas.routing import RoutingRef
 from schemas.shard import Shard
 from schemas.spec_layers import MoeSpec, ParamKind
 from schemas.spec_names import DottedName, PrintableName, PrintableText, check_dotted_names
@@ -23,7 +27,7 @@ from schemas.throughput import Throughput
 
 PLAN_VERSION = 2  # 2: prefetch_step is the number of buffer slots (in version 1 it was slots - 1)
 
-PlanBackend = Literal["prefetch", "uva", "mixed", "none"]
+PlanBackend = Literal["prefetch", "uva", "cpu", "mixed", "none"]
 PREFETCHING = ("prefetch", "mixed")  # the backends with prefetched params: a buffer pool and a schedule
 
 
@@ -85,6 +89,8 @@ class PlanLayer(StrictModel):
     offloaded_bytes: Count
     prefetch: Prefetch | None = None
     moe: MoeSpec | None = Field(default=None, description="routed experts and top-k (from the spec)")
+    experts: ExpertSplit | None = Field(default=None, description="per routed expert: on the GPU, read through UVA "
+                                        "or computed by the host CPU (schemas/plan_experts.py)")
 
     @field_validator("params")
     @classmethod
@@ -94,10 +100,10 @@ class PlanLayer(StrictModel):
 
     @property
     def prefetched(self) -> list[str]:
-        """The offloaded params copied into a buffer slot before the layer runs (not on UVA)."""
-        if not self.uva:
+        """The offloaded params copied into a buffer slot before the layer runs (not on UVA, not split by expert)."""
+        if not self.uva and self.experts is None:
             return list(self.offloaded)
-        on_uva = set(self.uva)
+        on_uva = set(self.uva) | set(self.experts.params if self.experts is not None else ())
         return [rel for rel in self.offloaded if rel not in on_uva]
 
 
@@ -160,6 +166,8 @@ class Summary(StrictModel):
     rank: Count | None = Field(default=None, description="tensor-parallel rank this plan is for")
     world_size: Count | None = Field(default=None, description="tensor-parallel ranks (with rank)")
     notes: list[PrintableText] = Field(default_factory=list)
+    routing: RoutingRef | None = Field(default=None, description="the measured routing the plan was made with "
+                                       "(planner plan --routing): which experts stay on the GPU, the predictions' rates")
 
 
 class PlanContent(StrictModel):

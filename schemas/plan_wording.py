@@ -124,6 +124,20 @@ def mixed_one_kind(has_uva: bool, offloads: bool) -> str:
     return "'mixed' prefetches some offloaded params and reads the others through UVA, but every offloaded param is on UVA (use 'uva')"
 
 
+def cpu_plan_links(prefetched: Sequence[str], uva: Sequence[str]) -> str:
+    named = [*prefetched, *uva]
+    return (f"backend cpu, but {', '.join(named)} {'is' if len(named) == 1 else 'are'} prefetched or read through UVA "
+            "(a plan with more than one backend is mixed)")
+
+
+def mixed_only_cpu() -> str:
+    return "'mixed' uses more than one backend, but every offloaded param is computed by the host (use 'cpu')"
+
+
+def cpu_without_experts() -> str:
+    return "backend cpu, but no layer has experts the host computes (experts.cpu)"
+
+
 def schedule_source(step: int, n: int, slots: int, spanning: int = 0) -> str:
     over = f", {spanning} of them spanning the slots" if spanning else ""
     return (f"the schedule of prefetch_step {step} over {n} offloaded layers in {slots} slot{'s' if slots != 1 else ''}"

@@ -108,7 +108,8 @@ class MemorySection(StrictModel):
 
 
 Backend = Literal["auto", "prefetch", "uva", "none"]
-KindBackend = Literal["prefetch", "uva"]  # how an offloaded param of a kind comes back (offload.backends)
+KindBackend = Literal["prefetch", "uva", "cpu"]  # how an offloaded param of a kind comes back (offload.backends);
+# cpu: the host CPU computes it (routed experts only: schemas/plan_experts.py)
 Strategy = Literal["auto", "budget", "group"]
 
 
@@ -139,8 +140,9 @@ class OffloadSection(StrictModel):
 
     backends: dict[ParamKind, KindBackend] | None = Field(
         default=None,
-        description="per kind, the backend of its offloaded params (prefetch or uva); other kinds use backend "
-        "(with backend auto: auto's choice). A plan with both is 'mixed'",
+        description="per kind, the backend of its offloaded params (prefetch or uva; routed_experts also cpu: the "
+        "host CPU computes them); other kinds use backend (with backend auto: auto's choice). A plan with more "
+        "than one is 'mixed'",
     )
 
     @field_validator("params")
@@ -194,6 +196,10 @@ class OffloadSection(StrictModel):
                 raise ValueError("backends sets how offloaded params come back, but backend 'none' offloads "
                                  "nothing (drop backends or choose another backend)")
             self._within_kinds("backends", self.backends, ", so nothing of it is offloaded")
+            on_host = sorted(k for k, b in self.backends.items() if b == "cpu" and k != "routed_experts")
+            if on_host:
+                raise ValueError(f"backends: {', '.join(on_host)} cpu: the cpu backend computes routed experts only "
+                                 "(routed_experts=cpu); give these kinds prefetch or uva")
         return self
 
     @model_validator(mode="after")

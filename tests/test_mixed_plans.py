@@ -113,8 +113,10 @@ def test_auto_with_backends_keeps_autos_choice_for_other_kinds():
 def test_backends_validation(tiny):
     with pytest.raises(ValidationError, match="routed_experts"):
         planner.plan(tiny, **GROUP, backends={"routed_expert": "uva"})
-    with pytest.raises(ValidationError, match="expected 'prefetch' or 'uva'|Input should be 'prefetch' or 'uva'"):
+    with pytest.raises(ValidationError, match="Input should be 'prefetch', 'uva' or 'cpu'"):
         planner.plan(tiny, **GROUP, backends={"attention": "none"})
+    with pytest.raises(ValidationError, match="the cpu backend computes routed experts only"):
+        planner.plan(tiny, **GROUP, backends={"attention": "cpu"})
     with pytest.raises(ValidationError, match="backend 'none' offloads nothing"):
         planner.plan(tiny, backend="none", backends={"attention": "uva"})
     with pytest.raises(ValidationError, match="which kinds leaves out"):

@@ -185,6 +185,10 @@ def plan_command(
         "--backends", metavar="KIND=BACKEND,...", help="A backend per kind for its offloaded params, e.g. "
         "routed_experts=uva,attention=prefetch; other kinds use --backend (overrides offload.backends).",
         show_default=False)] = None,
+    routing: Annotated[Optional[str], typer.Option(
+        "--routing", metavar="FILE", help="Measured routing of the MoE layers (runtime.record_routing, "
+        "schemas/routing.py): the most used experts stay on the GPU in what the budget leaves, and the predictions "
+        "use the measured rates; the plan names the file and its sha256.", show_default=False)] = None,
     hardware: Annotated[Optional[str], typer.Option(
         "--hardware", metavar="NAME|FILE", help="Hardware profile for the predicted step times: a bundled name "
         "(h200) or a file from `planner calibrate` (overrides the spec's hardware; default h200).",
@@ -274,7 +278,6 @@ def validate_command(
     if isinstance(loaded, Plan) and file != "-":
         check_in_its_set(file, loaded)
     typer.echo(f"{source_name(file)}: {describe(loaded)}")
-
 
 @app.command("show", short_help="Show a plan per layer with totals and predicted step times; --chart draws it.",
              epilog=_epilog(

@@ -51,6 +51,10 @@ def make_plan(params: Mapping[str, Any]) -> Any:
     world_asked = asked(params.get("tp"), world, source_name(spec))
     if world > 1:
         check_request(world, output, check, world_asked)
+    if params.get("routing") is not None:
+        from planner.cli.routing import routing_options
+
+        options.update(routing_options(params["routing"], world_asked if world > 1 else None, params.get("from_vllm")))
     try:
         return _plans(spec_file, world, world_asked, options, params.get("from_vllm"), spec, text)
     except ValidationError as err:

@@ -10,6 +10,7 @@ from schemas.prediction import Prediction, Predictions
 from schemas.fields import MILLISECONDS
 from schemas.workload import Workload
 
+from planner.cost.host_experts import split_work
 from planner.errors import PlanningError
 from planner.cost.block import ONE, Sequences, sequences_of
 from planner.cost.layer import layers_work, profile_for
@@ -24,12 +25,16 @@ def copies_of(plan: Plan) -> list[Copy]:
             for i, layer in enumerate(plan.layers) if layer.prefetch is not None and not layer.prefetch.once]
 
 
-def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE) -> Timeline:
-    """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``."""
+def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE, routing=None) -> Timeline:
+    """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``; ``routing``: layer name -> each expert's
+    chance of being picked by a token (measured routing), for layers whose experts are split
+    (planner/cost/host_experts.py)."""
     work = layers_work(plan.layers, tokens, hw, seqs)
     for i, layer in enumerate(plan.layers):
         if layer.prefetch is not None and layer.prefetch.once:  # its slot keeps it: nothing to copy
             work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
+        if layer.experts is not None:
+            work[i] = split_work(layer, tokens, hw, (routing or {}).get(layer.name))
     return simulate(work, copies_of(plan), link_share(hw))
 
 
@@ -54,10 +59,10 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
                                 f"'{hw.name}' {err}; check the profile's figures against the machine") from None
 
 
-def predict(plan: Plan, hw: HardwareProfile, workload: Workload) -> Predictions:
+def predict(plan: Plan, hw: HardwareProfile, workload: Workload, routing=None) -> Predictions:
     rows = []
     for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.rows, sequences_of(item, name))
+        t = timeline(plan, profile_for(hw, item.mode), item.rows, sequences_of(item, name), routing)
         _in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.rows, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),

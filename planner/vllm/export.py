@@ -7,6 +7,7 @@ slots, so that ``plan --from-vllm`` of the flags gives the same placement. Not e
 - params offloaded outside the decoder layers (an embedding, the LM head): vLLM offloads only the
   layers make_layers builds;
 - a mixed backend (UVA and prefetch in one plan): vLLM runs one offloader;
+- experts split by expert (the cpu backend, hot experts on the GPU): vLLM moves whole params;
 - a layer spanning the slots (schemas/schedule.py): vLLM gives every prefetched layer a slot of its own;
 - an offloaded buffer (vLLM offloads parameters only), or part of a param vLLM fuses (``q_proj``
   without ``k_proj``: vLLM moves ``qkv_proj`` whole);
@@ -118,6 +119,10 @@ def _structural(plan: Plan, stack: set[str], view: Sequence[StackLayer],
     if uva and prefetched:
         problems.append(Problem("a mixed backend", f"{len(uva)} param{'s' * (len(uva) != 1)} on UVA (e.g. {uva[0]}) "
                                                    f"and {len(prefetched)} prefetched (e.g. {prefetched[0]}); vLLM runs one offload backend"))
+    split = [layer.name for layer in plan.layers if layer.experts is not None]
+    if split:
+        problems.append(Problem("experts split by expert", f"{join_names(split)} place their routed experts one by "
+                                "one (the host CPU or GPU memory for some); vLLM's offloaders move whole params"))
     spanning = [layer.name for layer in plan.layers if layer.prefetch is not None and layer.prefetch.span]
     if spanning:
         problems.append(Problem("a layer spanning the slots", f"{join_names(spanning)}'s buffers lie over the slots' "

@@ -21,15 +21,21 @@ def _workload_text(workload: Workload) -> str:
                      for name, item in workload.items())
 
 
-def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: int | None) -> str:
+def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: int | None,
+           host: frozenset[str] = frozenset()) -> str:
+    """``host``: the kinds the host CPU computes (offload.backends cpu), placed as UVA moves."""
     if not decision.taken:
         fits = "no gpu_budget given" if budget is None else f"the whole model fits the {format_bytes(budget)} gpu_budget"
         return f"auto: {fits}: nothing is offloaded"
     uva, pf = decision.in_place(), decision.moves_by("prefetch")
     spanned = [m for m in decision.moves_by("uva") if decision.spanned(m)]
     parts = []
+    on_host = [m for m in uva if m.kinds[0] in host]
+    uva = [m for m in uva if m.kinds[0] not in host]
     if uva:
         parts.append(f"UVA for {format_bytes(sum(m.nbytes for m in uva))}")
+    if on_host:
+        parts.append(f"the host CPU beside UVA for {format_bytes(sum(m.nbytes for m in on_host))}")
     if pf:
         layers = decision.prefetched
         parts.append(f"prefetch of {layers} layers in {_slots(min(layers, decision.slots))}"
@@ -39,9 +45,10 @@ def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: in
 
 
 def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[str, float, float] | None,
-          budget: int | None = None) -> list[str]:
+          budget: int | None = None, host: frozenset[str] = frozenset()) -> list[str]:
     """``runner_up``: (its description, its predicted weighted step ms, the chosen plan's);
-    ``budget``: the gpu_budget, for the note of a plan that offloads nothing."""
+    ``budget``: the gpu_budget, for the note of a plan that offloads nothing; ``host``: the kinds the host CPU
+    computes (offload.backends cpu), placed as UVA moves."""
     out = []
     if not decision.taken:
         out.append("strategy auto without a gpu_budget: nothing offloaded (give --gpu-budget)" if budget is None else
@@ -53,6 +60,11 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
     for kind, moves in by_kind.items():
         why = _WHY_UVA.get(kind, "reading it in place costs less than copying it for this workload")
         names = join_names((layer_names[m.position] for m in moves), 8)
+        if kind in host:
+            out.append(f"auto: {kind} of {names} in host memory ({format_bytes(sum(m.nbytes for m in moves))}), "
+                       "shared expert by expert between the host CPU and GPU kernels reading them through UVA "
+                       "(the cpu backend)")
+            continue
         out.append(f"auto: {kind} of {names} read in place through UVA ({format_bytes(sum(m.nbytes for m in moves))}): "
                    f"{why}")
     pf = decision.moves_by("prefetch")

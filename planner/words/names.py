@@ -5,20 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from schemas.numbered import NUMBERED as _NUMBERED
+from schemas.numbered import runs
 
 
 def _ranges(ints: list[int]) -> str:
     parts: list[str] = []
-    i = 0
-    while i < len(ints):
-        j = i
-        while j + 1 < len(ints) and ints[j + 1] == ints[j] + 1:
-            j += 1
-        if j - i >= 2:
-            parts.append(f"{ints[i]}..{ints[j]}")
-        else:
-            parts.extend(str(x) for x in ints[i:j + 1])
-        i = j + 1
+    for a, b in runs(ints):
+        parts += [f"{a}..{b}"] if b - a >= 2 else [str(x) for x in range(a, b + 1)]
     return ",".join(parts)
 
 

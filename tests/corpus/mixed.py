@@ -167,7 +167,7 @@ CASES: list[CliCase | ApiCase] = [
                ("summary.offloaded_bytes: 3072 in the file, 4608 from",)),
     # -- offload.backends in a spec, --backends on the command line ----------------------------------
     _plan_cli("spec-backends-none", *GROUP_ARGS, files=_spec("  backends: {attention: none}\n"),
-              expect=("bad.yaml:", "offload.backends.attention", "expected 'prefetch' or 'uva' (got 'none')")),
+              expect=("bad.yaml:", "offload.backends.attention", "expected 'prefetch', 'uva' or 'cpu' (got 'none')")),
     _plan_cli("spec-backends-unknown-kind", *GROUP_ARGS, files=_spec("  backends:\n    routed_expert: uva\n"),
               expect=("bad.yaml:", "routed_expert", "did you mean 'routed_experts'")),
     _plan_cli("spec-backends-list", *GROUP_ARGS, files=_spec("  backends: [attention]\n"),
@@ -192,7 +192,9 @@ CASES: list[CliCase | ApiCase] = [
     _plan_cli("cli-backends-kind-typo", *GROUP_ARGS, "--backends", "atention=uva",
               expect=("backends.atention", "did you mean 'attention'")),
     _plan_cli("cli-backends-auto", *GROUP_ARGS, "--backends", "attention=auto",
-              expect=("backends.attention", "expected 'prefetch' or 'uva' (got 'auto')")),
+              expect=("backends.attention", "expected 'prefetch', 'uva' or 'cpu' (got 'auto')")),
+    _plan_cli("cli-backends-cpu-not-experts", *GROUP_ARGS, "--backends", "attention=cpu",
+              expect=("backends: attention cpu: the cpu backend computes routed experts only",)),
     _plan_cli("cli-backends-with-backend-none", "--backend", "none", "--backends", "attention=uva",
               expect=("backend 'none' offloads nothing",)),
     # -- assemble ------------------------------------------------------------------------------

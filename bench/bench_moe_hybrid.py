@@ -1,0 +1,320 @@
+"""MoE past one link (issue 21) on the H200: routed experts shared between the host CPU and the link (the cpu
+backend) and hot experts kept on the GPU from measured routing, against the plans that read every offloaded
+expert through UVA.
+
+    PYTHONPATH=. python bench/bench_moe_hybrid.py --out $OUT/moe-hybrid.jsonl     # the H200 run (about 5 min)
+    python bench/bench_moe_hybrid.py --dry-run --out /tmp/moe-hybrid.jsonl          # tiny shapes on the CPU
+
+Models (transformers, random bf16 weights built on the GPU, the profile the bundled h200):
+
+- the Qwen3-MoE shape of bench_cost (24 layers, 128 experts of width 768, top-8, 31 GB) at 12 GB;
+- the Phi-3.5-MoE shape (``PhimoeForCausalLM``: hidden 4096, 16 experts of width 6,400, top-2, 8 of its 32 layers,
+  22 GB) at 8 GB: an architecture in no other file of this repository.
+
+Per model, uniform routing (the random routers), three plans that offload the routed experts only:
+``uva`` (every offloaded expert read through UVA, as bench_cost's "experts on uva"), ``hybrid`` (``--backends
+routed_experts=cpu`` planned for a decode step at batch 32: each offloaded layer's experts shared between the host
+and the link) and ``auto`` (the default plan for a 2,048-token prefill); each measured at decode batch 32, prefill
+2,048 and decode batch 1, eager (CUDA events around the forward, median), with the plan's prediction for the same
+workload and the distinct experts each layer's router touched.
+
+Skewed routing (Qwen3-MoE): every router's logits get a bias on a fifth of the experts, the bias chosen so that
+they receive about 80% of the choices (the histogram of the shares is a row); the routing of sample decode steps
+is recorded (``runtime.record_routing``, written under $OUT as ``routing-skewed.yaml``); at a budget of the
+non-expert bytes plus 25% of the expert bytes, ``uva`` against ``hot`` (``--routing``: the most used experts on
+the GPU, the rest through UVA) and ``hot+cpu`` (the rest shared with the host) at decode batch 1, eager and in CUDA
+graph replay (not ``hot+cpu``: its host part refuses capture), with the bytes each decode step reads over the link
+(the experts its routing touched that are not on the GPU, from a recording of that step).
+
+Each row is a JSON line on stdout and in --out; rows have ``predicted_ms``, ``measured_ms`` and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from bench_cost import timer  # noqa: E402
+from compare_run import graph as graph_step  # noqa: E402
+
+import planner  # noqa: E402
+import runtime  # noqa: E402
+from planner.cost.predict import predict  # noqa: E402
+from planner.kinds import param_kind  # noqa: E402
+from runtime.routing import record_routing  # noqa: E402
+from schemas.hardware_profile import RatePoint
+from schemas.hardware import load_hardware
+from schemas.io import dump_model, load_routing  # noqa: E402
+from schemas.routing import RoutingRef  # noqa: E402
+from schemas.workload import Workload, WorkloadItem  # noqa: E402
+
+GB = 10**9
+QWEN = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=32,
+            num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+            decoder_sparse_step=1, mlp_only_layers=[])
+PHI = dict(vocab_size=32064, hidden_size=4096, intermediate_size=6400, num_hidden_layers=8, num_attention_heads=32,
+           num_key_value_heads=8, num_local_experts=16, num_experts_per_tok=2)
+TINY_QWEN = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=16, num_experts=10, num_experts_per_tok=2, moe_intermediate_size=16,
+                 decoder_sparse_step=1, mlp_only_layers=[])
+TINY_PHI = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, num_local_experts=8, num_experts_per_tok=2)
+BUDGETS = {"qwen3_moe": 12 * GB, "phimoe": 8 * GB}
+HOT_SHARE, HOT_TARGET = 0.2, 0.8
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.dry = args.dry_run
+        self.device = torch.device("cpu" if self.dry else args.device)
+        self.out = open(args.out, "w")
+        self.folder = Path(args.out).parent
+        self.hw = load_hardware("h200")
+        if self.dry:  # a fast host and a slow link, so that the tiny plans give the host experts and the run exercises it
+            self.hw = self.hw.model_copy(update={"host_call_us": 1.0, "host_dense_gbps": 500.0, "uva_gbps": 0.01,
+                                                 "moe_block_cpu_us": 1.0, "host_expert_gbps": [RatePoint(tokens=1,
+                                                                                                         gbps=500.0)]})
+            torch.set_num_threads(1)  # tiny matmuls: threads only contend
+        self.prefill = 48 if self.dry else 2048
+        self.repeat = 1 if self.dry else 5
+        self.warmup = 0 if self.dry else 2
+
+    def emit(self, **row) -> None:
+        line = json.dumps(row, default=str)
+        print(line, flush=True)
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    def build(self, kind: str):
+        import transformers
+
+        tiny = self.dry
+        cls, config = {
+            "qwen3_moe": (transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(**(TINY_QWEN if tiny else QWEN))),
+            "phimoe": (transformers.PhimoeForCausalLM, transformers.PhimoeConfig(**(TINY_PHI if tiny else PHI))),
+        }[kind]
+        torch.manual_seed(0)
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with torch.device(self.device):
+                model = cls(config).eval()
+        finally:
+            torch.set_default_dtype(old)
+        return model, config
+
+    def ids(self, shape: tuple[int, int], vocab: int, seed: int = 1) -> torch.Tensor:
+        return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed)).to(self.device)
+
+    def time_ms(self, fn, tokens: int) -> float:
+        """Median ms: CUDA events on the GPU, the wall clock on the CPU (bench_cost's timer); fewer runs of a
+        prefill (seconds each through UVA)."""
+        long = tokens >= 1024
+        return timer(self.device, fn, 3 if long else self.repeat, min(1, self.warmup) if long else self.warmup)
+
+    # -- plans ------------------------------------------------------------------------------------------
+    def plan(self, spec, budget: int, tokens: int, **options):
+        workload = Workload({"step": WorkloadItem(tokens=tokens)})
+        return planner.plan(spec, gpu_budget=budget, hardware=self.hw, workload=workload, **options)
+
+    def predicted(self, plan, tokens: int, mode: str = "eager", shares=None) -> float:
+        workload = Workload({"step": WorkloadItem(tokens=tokens, mode=mode)})
+        return predict(plan, self.hw, workload, shares).workloads[0].step_ms
+
+    def measure(self, model_name: str, label: str, plan, model, config, cases, shares=None, graph: bool = False,
+                link: dict | None = None) -> None:
+        """Apply ``plan``, time each case (name, input shape), remove."""
+        t0 = time.perf_counter()
+        handle = runtime.apply(plan, model, device=str(self.device), host_threads=1 if self.dry else None)
+        applied_s = time.perf_counter() - t0
+        try:
+            for name, shape in cases:
+                ids = self.ids(shape, config.vocab_size)
+                modes = ["eager"] + (["graph"] if graph and self.device.type == "cuda" else [])
+                for mode in modes:
+                    step = (lambda: model(ids, use_cache=False)) if mode == "eager" else graph_step(model, ids)
+                    tokens = shape[0] * shape[1]
+                    ms = self.time_ms(step, tokens)
+                    p = self.predicted(plan, tokens, mode, shares)
+                    row = {"model": model_name, "plan": label, "backend": plan.summary.backend, "workload": name,
+                           "tokens": tokens, "mode": mode, "measured_ms": round(ms, 3), "predicted_ms": p,
+                           "ratio": round(p / ms, 4), "peak_gpu_bytes": plan.summary.peak_gpu_bytes,
+                           "offloaded_bytes": plan.summary.offloaded_bytes, "apply_s": round(applied_s, 1),
+                           "experts_touched": self.touched(model, ids)}
+                    if link is not None:
+                        row["link_bytes_per_step"] = self.link_bytes(plan, model, ids, link)
+                    self.emit(**row)
+        finally:
+            handle.remove()
+
+    def touched(self, model, ids) -> dict:
+        with record_routing(model) as recorder, torch.inference_mode():
+            model(ids, use_cache=False)
+            stats = recorder.stats("x")
+        hit = [sum(1 for c in layer.counts if c) for layer in stats.layers]
+        return {"per_layer_mean": round(statistics.mean(hit), 2), "experts": stats.layers[0].experts}
+
+    def link_bytes(self, plan, model, ids, per_expert: dict[str, int]) -> int:
+        """Bytes one forward reads over the link: the experts its routing touched that live in host memory."""
+        with record_routing(model) as recorder, torch.inference_mode():
+            model(ids, use_cache=False)
+            stats = recorder.stats("x").by_layer()
+        total = 0
+        for layer in plan.layers:
+            r = stats.get(layer.name)
+            if r is None or not layer.offloaded:
+                continue
+            on_gpu = set(layer.experts.gpu) if layer.experts is not None else set()
+            experts_off = layer.experts is not None or any(
+                param_kind(layer.name, rel, layer.params[rel].kind) == "routed_experts" for rel in layer.offloaded)
+            if experts_off:
+                total += sum(1 for e, c in enumerate(r.counts) if c and e not in on_gpu) * per_expert[layer.name]
+        return total
+
+    # -- the runs ---------------------------------------------------------------------------------------
+    def uniform(self, kind: str) -> None:
+        model, config = self.build(kind)
+        spec = runtime.describe(model, name=kind)
+        total = sum(p.numel() * p.element_size() for p in model.parameters())
+        budget = int(total * 0.45) if self.dry else BUDGETS[kind]
+        experts_only = {"kinds": ["routed_experts"]}
+        cases = [("decode32", (32, 1)), ("prefill", (1, self.prefill)), ("decode1", (1, 1))]
+        plans = [("uva", self.plan(spec, budget, 32, backend="uva", **experts_only)),
+                 ("hybrid", self.plan(spec, budget, 32, backends={"routed_experts": "cpu"}, **experts_only)),
+                 ("auto prefill", self.plan(spec, budget, self.prefill))]
+        for label, plan in plans:
+            self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
+                      gpu_budget=budget)
+            self.measure(kind, label, plan, model, config, cases if label != "auto prefill" else cases[1:2])
+        del model
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def skewed(self) -> None:
+        kind = "qwen3_moe"
+        model, config = self.build(kind)
+        spec = runtime.describe(model, name=kind)
+        hot = bias_routers(model, config, self.ids((32, 16), config.vocab_size, seed=7), self)
+        sample = self.ids((64, 1), config.vocab_size, seed=9)
+        with record_routing(model) as recorder, torch.inference_mode():
+            for seed in range(4):
+                model(self.ids((64, 1), config.vocab_size, seed=10 + seed), use_cache=False)
+            stats = recorder.stats(kind, f"bench_moe_hybrid: 4 decode steps of 64 tokens, routers biased to {hot}")
+        path = self.folder / "routing-skewed.yaml"
+        path.write_text(dump_model(stats))
+        stats, sha = load_routing(path)
+        self.emit(model=kind, histogram=histogram(stats), layers=len(stats.layers), file=str(path))
+        expert_bytes = sum(t.nbytes for layer in spec.model.expanded() for t in layer.params
+                           if param_kind(layer.name, t.name, t.kind) == "routed_experts")
+        total = sum(layer.nbytes for layer in spec.model.expanded())
+        budget = total - expert_bytes + expert_bytes // 4
+        per_expert = {layer.name: sum(t.nbytes for t in layer.params if param_kind(layer.name, t.name, t.kind)
+                                      == "routed_experts") // layer.moe.experts
+                      for layer in spec.model.expanded() if layer.moe is not None}
+        ref = RoutingRef(file=path.name, sha256=sha)
+        experts_only = {"kinds": ["routed_experts"], "backend": "uva"}
+        plans = [("uva", self.plan(spec, budget, 1, **experts_only), None),
+                 ("hot", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, **experts_only), stats.shares()),
+                 ("hot+cpu", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, kinds=["routed_experts"],
+                                       backends={"routed_experts": "cpu"}), stats.shares())]
+        for label, plan, measured in plans:
+            self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
+                      gpu_budget=budget, routing=plan.summary.routing)
+            self.measure(f"{kind} skewed", label, plan, model, config, [("decode1", (1, 1))], shares=measured,
+                         graph=label != "hot+cpu", link=per_expert)
+        del sample, model
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def histogram(stats) -> dict:
+    """Per layer, the share of the routed choices its most used 5, 10, 20 and 50% of experts received (mean over
+    the layers), and the mean share of each decile of experts, most used first."""
+    out: dict[str, object] = {}
+    per_layer = [sorted((c / max(1, sum(layer.counts)) for c in layer.counts), reverse=True) for layer in stats.layers]
+    for p in (5, 10, 20, 50):
+        out[f"top {p}%"] = round(statistics.mean(sum(s[:max(1, len(s) * p // 100)]) for s in per_layer), 4)
+    out["deciles"] = [round(statistics.mean(sum(s[len(s) * d // 10:len(s) * (d + 1) // 10]) for s in per_layer), 4)
+                      for d in range(10)]
+    return out
+
+
+def bias_routers(model, config, ids, bench: Bench) -> dict:
+    """Give every Qwen3-MoE router a bias of ``b`` on the logits of a fifth of its experts (chosen per layer), with
+    ``b`` the value of a short search that gets those experts closest to 80% of the choices."""
+    routers = [m for name, m in model.named_modules() if name.endswith("mlp.gate")]
+    g = torch.Generator().manual_seed(3)
+    experts, hot_n = config.num_experts, max(1, int(config.num_experts * HOT_SHARE))
+    masks = []
+    for router in routers:
+        mask = torch.zeros(experts, device=router.weight.device, dtype=torch.float32)
+        mask[torch.randperm(experts, generator=g)[:hot_n].to(mask.device)] = 1.0
+        masks.append(mask)
+        router.forward = _biased(router, mask)
+    best = None
+    for b in (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0):
+        for router in routers:
+            router.bias_value = b
+        with record_routing(model) as recorder, torch.inference_mode():
+            model(ids, use_cache=False)
+            stats = recorder.stats("x")
+        share = statistics.mean(sum(c for c, m in zip(layer.counts, mask.tolist()) if m) / max(1, sum(layer.counts))
+                                for layer, mask in zip(stats.layers, masks))
+        bench.emit(model="qwen3_moe skewed", bias=b, hot_share_of_choices=round(share, 4))
+        if best is None or abs(share - HOT_TARGET) < abs(best[1] - HOT_TARGET):
+            best = (b, share)
+    for router in routers:
+        router.bias_value = best[0]
+    return {"bias": best[0], "hot_experts": hot_n, "share": round(best[1], 4)}
+
+
+def _biased(router, mask):
+    """Qwen3-MoE's top-k router (softmax, top-k, renormalized) with ``router.bias_value * mask`` on its logits."""
+    router.bias_value = 0.0
+
+    def forward(hidden_states):
+        hidden_states = hidden_states.reshape(-1, router.hidden_dim)
+        logits = F.linear(hidden_states, router.weight) + (router.bias_value * mask).to(hidden_states.dtype)
+        probs = torch.nn.functional.softmax(logits, dtype=torch.float, dim=-1)
+        top, index = torch.topk(probs, router.top_k, dim=-1)
+        if router.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        return logits, top.to(logits.dtype), index
+
+    return forward
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (the test suite runs this)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--only", choices=["qwen3_moe", "phimoe", "skewed"], action="append")
+    args = ap.parse_args(argv)
+    bench = Bench(args)
+    only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))
+    t0 = time.perf_counter()
+    bench.emit(torch=torch.__version__, device=torch.cuda.get_device_name(bench.device)
+               if bench.device.type == "cuda" else "cpu", profile=bench.hw.name, dry_run=bench.dry,
+               date=time.strftime("%Y-%m-%d"))
+    for kind in ("qwen3_moe", "phimoe"):
+        if kind in only:
+            bench.uniform(kind)
+    if "skewed" in only:
+        bench.skewed()
+    bench.emit(total_s=round(time.perf_counter() - t0, 1))
+    bench.out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""What a layer whose routed experts are split by expert costs (schemas/plan_experts.py): gpu, uva and cpu parts.
+
+A split layer runs its other params as any layer does (planner/cost/layer.py); its experts run in parts:
+
+- gpu experts: a grouped matmul over the touched ones, from GPU memory;
+- uva experts: the same, their bytes read over the host link (``passes`` re-reads, ``uva_expert_call_ms``);
+- cpu experts: the host CPU reads the touched experts' bytes at ``host_gbps(rows)`` (times
+  ``host_link_share`` while the link reads host memory for this layer's uva experts), or computes at
+  ``host_tflops`` when that is slower, plus ``host_call_us``; where few tokens touch most of its experts it
+  reads all of them once at ``host_dense_gbps`` instead (the dense pass, ``schemas.plan_experts.dense_pass``); the routed tokens' hidden states go to the host
+  and the experts' rows (T·k of them) come back over the link.
+
+The host waits until the GPU has reached the experts (the copies to the host follow everything before them),
+then computes while the GPU runs its parts; the layer ends when both have finished: the timeline's mid-layer
+wait (``LayerWork.synced_*``). Above ``cpu_max_tokens`` tokens the cpu experts are read through UVA by the
+GPU instead. Routing is uniform (each expert picked by a token with chance k/E) unless measured routing gives
+each expert its own chance (``shares``: planner/strategy/experts.py, schemas/routing.py).
+
+CUDA graph replay cannot capture the host's part: a workload in mode graph is predicted as if the host part
+ran between captured graphs (torch.compile without CUDA graphs); the runtime refuses the capture.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from planner.cost.layer import LayerWork, layer_work
+from schemas.hardware import HardwareProfile
+from schemas.plan_content import PlanLayer
+from schemas.plan_experts import ExpertSplit, dense_pass
+
+PART_LAUNCHES = 12  # kernels one part of a split forward issues (sort, grouped matmuls, gate, weights, rows)
+MAX_TOKENS_SEARCHED = 1 << 20
+
+
+@dataclass(frozen=True)
+class ExpertShape:
+    """One expert of a split layer: its bytes, its params (elements), its output width and dtype size."""
+
+    nbytes: int
+    numel: int
+    width: int  # the hidden size its output rows have
+    itemsize: int
+    top_k: int
+    experts: int
+
+    @classmethod
+    def of(cls, layer: PlanLayer) -> ExpertShape:
+        split, moe = layer.experts, layer.moe
+        params = [layer.params[rel] for rel in split.params]
+        nbytes = sum(p.bytes for p in params) // moe.experts
+        numel = sum(math.prod(p.shape) for p in params) // moe.experts
+        down = [layer.params[rel] for rel in split.params if rel.rpartition(".")[2] == "down_proj"]
+        width = down[0].shape[1] if down and len(down[0].shape) == 3 else 0
+        itemsize = max(1, params[0].bytes // max(1, math.prod(params[0].shape)))
+        return cls(nbytes, numel, width, itemsize, moe.top_k, moe.experts)
+
+
+def chances(split: ExpertSplit, shape: ExpertShape, shares: Sequence[float] | None) -> dict[str, list[float]]:
+    """Per place, each of its experts' chance of being picked by one token."""
+    uniform = shape.top_k / shape.experts
+    return {place: [uniform if shares is None else shares[e] for e in getattr(split, place)]
+            for place in ("gpu", "uva", "cpu")}
+
+
+def _touched(q: Sequence[float], tokens: int) -> tuple[float, float]:
+    """(experts expected to be touched, rows they see in all) at ``tokens`` tokens."""
+    return sum(1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q), tokens * sum(q)
+
+
+def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
+    """A GPU part: its touched experts from GPU memory, or over the link (``uva``)."""
+    if not q:
+        return 0.0
+    touched, rows = _touched(q, tokens)
+    flops = 2.0 * rows * shape.numel
+    rate = hw.uva_gbps if uva else hw.gpu_mem_gbps
+    passes = hw.passes(rows / max(touched, 1e-9)) if uva else 1.0
+    fixed = hw.uva_expert_call_ms if uva else 0.0
+    return fixed + max(flops / (hw.matmul_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
+
+
+def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, link_busy: bool) -> float:
+    """The host's part: its touched experts' bytes or its flops, whichever takes longer, plus its fixed cost and
+    the rows' trips over the link."""
+    if not q:
+        return 0.0
+    touched, rows = _touched(q, tokens)
+    share = hw.host_link_share if link_busy else 1.0
+    if dense_pass(tokens, touched, len(q)):  # all the part's bytes once, at a rate measured at its largest call
+        compute = len(q) * shape.nbytes / (hw.host_dense_gbps * share) / 1e6
+    else:
+        rate = hw.host_gbps(rows / max(touched, 1e-9)) * share
+        compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
+    trips = tokens * shape.width * shape.itemsize * (1 + shape.top_k) / hw.h2d_gbps / 1e6
+    return hw.host_call_us / 1e3 + compute + trips
+
+
+def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Sequence[float] | None = None) -> LayerWork:
+    """The work of a layer with ``experts``: its other params as planner/cost/layer.py costs them, its parts
+    as above, the host's part after a mid-layer wait and joined at the layer's end."""
+    split = layer.experts
+    shape = ExpertShape.of(layer)
+    by_expert = set(split.params)
+    rest = layer.model_copy(update={
+        "params": {r: p for r, p in layer.params.items() if r not in by_expert},
+        "offloaded": [r for r in layer.offloaded if r not in by_expert], "experts": None, "moe": None})
+    base = layer_work(rest, tokens, hw)
+    q = chances(split, shape, shares)
+    on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
+    uva_q = q["uva"] + ([] if on_host else q["cpu"])
+    parts_ms = gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(uva_q, tokens, shape, hw, True)
+    parts = sum(1 for x in (q["gpu"], uva_q, q["cpu"] if on_host else []) if x)
+    issue_ms = (hw.moe_block_cpu_us + parts * PART_LAUNCHES * hw.launch_us) / 1e3
+    if not on_host:
+        return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
+    host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
+    return LayerWork(base.gpu_ms + parts_ms, issue_ms + host_ms, base.copy_ms, base.copy_bytes,
+                     synced_gpu_ms=parts_ms, synced_cpu_ms=host_ms)
+
+
+def _memory_bound(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> bool:
+    """Whether the host reads its experts' bytes for longer than it computes on them at ``tokens``."""
+    touched, rows = _touched(q, tokens)
+    return touched * shape.nbytes / hw.host_gbps(rows / max(touched, 1e-9)) / 1e6 >= \
+        2.0 * rows * shape.numel / (hw.host_tflops * 1e9)
+
+
+def cpu_max_tokens(layer: PlanLayer, hw: HardwareProfile, shares: Sequence[float] | None = None) -> int | None:
+    """The most tokens at which the host computes the layer's cpu experts; above it the runtime sends them to the
+    GPU through UVA (a prefill). Where the host is faster at one token: the most at which it is still no slower
+    than UVA; else (the plan asks the host even so): the most at which the host is still bound by reading the
+    experts rather than by its arithmetic, past which its time grows with every token. None: no limit."""
+    shape = ExpertShape.of(layer)
+    q = chances(layer.experts, shape, shares)["cpu"]
+    if not q:
+        return None
+    busy = bool(layer.experts.uva)
+
+    def faster(t: int) -> bool:
+        return host_part_ms(q, t, shape, hw, busy) <= gpu_part_ms(q, t, shape, hw, True)
+
+    keep = faster if faster(1) else (lambda t: _memory_bound(q, t, shape, hw))
+    if not keep(1):
+        return 1
+    lo, hi = 1, 2
+    while hi <= MAX_TOKENS_SEARCHED and keep(hi):
+        lo, hi = hi, hi * 2
+    if hi > MAX_TOKENS_SEARCHED:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if keep(mid) else (lo, mid)
+    return lo

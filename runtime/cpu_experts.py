@@ -1,0 +1,344 @@
+"""The cpu backend: routed experts split by expert, some computed by the host CPU beside the GPU.
+
+A plan layer's ``experts`` (schemas/plan_experts.py) cuts its routed-expert params along the expert
+dimension: ``gpu`` experts' slices go to GPU memory, ``uva`` experts' to pinned host memory that GPU kernels
+read in place, ``cpu`` experts' to host memory that the host CPU computes from. The experts module's forward
+is replaced (an instance attribute, removed again by ``restore``) by ``SplitForward``:
+
+1. the routed tokens' hidden states and their routing are copied to the host (pinned, asynchronous) and an
+   event is recorded;
+2. the GPU parts (gpu, uva) are launched: ``runtime.expert_math.part_rows``, grouped matmuls that read no
+   value back;
+3. the host waits for the event only, computes its experts (``host_rows``: one ``torch.nn.functional.
+   grouped_mm`` per projection over the routed pairs, torch's oneDNN kernels, as many threads as the
+   process may use) while the GPU runs its parts, and copies its rows back;
+4. the parts' rows are added (disjoint: exact) and each token's k choices summed once.
+
+Why torch's ``grouped_mm`` on the host and not a CPU MoE library (kt-kernel): measured on the H200's host
+(bench/probe_cpu_experts.py, bench/results/probe-cpu-experts-h200.jsonl) it reads expert weights at 31-32 GB/s
+at 8-128 tokens (a per-expert loop 17-20 GB/s), one call per projection and layer, on the weights' own
+layout; kt-kernel is not installed here nor on the GPU machine (no network), wants its own packed copy of
+the weights and a build for the host's AMX, and would have to be carried. Above a call size the host is the
+slower one (2,048 tokens: 298 ms a layer, compute-bound): ``cpu_max_tokens`` then sends the cpu experts to
+the GPU through UVA (their host memory is pinned), so a prefill runs as the UVA plan does.
+
+CUDA graphs: the host's part is not captured (no host function is launched on the stream): a capture that
+reaches a layer whose host computes experts raises ``HostExpertsCaptureError`` naming the backend; splits
+with only gpu and uva experts are captured like any kernel. torch.compile: a forward with host experts is
+excluded from compilation (``torch.compiler.disable``: a graph break at each such layer, run eagerly).
+
+Params are restored bit-identically: ``restore`` puts every expert's slice back into a tensor of the
+original shape, stride, dtype and device. While applied, a split param's ``.data`` is an empty placeholder
+(its true value is assembled on demand for ``state_dict``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from runtime.errors import ApplyError
+from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, rows_dtype
+from runtime.pinned import HostArena, pack
+from runtime.tensors import TensorRef, resolve
+from runtime.uva import UvaOffloader, device_view
+from schemas import Plan, PlanLayer
+from schemas.plan_experts import host_bytes
+
+log = logging.getLogger("runtime")
+
+_ABSENT = object()
+CPU_BACKEND = "the cpu backend (plan layers whose experts.cpu lists experts the host computes)"
+
+
+class HostExpertsCaptureError(ApplyError):
+    """A CUDA graph capture reached experts the host computes: host work is not part of a captured graph."""
+
+
+def host_threads() -> int:
+    """The threads the host's expert kernels use: every CPU this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _module_path(split_params: list[str]) -> tuple[str, list[str]]:
+    """(the module holding the split params, relative to the layer; their attribute names)."""
+    parents = {rel.rpartition(".")[0] for rel in split_params}
+    return (parents.pop() if len(parents) == 1 else ""), [rel.rpartition(".")[2] for rel in split_params]
+
+
+def split_problems(plan: Plan, model: nn.Module) -> list[str]:
+    """Why a layer's expert split cannot run on ``model`` (its experts module found and understood)."""
+    problems: list[str] = []
+    for layer in plan.layers:
+        split = layer.experts
+        if split is None:
+            continue
+        parent, attrs = _module_path(split.params)
+        if len({rel.rpartition(".")[0] for rel in split.params}) != 1:
+            problems.append(f"{layer.name}: the split params {', '.join(split.params)} are not of one experts module")
+            continue
+        path = f"{layer.name}.{parent}" if parent else layer.name
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            continue  # check_model reports the missing params
+        problems += _module_problems(path, module, attrs, layer)
+    return problems
+
+
+def _module_problems(path: str, module: nn.Module, attrs: list[str], layer: PlanLayer) -> list[str]:
+    n = layer.moe.experts if layer.moe is not None else 0
+    if not is_experts_module(module):
+        return [f"'{path}' ({type(module).__name__}) is not an experts module as transformers 5 writes them "
+                f"(forward(hidden_states, top_k_index, top_k_weights) over 3-D expert params); experts split by "
+                f"expert ({CPU_BACKEND}, or hot experts) need one"]
+    layout = Layout.of(module)
+    problems = []
+    missing = [a for a in layout.names if a not in attrs]
+    if missing:
+        problems.append(f"'{path}': its forward reads {', '.join(missing)}, which the split leaves out "
+                        f"(split every per-expert param of the module: {', '.join(layout.names)})")
+    per_expert = [a for a, t in module.named_parameters(recurse=False) if t.dim() >= 1 and t.shape[0] == n]
+    extra = [a for a in per_expert if a not in attrs]
+    if extra:
+        problems.append(f"'{path}': {', '.join(extra)} {'is' if len(extra) == 1 else 'are'} per expert but not in "
+                        "the split")
+    return problems
+
+
+@dataclass(eq=False)
+class _Part:
+    """Some experts of one layer: their slices of each per-expert tensor, and global -> local ids."""
+
+    weights: dict[str, torch.Tensor]
+    table: torch.Tensor  # [E]: part-local id, or n (not in this part)
+    layout: Layout
+
+
+def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
+    table = torch.full((experts,), len(ids), dtype=torch.long)
+    table[torch.tensor(ids, dtype=torch.long)] = torch.arange(len(ids))
+    return table.to(device)
+
+
+@dataclass(eq=False)
+class SplitForward:
+    """An experts module's forward while its experts are split (the steps in the module docstring)."""
+
+    module: nn.Module
+    layout: Layout
+    device: torch.device
+    gpu_parts: list[_Part]
+    host: _Part | None = None  # the experts the host computes
+    host_on_gpu: _Part | None = None  # the same, read through UVA by GPU kernels (calls over max_tokens)
+    max_tokens: int | None = None
+
+    def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+                 *args, **kwargs) -> torch.Tensor:
+        tokens = hidden_states.shape[0]
+        on_host = self.host is not None and (self.max_tokens is None or tokens <= self.max_tokens)
+        parts = list(self.gpu_parts)
+        if self.host is not None and not on_host:
+            parts.append(self.host_on_gpu)
+        staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
+        rows = None
+        for part in parts:
+            r = part_rows(self.module, part.layout, part.weights, part.table, hidden_states, top_k_index,
+                          top_k_weights)
+            rows = r if rows is None else rows + r
+        if staged is not None:
+            r = self._host_rows(*staged)
+            if r is not None:
+                rows = r if rows is None else rows + r
+        if rows is None:  # no pair reached any expert (the host's part held them all and none was routed)
+            return torch.zeros_like(hidden_states)
+        return join_rows(rows, tokens, hidden_states.dtype)
+
+    def _to_host(self, hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor):
+        if self.device.type != "cuda":
+            return hidden, index, weights, None
+        if torch.cuda.is_current_stream_capturing():
+            raise HostExpertsCaptureError(
+                f"a CUDA graph capture reached '{type(self.module).__name__}', whose experts {CPU_BACKEND} are "
+                "computed by the host CPU: host work is not part of a captured graph. Run this plan eagerly (or "
+                "under torch.compile without CUDA graphs), or plan without cpu experts for graph replay "
+                "(--backends routed_experts=uva)")
+        staged = []
+        for t in (hidden, index, weights):
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            staged.append(host)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return (*staged, event)
+
+    def _host_rows(self, hidden, index, weights, event) -> torch.Tensor | None:
+        if event is not None:
+            event.synchronize()  # the copies have landed; the GPU runs its parts meanwhile
+        pinned = self.device.type == "cuda"
+        out = torch.zeros(index.numel(), hidden.shape[-1], dtype=rows_dtype(hidden, weights), pin_memory=pinned)
+        if not host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index, weights,
+                         out):
+            return None
+        return out.to(self.device, non_blocking=True) if pinned else out
+
+
+@dataclass(eq=False)
+class _SplitParam:
+    """One split param: where it was and where each place's slice is."""
+
+    ref: TensorRef
+    shape: torch.Size
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    ids: dict[str, list[int]]  # place -> global expert ids, in the order of its slices
+    slices: dict[str, torch.Tensor]  # place -> [n, ...]: on the compute device (gpu) or in host memory
+    flipped: frozenset[str] = frozenset()  # places whose slices are stored with the last two dims swapped
+    swapped: bool = False  # .data points at the placeholder
+
+    def assemble(self, device: torch.device) -> torch.Tensor:
+        full = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=device)
+        for place, ids in self.ids.items():
+            if ids:
+                part = self.slices[place]
+                part = part.transpose(-2, -1) if place in self.flipped else part
+                full[torch.tensor(ids, dtype=torch.long, device=device)] = part.to(device)
+        return full
+
+
+@dataclass(eq=False)
+class ExpertSplits:
+    """Every split layer of one applied plan: its params' slices, host arenas and replaced forwards."""
+
+    device: torch.device
+    params: list[_SplitParam] = field(default_factory=list)
+    arenas: list[HostArena] = field(default_factory=list)
+    forwards: list[tuple[nn.Module, object]] = field(default_factory=list)  # (module, its own forward attribute)
+    threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
+    host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
+
+    def build(self, plan: Plan, model: nn.Module, pin: bool) -> None:
+        """Split every layer with ``experts`` (``split_problems`` found nothing). On failure what was done stays
+        recorded, and ``restore`` undoes it."""
+        for layer in plan.layers:
+            if layer.experts is not None:
+                self._split_layer(layer, model, pin)
+        if any(layer.experts is not None and layer.experts.cpu for layer in plan.layers):
+            self.threads = torch.get_num_threads()
+            torch.set_num_threads(self.host_threads or host_threads())
+
+    def _split_layer(self, layer: PlanLayer, model: nn.Module, pin: bool) -> None:
+        split = layer.experts
+        experts = layer.moe.experts
+        parent, attrs = _module_path(split.params)
+        module = model.get_submodule(f"{layer.name}.{parent}" if parent else layer.name)
+        ids = {"gpu": list(split.gpu), "uva": list(split.uva), "cpu": list(split.cpu)}
+        layout = Layout.of(module)
+        flip = layout.flipped(layout.for_host())  # the host's down weights, [n, I, H]
+        made = []
+        for rel, attr in zip(split.params, attrs):
+            ref = resolve(model, layer.name, rel)
+            t = ref.local.data
+            slices = {}
+            if ids["gpu"]:
+                slices["gpu"] = t[torch.tensor(ids["gpu"], device=t.device)].to(self.device)
+            host = [p for p in ("uva", "cpu") if ids[p]]
+            flipped = frozenset({"cpu"} if attr in flip else ())
+            taken = [t[torch.tensor(ids[p], device=t.device)] for p in host]
+            taken = [x.transpose(-2, -1).contiguous() if p in flipped else x for p, x in zip(host, taken)]
+            arena, views = pack(taken, pin)
+            self.arenas.append(arena)
+            slices |= dict(zip(host, views))
+            sp = _SplitParam(ref, t.shape, t.stride(), t.dtype, t.device, ids, slices, flipped)
+            self.params.append(sp)
+            made.append(sp)
+        for sp in made:  # every slice is made: now the params give up their own storage
+            sp.ref.local.data = torch.empty(0, dtype=sp.dtype, device=self.device)
+            sp.swapped = True
+        self._install(module, layer, dict(zip(attrs, made)), ids, experts)
+
+    def _install(self, module: nn.Module, layer: PlanLayer, by_attr: dict[str, _SplitParam],
+                 ids: dict[str, list[int]], experts: int) -> None:
+        split = layer.experts
+
+        layout = Layout.of(module)
+
+        def part(place: str, view: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> _Part:
+            return _Part({a: view(sp.slices[place]) for a, sp in by_attr.items()}, _table(ids[place], experts, device),
+                         layout.for_host() if place == "cpu" else layout)
+
+        same = lambda t: t  # noqa: E731
+        cuda = self.device.type == "cuda"
+        uva_view = (lambda t: device_view(t, self.device)) if cuda else same
+        gpu_parts = [part("gpu", same, self.device)] if ids["gpu"] else []
+        if ids["uva"]:
+            gpu_parts.append(part("uva", uva_view, self.device))
+        host = host_on_gpu = None
+        if ids["cpu"]:
+            host = part("cpu", same, torch.device("cpu"))
+            if split.cpu_max_tokens is not None:
+                host_on_gpu = part("cpu", uva_view, self.device)
+        forward = SplitForward(module, layout, self.device, gpu_parts, host, host_on_gpu, split.cpu_max_tokens)
+        self.forwards.append((module, module.__dict__.get("forward", _ABSENT)))
+        module.forward = torch.compiler.disable(forward) if host is not None else forward
+
+    def restore(self) -> list[str]:
+        """Every split param back in one tensor of its own shape, stride, dtype and device (bit-identical), the
+        experts modules' own forwards back, the host memory released. Returns what could not be done."""
+        problems: list[str] = []
+        while self.forwards:
+            module, previous = self.forwards.pop()
+            if previous is _ABSENT:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = previous
+        for sp in self.params:
+            if not sp.swapped:
+                continue
+            try:
+                sp.ref.local.data = sp.assemble(sp.device)
+                sp.swapped = False
+            except Exception as exc:  # noqa: BLE001 - reported after every param had its turn
+                problems.append(f"{sp.ref.full.lstrip('.')}: could not be put back together: {exc}")
+        if problems:
+            return problems
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        while self.arenas:
+            self.arenas.pop().close()
+        self.params.clear()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+            self.threads = None
+        return []
+
+    def true_values(self) -> dict[int, Callable[[], torch.Tensor]]:
+        """id(param) -> a function assembling its value in host memory (for state_dict while applied)."""
+        return {id(sp.ref.tensor): (lambda sp=sp: sp.assemble(torch.device("cpu"))) for sp in self.params if sp.swapped}
+
+
+def split_gpu_bytes(plan: Plan) -> int:
+    """GPU bytes of the gpu experts' slices (resident in the plan, not resident params of the model)."""
+    total = 0
+    for layer in plan.layers:
+        if layer.experts is not None and layer.moe is not None:
+            for rel in layer.experts.params:
+                p = layer.params[rel]
+                total += p.bytes - host_bytes(p.bytes, layer.moe.experts, layer.experts)
+    return total
+
+
+class CpuOffloader(UvaOffloader):
+    """Backend ``cpu`` (and ``mixed`` without prefetched params): the params on UVA read in place; the
+    experts split by expert are ``ExpertSplits``'."""
+
+    name = "cpu"

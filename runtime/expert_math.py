@@ -1,0 +1,205 @@
+"""The routed experts' arithmetic over a subset of a layer's experts, as transformers' experts modules do it.
+
+Transformers 5 holds a layer's routed experts in one module (``Qwen3MoeExperts``, ``MixtralExperts``,
+``OlmoeExperts``...) whose params are 3-D, expert first: ``gate_up_proj [E, 2I, H]`` (``up_proj`` without
+a gate), ``down_proj [E, H, I]`` (``[E, in, out]`` when the class says ``is_transposed``), optional
+``*_bias [E, out]``; its forward takes ``(hidden_states [T, H], top_k_index [T, k], top_k_weights [T, k])``.
+Its flags (``has_gate``, ``has_bias``, ``is_transposed``, ``has_post_expert_norm``) and its ``_apply_gate``
+/ ``act_fn`` / ``post_expert_norm`` are read from the module, so the arithmetic is the model's own.
+
+A *part* is some of the experts with their slices of those params (``[n, ...]``, part-local numbering).
+``part_rows`` computes a part's contribution to every (token, choice) pair: the pair's weighted expert
+output when its expert is in the part, zero otherwise. Parts of one layer are disjoint, so adding their
+rows is exact, and the sum over a token's k choices is then taken once, as transformers' grouped kernel
+does (``rows.view(T, k, H).sum(1)``).
+
+``part_rows`` is written for the GPU: no value is read back (pairs outside the part sort to the end and
+the grouped matmul stops at the last offset), so it can be captured in a CUDA graph. ``host_rows`` is the
+host CPU's version: it compacts the pairs first (data-dependent shapes cost nothing there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from schemas.plan_experts import dense_pass
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What an experts module's params are and how its forward combines them."""
+
+    up: str  # gate_up_proj, or up_proj without a gate
+    has_gate: bool
+    has_bias: bool
+    up_t: bool  # the up weight is [E, in, out] instead of [E, out, in]
+    down_t: bool  # the down weight likewise
+    post_norm: bool
+
+    @classmethod
+    def of(cls, module: nn.Module) -> Layout:
+        has_gate = bool(getattr(module, "has_gate", True))
+        transposed = bool(getattr(module, "is_transposed", False))
+        return cls("gate_up_proj" if has_gate else "up_proj", has_gate, bool(getattr(module, "has_bias", False)),
+                   transposed, transposed, bool(getattr(module, "has_post_expert_norm", False)))
+
+    def for_host(self) -> Layout:
+        """The layout the host keeps its experts in: down weights [E, I, H], so that every expert's down
+        projection is one matmul over [E·I, H] (the dense pass, ``host_rows``)."""
+        return Layout(self.up, self.has_gate, self.has_bias, self.up_t, True, self.post_norm)
+
+    def flipped(self, other: Layout) -> set[str]:
+        """The weights stored transposed in ``other`` relative to this layout."""
+        return {"down_proj"} if other.down_t != self.down_t else set()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The module's per-expert tensors this arithmetic reads."""
+        base = (self.up, "down_proj")
+        return base + tuple(f"{n}_bias" for n in base) if self.has_bias else base
+
+
+EXPERTS_FORWARD = ["hidden_states", "top_k_index", "top_k_weights"]
+
+
+def is_experts_module(module: nn.Module) -> bool:
+    """Whether ``module``'s forward takes (hidden_states, top_k_index, top_k_weights), as transformers 5's experts
+    modules do."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return False
+    return names[:3] == EXPERTS_FORWARD
+
+
+# rows an expert sees from which one matmul per expert beats torch's grouped kernel on the host CPU (the H200's
+# host: 2,048 tokens 153 ms against 298 ms a layer, 32 tokens 62 ms against 33 ms; bench/probe_cpu_experts.py)
+HOST_LOOP_ROWS = 16
+
+
+def grouped(x: torch.Tensor, experts: int) -> bool:
+    """Whether ``_linear`` uses torch's grouped matmul: on the GPU in bf16 (the kernel's dtype there), on the
+    host while experts see few rows each."""
+    if not hasattr(F, "grouped_mm"):
+        return False
+    if x.device.type == "cpu":
+        return x.shape[0] < HOST_LOOP_ROWS * experts
+    return x.dtype == torch.bfloat16
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """Rows of ``x`` (sorted by expert, ``offs`` the end of each expert's rows) through their expert's
+    weight; rows past ``offs[-1]`` are left undefined."""
+    wt = w if transposed else w.transpose(-2, -1)
+    if grouped(x, w.shape[0]):
+        return F.grouped_mm(x, wt, offs=offs)
+    out = x.new_zeros(x.shape[0], wt.shape[-1])  # one matmul per expert (on the GPU: reads the offsets back)
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        if end > start:
+            out[start:end] = x[start:end] @ wt[e]
+        start = end
+    return out
+
+
+def expert_outputs(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], x: torch.Tensor,
+                   ids: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Each row of ``x`` (sorted by part-local expert ``ids``, clamped into the part) through its expert."""
+    a = _linear(x, weights[layout.up], offs, layout.up_t)
+    if layout.has_bias:
+        a = a + weights[f"{layout.up}_bias"][ids]
+    a = module._apply_gate(a) if layout.has_gate else module.act_fn(a)
+    o = _linear(a, weights["down_proj"], offs, layout.down_t)
+    if layout.has_bias:
+        o = o + weights["down_proj_bias"][ids]
+    if layout.post_norm:
+        o = module.post_expert_norm(o)
+    return o
+
+
+def part_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], table: torch.Tensor,
+              hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    """[T·k, H]: each pair's weighted output if its expert is in the part, else 0. ``table`` maps a global
+    expert id to its part-local one, or to ``n`` (the part's size) when the part does not hold it."""
+    n = next(iter(weights.values())).shape[0]
+    k = top_k_index.shape[-1]
+    local = table[top_k_index].reshape(-1)
+    order = torch.argsort(local, stable=True)
+    ids = local[order]
+    counts = torch.histc(ids.float() if ids.device.type == "cpu" else ids.int(), bins=n, min=0, max=n - 1)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    x = hidden[order // k]
+    o = expert_outputs(module, layout, weights, x, ids.clamp(max=n - 1), offs)
+    o = o * top_k_weights.reshape(-1)[order].unsqueeze(-1)  # in the promoted dtype, as transformers weighs them
+    o = torch.where((ids < n).unsqueeze(-1), o, o.new_zeros(()))
+    rows = torch.empty_like(o)
+    rows[order] = o
+    return rows
+
+
+def host_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], table: torch.Tensor,
+              hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+              out: torch.Tensor, dense: bool | None = None) -> bool:
+    """``part_rows`` on the host, into ``out`` ([T·k, H] of ``rows_dtype``, zeroed by the caller): the dense pass
+    where few tokens touch most of the part's experts (``schemas.plan_experts.dense_pass``; ``dense`` overrides),
+    else the grouped kernel over only the pairs routed to
+    the part are computed. False when none is."""
+    n = next(iter(weights.values())).shape[0]
+    k = top_k_index.shape[-1]
+    local = table[top_k_index].reshape(-1)
+    pairs = torch.nonzero(local < n).squeeze(-1)
+    if pairs.numel() == 0:
+        return False
+    if dense is None:
+        dense = _dense(layout, hidden.shape[0], int(torch.unique(local[pairs]).numel()), n)
+    if dense:
+        _dense_rows(module, layout, weights, local, hidden, top_k_weights, n, out)
+        return True
+    ids, order = torch.sort(local[pairs], stable=True)
+    pairs = pairs[order]
+    offs = torch.cumsum(torch.bincount(ids, minlength=n), 0).to(torch.int32)
+    o = expert_outputs(module, layout, weights, hidden[pairs // k], ids, offs)
+    out[pairs] = o * top_k_weights.reshape(-1)[pairs].unsqueeze(-1)
+    return True
+
+
+def _dense(layout: Layout, tokens: int, touched: int, experts: int) -> bool:
+    """The dense pass where the rule takes it and the layout allows it: each projection one matmul over every
+    expert of the part (up [n·O, H], down [n·I, H]), no norm between an expert's output and the sum."""
+    return layout.down_t and not layout.up_t and not layout.post_norm and dense_pass(tokens, touched, experts)
+
+
+def _dense_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], local: torch.Tensor,
+                hidden: torch.Tensor, top_k_weights: torch.Tensor, n: int, out: torch.Tensor) -> None:
+    """The dense pass: each token's sum over its routed experts of the part, into its first pair's row."""
+    tokens, k = hidden.shape[0], local.numel() // hidden.shape[0]
+    routed = torch.zeros(tokens, n + 1, dtype=top_k_weights.dtype)
+    routed.scatter_(1, local.view(tokens, k), top_k_weights.reshape(tokens, k))
+    routed = routed[:, :n]
+    up = weights[layout.up]
+    a = (hidden @ up.view(-1, up.shape[-1]).T).view(tokens, n, -1)
+    if layout.has_bias:
+        a = a + weights[f"{layout.up}_bias"]
+    a = module._apply_gate(a) if layout.has_gate else module.act_fn(a)
+    a = (a * routed.unsqueeze(-1).to(a.dtype)).reshape(tokens, -1)
+    down = weights["down_proj"]
+    o = a @ down.reshape(-1, down.shape[-1])
+    if layout.has_bias:
+        o = o + routed.to(o.dtype) @ weights["down_proj_bias"]
+    out.view(tokens, k, -1)[:, 0] = o
+
+
+def rows_dtype(hidden: torch.Tensor, top_k_weights: torch.Tensor) -> torch.dtype:
+    """The dtype of the weighted rows: the experts' outputs (``hidden``'s dtype) times the routing weights."""
+    return torch.promote_types(hidden.dtype, top_k_weights.dtype)
+
+
+def join_rows(rows: torch.Tensor, tokens: int, dtype: torch.dtype) -> torch.Tensor:
+    """[T, H]: each token's pairs summed (the parts' rows added first)."""
+    return rows.view(tokens, -1, rows.shape[-1]).sum(dim=1).to(dtype)

@@ -1,0 +1,46 @@
+"""bench/bench_moe_hybrid.py in its CPU dry-run mode: every row the H200 run writes, on tiny shapes."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from conftest import ROOT  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def test_the_dry_run_writes_every_row(tmp_path):
+    import torch
+
+    import bench_moe_hybrid
+    from schemas.io import load_routing
+
+    threads = torch.get_num_threads()
+    try:
+        assert bench_moe_hybrid.main(["--dry-run", "--out", str(tmp_path / "rows.jsonl")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    measured = [r for r in rows if "measured_ms" in r]
+    plans = {(r["model"], r["plan"]) for r in measured}
+    for model in ("qwen3_moe", "phimoe"):
+        assert {(model, "uva"), (model, "hybrid"), (model, "auto prefill")} <= plans
+        hybrid = [r for r in measured if r["model"] == model and r["plan"] == "hybrid"]
+        assert {r["workload"] for r in hybrid} == {"decode32", "prefill", "decode1"}
+        assert all(r["backend"] == "cpu" for r in hybrid)  # the dry run's profile gives the host experts
+    assert all(r["predicted_ms"] > 0 and r["measured_ms"] > 0 for r in measured)
+    skewed = [r for r in measured if r["model"] == "qwen3_moe skewed"]
+    assert {r["plan"] for r in skewed} == {"uva", "hot", "hot+cpu"}
+    link = {r["plan"]: r["link_bytes_per_step"] for r in skewed}
+    assert link["hot"] < link["uva"]  # the most used experts stay on the GPU
+    histogram = next(r["histogram"] for r in rows if "histogram" in r)
+    assert histogram["top 20%"] >= 0.5 and len(histogram["deciles"]) == 10
+    stats, sha = load_routing(tmp_path / "routing-skewed.yaml")
+    assert len(sha) == 64 and stats.layers
+    assert rows[-1]["total_s"] > 0

@@ -1,0 +1,194 @@
+"""The cpu backend on the CPU: routed experts split between "GPU" (here the CPU too), UVA and the host.
+
+Exactness: host kernels round differently from the GPU's, so the tolerance is measured in the same test: a
+split model's logits may differ from the resident model's (transformers' default grouped experts) by no more
+than transformers' own two implementations differ (grouped against its per-expert loop) on the same inputs,
+and next-token top-1 under teacher forcing (8 prompts x 64 positions) agrees on at least 99% of positions.
+On a CPU-only machine every part runs on the CPU, which still exercises the split and the join.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import runtime  # noqa: E402
+from moe_models import ARCHITECTURES, by_thirds, make_moe, split_plan  # noqa: E402
+from runtime import cpu_experts  # noqa: E402
+from runtime.cpu_experts import HostExpertsCaptureError, SplitForward  # noqa: E402
+from runtime.errors import PlanMismatchError  # noqa: E402
+
+PROMPTS, POSITIONS = 8, 64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matmuls: threads only contend (the host's threads in apply are pinned to 1 below too)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits.float()
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_split_experts_match_the_resident_model(arch):
+    model = make_moe(arch, implementation="grouped_mm")  # transformers' default
+    ids = torch.randint(0, model.config.vocab_size, (PROMPTS, POSITIONS), generator=torch.Generator().manual_seed(1))
+    ref = _logits(model, ids)
+    step = _logits(model, ids[:, :1])  # a decode step of 8 tokens: the host's dense pass
+    model.set_experts_implementation("eager")
+    tolerance = (_logits(model, ids) - ref).abs().max().item()  # two implementations of the same experts
+    model.set_experts_implementation("grouped_mm")
+    # experts by thirds on the GPU, through UVA and on the host; above 16 tokens the host's go to the "GPU"
+    with runtime.apply(split_plan(model, cpu_max_tokens=16), model, device="cpu", host_threads=1):
+        out = _logits(model, ids)
+        out_step = _logits(model, ids[:, :1])
+    assert (out - ref).abs().max().item() <= tolerance
+    assert (out_step - step).abs().max().item() <= tolerance
+    agree = (out.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    assert agree >= 0.99, f"top-1 agrees on {agree:.1%} of {PROMPTS * POSITIONS} positions"
+    assert torch.equal(_logits(model, ids), ref)  # removed: the model's own forward again
+
+
+def _snapshot(model):
+    return {k: (v.clone(), v.stride(), v.device) for k, v in model.state_dict(keep_vars=True).items()}
+
+
+def _assert_same(model, snap):
+    now = model.state_dict(keep_vars=True)
+    assert set(now) == set(snap)
+    for k, (v, stride, device) in snap.items():
+        assert torch.equal(now[k], v) and now[k].stride() == stride and now[k].device == device, k
+
+
+def test_remove_restores_bit_identically_and_state_dict_is_truthful():
+    model = make_moe("qwen3_moe")
+    snap = _snapshot(model)
+    experts = model.model.layers[0].mlp.experts
+    handle = runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
+    assert experts.gate_up_proj.numel() == 0  # the param gave up its storage: its slices hold it
+    assert "forward" in experts.__dict__
+    live = model.state_dict()
+    assert all(torch.equal(live[k], v) for k, (v, _, _) in snap.items())
+    handle.remove()
+    assert "forward" not in experts.__dict__
+    _assert_same(model, snap)
+
+
+def test_only_host_experts_and_a_layer_left_whole():
+    model = make_moe("mixtral", implementation="grouped_mm")
+    ids = torch.randint(0, 512, (4, 9))  # 36 tokens: the grouped kernel (the dense pass takes 32 at most)
+    ref = _logits(model, ids)
+    plan = split_plan(model, places=lambda n: {"cpu": list(range(n))}, layers=(1,))
+    assert plan.summary.backend == "cpu" and plan.layers[1].experts is None
+    with runtime.apply(plan, model, device="cpu", host_threads=1) as handle:
+        assert handle.offloader.name == "cpu"
+        out = _logits(model, ids)
+    assert torch.equal(out, ref)
+
+
+def test_failed_apply_leaves_the_model_unchanged(monkeypatch):
+    model = make_moe("olmoe")
+    snap = _snapshot(model)
+    calls = []
+    real = cpu_experts.ExpertSplits._install
+
+    def fail_second(self, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure")
+        return real(self, *args)
+
+    monkeypatch.setattr(cpu_experts.ExpertSplits, "_install", fail_second)
+    with pytest.raises(RuntimeError, match="injected"):
+        runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
+    assert len(calls) == 2
+    _assert_same(model, snap)
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_a_module_that_is_not_an_experts_module_is_refused():
+    model = make_moe("qwen3_moe")
+    snap = _snapshot(model)
+    with pytest.raises(PlanMismatchError, match="its forward reads gate_up_proj, down_proj, which the split leaves out"
+                       "|reads down_proj, which the split leaves out"):
+        runtime.apply(split_plan(model, only=("gate_up_proj",)), model, device="cpu", host_threads=1)
+    _assert_same(model, snap)
+
+    class NotExperts(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    model.model.layers[0].mlp.experts.forward = NotExperts().forward
+    with pytest.raises(PlanMismatchError, match="not an experts module as transformers 5 writes them"):
+        runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
+    del model.model.layers[0].mlp.experts.forward
+
+
+def test_a_cuda_graph_capture_reaching_host_experts_is_refused(monkeypatch):
+    model = make_moe("qwen3_moe")
+    experts = model.model.layers[0].mlp.experts
+    forward = SplitForward(experts, None, torch.device("cuda"), [], host=object())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    h = torch.zeros(2, 128)
+    with pytest.raises(HostExpertsCaptureError, match="cpu backend"):
+        forward(h, torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
+
+
+def test_host_threads_are_set_and_given_back():
+    model = make_moe("qwen3_moe")
+    torch.set_num_threads(1)
+    with runtime.apply(split_plan(model), model, device="cpu"):
+        assert torch.get_num_threads() == cpu_experts.host_threads()
+    assert torch.get_num_threads() == 1
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=2):
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == 1
+    for bad in (0, 1.5, True):
+        with pytest.raises(runtime.ApplyError, match="host_threads="):
+            runtime.apply(split_plan(model), model, device="cpu", host_threads=bad)
+
+
+def test_by_thirds_places_every_expert_once():
+    places = by_thirds(16)
+    assert sorted(e for ids in places.values() for e in ids) == list(range(16))
+
+
+def test_torch_compile_runs_host_experts_eagerly_between_graphs():
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    block = model.model.layers[0].mlp  # router, then the experts: a graph, a break, the host's part run eagerly
+    x = torch.randn(1, 5, 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    with torch.no_grad(), runtime.apply(split_plan(model), model, device="cpu", host_threads=1):
+        eager = block(x)
+        out = torch.compile(block, backend="eager")(x)
+    assert torch.equal(out, eager)
+
+
+def test_routing_is_recorded_alone_and_while_applied(tmp_path):
+    from runtime.routing import record_routing
+    from schemas.io import dump_model, load_routing
+
+    model = make_moe("olmoe", implementation="grouped_mm")
+    ids = torch.randint(0, 512, (3, 12))  # 36 tokens: the host's grouped kernel, exact
+    with record_routing(model) as recorder, torch.no_grad():
+        routing = model(ids).logits
+        stats = recorder.stats("olmoe", "test")
+    assert [layer.layer for layer in stats.layers] == ["model.layers.0", "model.layers.1"]
+    assert all(layer.tokens == 36 and sum(layer.counts) == 36 * 4 for layer in stats.layers)
+    with runtime.apply(split_plan(model), model, device="cpu", record_routing=True, host_threads=1) as handle:
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits, routing)
+        assert handle.routing_stats().layers == stats.layers  # the same choices, counted by the plan's layers
+    path = tmp_path / "routing.yaml"
+    path.write_text(dump_model(stats))
+    assert load_routing(path)[0] == stats
+    with pytest.raises(runtime.ApplyError, match="record_routing=True"):
+        with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+            handle.routing_stats()
