@@ -72,8 +72,10 @@ def test_fused_projections_and_routed_experts():
 
 def test_sequences_come_from_the_workload_item_where_it_has_them():
     assert sequences_of(WorkloadItem(tokens=2048)) == ONE
-    assert sequences_of(SimpleNamespace(tokens=32, batch=32, context=4096)) == Sequences(32, 4096)
-    assert sequences_of(SimpleNamespace(tokens=8, batch=64, context=None)) == Sequences(8, 0)  # a row each at most
+    # a context is what each sequence's cache holds after the forward (schemas/workload.py): 4,095 before it
+    assert sequences_of(WorkloadItem(batch=32, context=4096)) == Sequences(32, 4095)
+    assert sequences_of(WorkloadItem(tokens=2048, context=4096), "prefill") == Sequences(1, 2048)
+    assert sequences_of(SimpleNamespace(rows=8, batch=64, context=None)) == Sequences(8, 0)  # a row each at most
 
 
 def test_a_profile_without_the_figures_takes_the_h200_ones():

@@ -35,21 +35,27 @@ def infeasible(gpu_budget: int, mem: PlanMemory, need: int | None, weights_messa
     """No plan fits: which part does not, what is left for weights and buffers, the smallest budget."""
     parts = _parts(mem)
     others = mem.non_weight_bytes
-    named = ", ".join(f"{what} needs {format_bytes(n)}" for what, n in parts) or "nothing besides the weights"
+    named = ", ".join(f"{what} ({format_bytes(n)})" for what, n in parts) or "nothing"
     if parts and parts[0][1] > gpu_budget:
-        head = f"{parts[0][0]} alone needs {format_bytes(parts[0][1])}, more than the {format_bytes(gpu_budget)} gpu_budget"
+        what, n = parts[0]
+        head = f"{what} alone {_need(what)} {format_bytes(n)}, more than the {format_bytes(gpu_budget)} gpu_budget"
         rest = f" ({', '.join(f'{w} {format_bytes(n)}' for w, n in parts[1:])} besides)" if parts[1:] else ""
         head += rest
     elif others > gpu_budget:
-        head = f"{named}: {format_bytes(others)} together, more than the {format_bytes(gpu_budget)} gpu_budget"
+        head = (f"besides the weights the plan counts {named}, {format_bytes(others)} together, more than the "
+                f"{format_bytes(gpu_budget)} gpu_budget")
     else:
-        head = (f"{named}, which leaves {format_bytes(gpu_budget - others)} of the {format_bytes(gpu_budget)} "
-                "gpu_budget for weights and buffers")
+        head = (f"besides the weights the plan counts {named}, which leaves {format_bytes(gpu_budget - others)} of "
+                f"the {format_bytes(gpu_budget)} gpu_budget for weights and buffers")
     smallest = "" if need is None else (f"; with every weight offloaded that can be, the smallest gpu_budget is "
                                         f"{format_bytes(need)} ({need} bytes)")
     if others >= gpu_budget:  # nothing is left for the weights: what they alone would need is beside the point
         return f"no plan fits: {head}{smallest}"
     return f"no plan fits: {head}{smallest}\n  weights and buffers alone: {weights_message}"
+
+
+def _need(what: str) -> str:
+    return "need" if what.startswith("the activations") else "needs"
 
 
 def budget_note(gpu_budget: int | None, mem: PlanMemory) -> list[str]:

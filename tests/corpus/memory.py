@@ -75,7 +75,7 @@ CASES = [
                     "hint: rerun with --gpu-budget")),
     CliCase("memory-logits-over-budget", ("plan", LLAMA, "-g", "8GB", "-w", "prefill=65536"), exit=1,
             expect=("the activations of prefill (65,536 tokens, at lm_head: logits (65536 x 128256))",
-                    "alone needs")),
+                    "alone need 16.16 GiB")),
     # a spec's workload: file, line and field
     _file("memory-file-auto-without-context", "decode: {batch: auto}", "bad.yaml:", "workload.decode.context",
           "batch auto needs a context"),
