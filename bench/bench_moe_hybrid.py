@@ -124,6 +124,8 @@ class Bench:
     # -- plans ------------------------------------------------------------------------------------------
     def plan(self, spec, budget: int, tokens: int, **options):
         workload = Workload({"step": WorkloadItem(tokens=tokens)})
+        if self.dry:  # tiny models: their budgets are about weights (no workspace or activations counted)
+            spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "activations": 0})})
         return planner.plan(spec, gpu_budget=budget, hardware=self.hw, workload=workload, **options)
 
     def predicted(self, plan, tokens: int, mode: str = "eager", shares=None) -> float:
