@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from schemas.errors import EXIT_BAD_INPUT, EXIT_NOT_POSSIBLE, PlannerError
+
+if TYPE_CHECKING:
+    from planner.strategy.infeasible import Infeasible
 
 
 class PlanningError(PlannerError):
@@ -12,10 +17,18 @@ class PlanningError(PlannerError):
 
 
 class InfeasibleError(PlannerError):
-    """No plan fits the budgets; ``min_gpu_budget`` is the smallest GPU budget that would (or None)."""
+    """No plan fits the budgets: ``record`` says what does not fit and the smallest GPU budget that would
+    (planner/strategy/infeasible.py); the message is its words (planner/words/infeasible.py)."""
 
     exit_code = EXIT_NOT_POSSIBLE
 
-    def __init__(self, message: str, min_gpu_budget: int | None = None) -> None:
-        super().__init__(message)
-        self.min_gpu_budget = min_gpu_budget
+    def __init__(self, record: Infeasible) -> None:
+        from planner.words.infeasible import message
+
+        super().__init__(message(record))
+        self.record = record
+
+    @property
+    def min_gpu_budget(self) -> int | None:
+        """The smallest GPU budget that would fit (None: none would)."""
+        return self.record.smallest

@@ -75,15 +75,15 @@ def report_bug(exc: BaseException, debug: bool) -> int:
 
 
 def report_infeasible(exc: BaseException, hints: Iterable[str] = ()) -> int:
-    """An InfeasibleError with the smallest feasible GPU budget and how to rerun with it."""
-    message: str = exc.message  # type: ignore[attr-defined]
-    need: int | None = exc.min_gpu_budget  # type: ignore[attr-defined]
+    """An InfeasibleError: its record in words (which name the smallest feasible GPU budget where one
+    exists) and how to rerun with that budget."""
+    from planner.words.infeasible import message
+
+    record = exc.record  # type: ignore[attr-defined]
     shown = list(hints)
-    if need is not None:
-        if str(need) not in message:
-            message += f"\nthe smallest feasible GPU budget is {need} bytes"
-        shown.insert(0, f"rerun with --gpu-budget {size_up(need)} or more")
-    say(message, shown)
+    if record.smallest is not None:
+        shown.insert(0, f"rerun with --gpu-budget {size_up(record.smallest)} or more")
+    say(message(record), shown)
     return exc.exit_code  # type: ignore[attr-defined]
 
 

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 from schemas.hardware import HardwareProfile, load_hardware
 from schemas.plan import Plan
-from schemas.sizes import format_bytes
 from schemas.spec import Layer, SpecFile
 from schemas.spec_hash import spec_sha256
 from schemas.workload import DEFAULT_WORKLOAD, Workload
@@ -29,6 +28,7 @@ from planner.vllm import notes as vllm_notes
 from planner.assemble import assemble
 from planner.assemble import Assignment
 from planner.errors import InfeasibleError, PlanningError
+from planner.strategy.infeasible import Infeasible, Need
 from planner.layers import build_graph, find_block_stack, layers_in_order, tied_owners
 from planner.cost.predict import predict
 from planner.vllm.flags import VllmFlags
@@ -102,10 +102,8 @@ def build(layers: Sequence[Layer], stack: Sequence[str], flags: VllmFlags, *, mo
 def _check_budgets(plan: Plan, gpu: int | None, cpu: int | None) -> None:
     s = plan.summary
     if gpu is not None and s.peak_gpu_bytes > gpu:
-        raise InfeasibleError(f"vLLM's flags make a plan that peaks at {s.peak_gpu_bytes} bytes "
-                              f"({format_bytes(s.peak_gpu_bytes)}), over the {gpu}-byte gpu_budget ({s.offloaded_bytes} bytes offloaded, "
-                              f"{s.buffer_bytes} in buffers); the smallest feasible gpu_budget for these flags is "
-                              f"{s.peak_gpu_bytes} bytes", s.peak_gpu_bytes)
+        raise InfeasibleError(Infeasible("vllm_flags", gpu, cpu, s.peak_gpu_bytes, strategy="vllm",
+                                         needs=(Need("vllm", s.peak_gpu_bytes),), offloaded=s.offloaded_bytes,
+                                         buffer=s.buffer_bytes))
     if cpu is not None and s.pinned_host_bytes > cpu:
-        raise InfeasibleError(f"vLLM's flags pin {format_bytes(s.pinned_host_bytes)} of host memory, more than the "
-                              f"{format_bytes(cpu)} cpu_budget", None)
+        raise InfeasibleError(Infeasible("over_cpu", gpu, cpu, None, strategy="vllm", pinned=s.pinned_host_bytes))
