@@ -39,6 +39,7 @@ class _Model:
     total_bytes: int
     memory: MemorySection
     offload: OffloadSection
+    cost: PlacementCost  # the predicted step of a placement, for the hardware and workload planned for
 
     @property
     def by_kind(self) -> bool:
@@ -67,7 +68,8 @@ def _merge(spec: SpecFile, memory: dict, offload: dict) -> tuple[MemorySection, 
     return MemorySection.model_validate(mem), OffloadSection.model_validate(off)
 
 
-def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection) -> _Model:
+def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection, hardware: HardwareProfile | None = None,
+           workload: Workload | None = None) -> _Model:
     graph = build_graph(spec.model.expanded())
     layers = layers_in_order(graph)
     stack = find_block_stack(graph)
@@ -79,7 +81,8 @@ def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection) -> _M
         if eligible:
             candidates.append((by_name[name].index, eligible))
     total = sum(layer.nbytes for layer in layers)
-    return _Model(layers, stack, shared, candidates, total, memory, offload)
+    cost = PlacementCost(layers, hardware or load_hardware(spec.hardware), workload or spec.workload or DEFAULT_WORKLOAD)
+    return _Model(layers, stack, shared, candidates, total, memory, offload, cost)
 
 
 # ---------------------------------------------------------------------------
@@ -102,7 +105,7 @@ def _decide_group(m: _Model) -> Choice:
     chosen = [m.candidates[i] for i in sorted(stack_index[name] for name in picked if name in stack_index)]
     return group.decide(m.layers, chosen, total_bytes=m.total_bytes, gpu_budget=m.memory.gpu_budget,
                         cpu_budget=m.memory.cpu_budget, requested=m.offload.backend,
-                        forced=m.offload.backends or {}, slots=m.step)
+                        forced=m.offload.backends or {}, slots=m.step, cost=m.cost)
 
 
 def _decide_budget(m: _Model, requested: str | None = None) -> Choice:
@@ -113,7 +116,7 @@ def _decide_budget(m: _Model, requested: str | None = None) -> Choice:
                                          selection=(_tuple(m.offload.params), _tuple(m.offload.kinds))))
     return budget.decide(m.layers, _ladder(m), total_bytes=m.total_bytes, gpu_budget=gpu,
                          cpu_budget=m.memory.cpu_budget, requested=requested or m.offload.backend,
-                         forced=m.offload.backends or {}, slots=m.step)
+                         forced=m.offload.backends or {}, slots=m.step, cost=m.cost)
 
 
 def _ladder(m: _Model) -> budget.Ladder:
@@ -176,7 +179,7 @@ def plan(
         spec, {"gpu_budget": gpu_budget, "cpu_budget": cpu_budget},
         {"backend": backend, "strategy": strategy, "group_size": group_size, "num_in_group": num_in_group,
          "prefetch_step": prefetch_step, "params": params, "kinds": kinds, "prefer": prefer, "backends": backends})
-    m = _model(spec, memory, offload)
+    m = _model(spec, memory, offload, profile, chosen_workload)
     if offload.strategy == "auto" and offload.backend != "none":
         return _plan_auto(spec, m, profile, chosen_workload)
     if offload.backend == "none":
@@ -205,7 +208,7 @@ def _predicted(spec: SpecFile, m: _Model, assignment: Assignment, profile: Hardw
 def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload) -> Plan:
     """strategy auto (planner/strategy/auto.py), with the best plan of the budget strategy as the runner-up."""
     decision = auto.decide(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
-                           m.total_bytes)
+                           m.total_bytes, m.cost)
     if m.memory.gpu_budget is not None:
         choices = []
         for backend in ("prefetch", "uva"):
@@ -215,7 +218,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                 choices.append(_decide_budget(m, backend))
             except (InfeasibleError, PlanningError):
                 continue
-        decision = auto.with_runner_up(decision, choices, PlacementCost(m.layers, profile, workload))
+        decision = auto.with_runner_up(decision, choices, m.cost)
     reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget)
     notes = auto_notes.notes(decision, m.names, m.memory.gpu_budget)
     step = decision.slots if decision.prefetched else m.offload.prefetch_step

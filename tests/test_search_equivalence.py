@@ -1,11 +1,12 @@
-"""The prefix fit with bounds gives byte-identical plans and errors to a plain fit that reckons every step.
+"""The fits with bounds and floors give byte-identical plans and errors to plain fits that reckon every step.
 
-``plain_fit`` is the specification of the result (planner/strategy/fit.py): every step of the path in
-order, its peak reckoned exactly, the first that fits; when none does, the lowest peak within the CPU
-budget, the first on the path among equals. ``plain_pool`` prices a prefix with the slot rule of
-docs/DESIGN.md (``min(N, step)`` slots, prefetched layer ``j`` in slot ``j % slots``, each slot as large
-as the largest buffers of its layers), so the fast fit, the bounds of planner/strategy/peaks.py and the
-exact pool are all checked against it.
+``plain_fit`` and ``plain_choose`` are the specification of the results (planner/strategy/fit.py): every
+step of the path in order, its peak reckoned exactly and its step predicted, the first that fits
+(``choose``: and that is kept, the definition walked from the end of the path); when none fits, the
+lowest peak within the CPU budget, the first on the path among equals. ``plain_pool`` prices a prefix
+with the slot rule of docs/DESIGN.md (``min(N, step)`` slots, prefetched layer ``j`` in slot ``j %
+slots``, each slot as large as the largest buffers of its layers), so the fast fits, the bounds of
+planner/strategy/peaks.py and the exact pool are all checked against it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import planner
 import planner.strategy.budget
 from planner.build import _ladder, _model
 from planner.errors import InfeasibleError, PlanningError
-from planner.strategy.fit import Fit, NoFit
+from planner.strategy.fit import Chosen, Fit, NoFit, Reckoning, Speed, choose
 from planner.strategy.order import placement
 from planner.strategy.peaks import exact_pool, lower_peaks, peaks
 from schemas import dump_model
@@ -49,6 +50,56 @@ def plain_fit(steps, reckon, gpu_budget, cpu_budget):
         return NoFit(steps[0], peaks_[0][0])
     best = min(within, key=lambda i: (peaks_[i][0], i))
     return NoFit(steps[best], peaks_[best][0])
+
+
+def plain_choose(steps, reckon, gpu_budget, cpu_budget, speed):
+    """``choose`` by its definition: from the end of the path, a step is kept unless the first kept step after
+    it that fits its peak predicts a faster step; the first kept step that fits is taken."""
+    n = 0  # the steps within the CPU budget: a prefix of the path
+    while n < len(steps) and (cpu_budget is None or reckon.peak(steps[n])[1] <= cpu_budget):
+        n += 1
+    if n == 0:
+        return NoFit(steps[0], reckon.peak(steps[0])[0])
+    peak = [reckon.peak(steps[i])[0] for i in range(n)]
+    ms = [speed.step_ms(steps[i]) for i in range(n)]
+    kept = [True] * n
+    for i in range(n - 1, -1, -1):
+        after = next((j for j in range(i + 1, n) if kept[j] and peak[j] <= peak[i]), None)
+        kept[i] = after is None or ms[after] >= ms[i]
+    passed = 0
+    for i in range(n):
+        if gpu_budget is None or peak[i] <= gpu_budget:
+            if kept[i]:
+                return Chosen(steps[i], peak[i], passed)
+            passed += 1
+    lowest = min(range(n), key=lambda i: (peak[i], i))
+    return NoFit(steps[lowest], peak[lowest])
+
+
+paths = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 30)), min_size=1, max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(paths, st.integers(0, 31), st.integers(0, 31), st.none() | st.integers(0, 40), st.integers(0, 5))
+def test_choose_is_its_definition_and_monotone(path, b1, b2, cpu, slack):
+    """On any path (peaks and predicted steps drawn; pinned bytes growing along it), with a floor that is a lower
+    bound on every later step: ``choose`` equals its definition, and a larger budget takes a step no later on
+    the path that predicts no slower a step."""
+    steps = list(range(len(path)))
+    reckon = Reckoning(peak=lambda i: (path[i][0], 3 * i))
+    ms = [float(t) for _, t in path]
+    floor = lambda i: min(ms[i:]) - slack  # noqa: E731
+    speed = Speed(step_ms=ms.__getitem__, floor=floor)
+    low, high = sorted((b1, b2))
+    picks = []
+    for budget in (low, high):
+        got = choose(steps, reckon, budget, cpu, speed)
+        assert got == plain_choose(steps, reckon, budget, cpu, Speed(step_ms=ms.__getitem__))
+        picks.append(got)
+    small, large = picks
+    if isinstance(small, Chosen):
+        assert isinstance(large, Chosen)
+        assert large.step <= small.step and ms[large.step] <= ms[small.step]
 
 
 # Params of every kind the prefer ladder orders, in a few shapes so that blocks share signatures or not.
@@ -93,10 +144,10 @@ def cases(draw):
     return spec, gpu, cpu
 
 
-def outcome(spec, gpu: int, cpu: int | None, fit) -> str:
-    """The plan file (JSON) or the error, planning with ``fit`` as the budget strategy's prefix fit."""
-    saved = planner.strategy.budget.first_fit
-    planner.strategy.budget.first_fit = fit
+def outcome(spec, gpu: int, cpu: int | None, fits) -> str:
+    """The plan file (JSON) or the error, planning with ``fits`` (first_fit, choose) as the budget strategy's."""
+    saved = planner.strategy.budget.first_fit, planner.strategy.budget.choose
+    planner.strategy.budget.first_fit, planner.strategy.budget.choose = fits
     try:
         return dump_model(planner.plan(spec, gpu_budget=gpu, cpu_budget=cpu), "json")
     except InfeasibleError as err:
@@ -104,21 +155,25 @@ def outcome(spec, gpu: int, cpu: int | None, fit) -> str:
     except (PlanningError, ValidationError) as err:
         return f"{type(err).__name__}: {err}"
     finally:
-        planner.strategy.budget.first_fit = saved
+        planner.strategy.budget.first_fit, planner.strategy.budget.choose = saved
+
+
+PLAIN = (plain_fit, plain_choose)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.integers(0, 2000))
-def test_plans_and_errors_identical_to_the_plain_fit(case, above):
+def test_plans_and_errors_identical_to_the_plain_fits(case, above):
     """At the drawn budget, and just below, at and above the smallest feasible one (where plans fit tightly)."""
     spec, gpu, cpu = case
-    smallest = outcome(spec, 1, cpu, plain_fit)
+    smallest = outcome(spec, 1, cpu, PLAIN)
     budgets = [gpu]
     if smallest.startswith("infeasible") and not smallest.startswith("infeasible None"):
         least = int(smallest.split()[1].rstrip(":"))
         budgets += [least - 1, least, least + above]
     for budget in budgets:
-        assert outcome(spec, budget, cpu, planner.strategy.budget.first_fit) == outcome(spec, budget, cpu, plain_fit)
+        fast = (planner.strategy.budget.first_fit, planner.strategy.budget.choose)
+        assert outcome(spec, budget, cpu, fast) == outcome(spec, budget, cpu, PLAIN)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -73,7 +73,8 @@ class AutoDecision:
 
 
 def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: MemorySection, offload: OffloadSection,
-           hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int) -> AutoDecision:
+           hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int,
+           cost: PlacementCost | None = None) -> AutoDecision:
     """The auto plan's placement (raises InfeasibleError when no pair fits the budgets).
 
     ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost."""
@@ -85,7 +86,7 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
     order = build_order(layers, eligible, hw, workload, step, forced, only, prefer)
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
         return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None, prefer=prefer)
-    cost = PlacementCost(layers, hw, workload)
+    cost = cost or PlacementCost(layers, hw, workload)
     cache: dict[tuple[int, int, int | None], float] = {}
 
     def step_ms(taken: int, slots: int, span: int | None = None) -> float:

@@ -23,7 +23,8 @@ from functools import cached_property
 from planner.errors import InfeasibleError
 from planner.kinds import param_kind
 from planner.strategy.choice import Choice
-from planner.strategy.fit import Fit, NoFit, Reckoning, first_fit
+from planner.cost.placement import PlacementCost
+from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, choose, first_fit
 from planner.strategy.infeasible import Infeasible, Need
 from planner.strategy.order import Move, Order, offloaded_layers, placement, tier_of
 from planner.strategy.peaks import exact_pool, lower_peaks, peaks
@@ -129,6 +130,7 @@ class _Path:
         self._lower = lower_peaks(self.order, total_bytes, slots)
         self._layers = offloaded_layers(self.order)
         self._exact: dict[int, int] = {}
+        self._ms: dict[int, float] = {}
         self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned,
                                    upper=lambda c: self._upper[self.ends[c]][0],
                                    lower=lambda c: self._lower[self.ends[c]])
@@ -148,6 +150,11 @@ class _Path:
         pinned = self.pinned(count)
         return self.total - pinned + self.pool(count), pinned
 
+    def step_ms(self, count: int, cost: PlacementCost) -> float:
+        if count not in self._ms:
+            self._ms[count] = cost.step_ms(self.placed(count), self.slots)
+        return self._ms[count]
+
     def need(self, backend: str, count: int, peak: int) -> Need:
         return Need(backend, peak, self._layers[self.ends[count]])
 
@@ -159,35 +166,60 @@ def peak_at(layers: Sequence[Layer], lad: Ladder, count: int, *, base: str, forc
 
 
 def decide(layers: Sequence[Layer], lad: Ladder, *, total_bytes: int, gpu_budget: int | None,
-           cpu_budget: int | None, requested: str, forced: Mapping[str, str], slots: int) -> Choice:
+           cpu_budget: int | None, requested: str, forced: Mapping[str, str], slots: int,
+           cost: PlacementCost) -> Choice:
     """The budget strategy's plan (raises InfeasibleError when no ladder step fits the budgets).
 
-    ``requested``: prefetch, uva or auto (prefetch, and below the lowest prefetch peak UVA from that
-    ladder step on: the UVA plan then offloads at least what that prefetch plan offloads, so as the
-    budget grows past it params only turn from UVA to prefetch, none moves from the GPU to the host)."""
+    ``requested``: prefetch, uva or auto. The path is the ladder, each ladder step on each backend
+    (prefetch before UVA: the same params, the higher peak first), and ``fit.choose`` takes its step by
+    predicted time (``cost``): the first that fits and that no step offloading more beats at no higher
+    peak. So a larger budget never moves a param from the GPU to the host nor predicts a slower step."""
     if gpu_budget is None:
         return Choice("budget", "none", "no_budget")
     if total_bytes <= gpu_budget:
         return Choice("budget", "none", "fits")
     backends = ["prefetch", "uva"] if requested == "auto" else [requested]
-    needs: list[Need] = []
-    start = 0
-    for backend in backends:
-        path = _Path(layers, lad, backend, forced, total_bytes, slots)
-        found = first_fit(range(start, lad.steps + 1), path.reckoning, gpu_budget, cpu_budget)
-        if isinstance(found, Fit):
-            return _choice(path, backend, found, requested, needs)
-        assert isinstance(found, NoFit)
-        needs.append(path.need(backend, found.lowest, found.peak))
-        start = found.lowest
+    paths = {b: _Path(layers, lad, b, forced, total_bytes, slots) for b in backends}
+    steps = [(count, b) for count in range(lad.steps + 1) for b in backends]
+    reckon = Reckoning(peak=lambda st: paths[st[1]].peak(st[0]), pinned=lambda st: paths[st[1]].pinned(st[0]),
+                       upper=lambda st: paths[st[1]].reckoning.upper(st[0]),  # type: ignore[misc]
+                       lower=lambda st: paths[st[1]].reckoning.lower(st[0]))  # type: ignore[misc]
+    floors: dict[int, float] = {}
+
+    def floor(st: tuple[int, str]) -> float:
+        """Under every step from this ladder count on: the lower of the backends' lower bounds there."""
+        if st[0] not in floors:
+            floors[st[0]] = min(cost.lower_ms(paths[b].placed(st[0])) for b in backends)
+        return floors[st[0]]
+
+    speed = Speed(step_ms=lambda st: paths[st[1]].step_ms(st[0], cost), floor=floor)
+    found = choose(steps, reckon, gpu_budget, cpu_budget, speed)
+    if isinstance(found, Chosen):
+        return _choice(paths, found, requested, cost, gpu_budget)
+    needs = []
+    for backend, path in paths.items():  # per backend, its lowest peak within the CPU budget
+        lowest = first_fit(range(lad.steps + 1), path.reckoning, 0, cpu_budget)
+        assert isinstance(lowest, NoFit)
+        needs.append(path.need(backend, lowest.lowest, lowest.peak))
     raise InfeasibleError(Infeasible("no_plan", gpu_budget, cpu_budget, min(n.peak for n in needs),
                                      strategy="budget", needs=tuple(needs)))
 
 
-def _choice(path: _Path, backend: str, found: Fit, requested: str, needs: list[Need]) -> Choice:
-    count = found.step
+def _choice(paths: dict[str, _Path], found: Chosen, requested: str, cost: PlacementCost, gpu_budget: int) -> Choice:
+    count, backend = found.step
+    path = paths[backend]
     pinned = path.pinned(count)
-    why = "requested" if requested != "auto" else "prefetch_fits" if backend == "prefetch" else "uva_fits"
+    ms = path.step_ms(count, cost)
+    other = [b for b in paths if b != backend]
+    other_ms = paths[other[0]].step_ms(count, cost) if other else None
+    other_peak = paths[other[0]].peak(count)[0] if other else None
+    if requested != "auto":
+        why = "requested"
+    elif backend == "prefetch":
+        why = "prefetch_faster"
+    else:
+        why = "uva_faster" if other_peak is not None and other_peak <= gpu_budget else "uva_fits"
     return Choice("budget", backend, why, path.placed(count), found.peak, found.peak - (path.total - pinned), pinned,
-                  path.slots, alternative=needs[0].peak if why == "uva_fits" else None, count=count,
-                  fewer_peak=path.peak(count - 1)[0] if count > 0 else None)
+                  path.slots, alternative=other_peak, count=count,
+                  fewer_peak=path.peak(count - 1)[0] if count > 0 else None, step_ms=ms, other_ms=other_ms,
+                  passed=found.passed)

@@ -11,8 +11,9 @@ WHY = ("backend_none",  # backend none requested: nothing offloaded
        "fits",  # the whole model fits the gpu_budget: nothing offloaded
        "group_empty",  # the group rule selects no layer with eligible params
        "requested",  # the backend was given
-       "prefetch_fits",  # backend auto: a prefetch plan fits
-       "uva_fits")  # backend auto: no prefetch plan fits, a UVA plan does
+       "prefetch_faster",  # backend auto: prefetch predicts no slower a step than UVA for these params
+       "uva_faster",  # backend auto: UVA predicts a faster step than prefetch, which fits too
+       "uva_fits")  # backend auto: prefetch of these params does not fit, UVA does
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,13 @@ class Choice:
     buffer_bytes: int = 0
     offloaded_bytes: int = 0
     step: int = 2  # buffer slots of the plan's pool
-    alternative: int | None = None  # uva_fits: the prefetch plan's pool (group) or lowest peak (budget)
+    alternative: int | None = None  # backend auto: the other backend's peak with the same params
     count: int = 0  # budget: ladder steps taken (planner/strategy/budget.py)
     fewer_peak: int | None = None  # budget: the peak one ladder step fewer would have
     chosen: tuple[int, ...] = ()  # group: positions of the layers offloaded
+    step_ms: float | None = None  # its predicted weighted step
+    other_ms: float | None = None  # backend auto: the other backend's, with the same params
+    passed: int = 0  # budget: ladder steps that fit with fewer params but that one offloading more beats
 
     @property
     def offloads(self) -> bool:

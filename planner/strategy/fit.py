@@ -1,14 +1,24 @@
-"""The one prefix fit: the first step of a path whose plan fits the budgets, or the lowest peak of any.
+"""The one prefix fit: which step of a path a budget takes, or the lowest peak of any when none fits.
 
-A *path* is a sequence of steps, each a plan that a strategy may choose: for the budget strategy a
-prefix of its ladder on one backend, for the group strategy its layers on one backend, for auto a
-(slots, prefix, spanning layer) triple of its slot path. Along a path the moved bytes never shrink, so
-the first step that fits a budget is no later on the path than the first that fits a smaller one: a
-larger budget never moves a param from the GPU to the host.
+A *path* is a sequence of steps, each a plan a strategy may choose, in the order of what they move:
+for the budget strategy its ladder (each step on each backend it may use), for the group strategy its
+layers on each backend, for auto the prefixes of its order of moves with each slot count. Along a path
+the moved params never shrink (steps moving the same params may come in any order).
+
+``first_fit`` takes the first step that fits. ``choose`` takes the first step that fits and that no
+later step beats: a step is *kept* unless the step ``choose`` would take after it at its own peak
+predicts a faster step. So at every budget the plan taken is no later on the path than at a smaller
+budget (a larger budget never moves a param from the GPU to the host) and predicts no slower a step
+(the plan a smaller budget takes is a candidate at the larger one). By induction along the path: if
+the budgets ``b1 < b2`` take steps ``c2`` before ``c1``, then ``c2`` did not fit ``b1``, and the steps
+``choose`` takes after ``c2`` at its peak, after those at theirs, and so on, reach ``c1`` with steps
+never faster than the one before.
 
 ``Reckoning`` says what a step holds: ``peak(step)`` its exact (peak, pinned bytes); optionally
 ``upper(step)`` and ``lower(step)``, cheap bounds on the peak (planner/strategy/peaks.py) that let
-the fit skip most exact reckonings. The result depends on the exact peaks only.
+the fit skip most exact reckonings. ``Speed`` says how fast it is: its predicted step and a floor under
+the predicted step of it and every later step (the search stops looking for a faster later step there).
+The result depends on the exact peaks and predicted steps only.
 """
 
 from __future__ import annotations
@@ -81,3 +91,90 @@ def _lowest(steps: Sequence[S], within: list[int], reckon: Reckoning[S]) -> NoFi
             best = found
     assert best is not None
     return NoFit(steps[best[1]], best[0])
+
+
+@dataclass(frozen=True)
+class Speed(Generic[S]):
+    step_ms: Callable[[S], float]  # the predicted (weighted) step
+    floor: Callable[[S], float] | None = None  # a lower bound on step_ms of this step and of every later one
+
+
+@dataclass(frozen=True)
+class Chosen(Fit[S]):
+    passed: int = 0  # steps before it that fit but that a later step beats
+
+
+def choose(steps: Sequence[S], reckon: Reckoning[S], gpu_budget: int | None, cpu_budget: int | None,
+           speed: Speed[S]) -> Chosen[S] | NoFit[S]:
+    """The first step of ``steps`` that fits the budgets and that no later step beats (module docstring); the
+    step of lowest peak within the CPU budget when none fits (as ``first_fit``)."""
+    path = _Path(steps, reckon, cpu_budget, speed)
+    passed = 0
+    for i in range(path.n):
+        if not path.fits(i, gpu_budget):
+            continue
+        if path.kept(i):
+            return Chosen(steps[i], reckon.peak(steps[i])[0], passed)
+        passed += 1
+    if not path.n:
+        return NoFit(steps[0], reckon.peak(steps[0])[0])
+    return _lowest(steps, list(range(path.n)), reckon)
+
+
+class _Path(Generic[S]):
+    """The steps within the CPU budget (a prefix: pinned bytes never shrink along a path), with memos."""
+
+    def __init__(self, steps: Sequence[S], reckon: Reckoning[S], cpu_budget: int | None, speed: Speed[S]):
+        pinned = reckon.pinned or (lambda s: reckon.peak(s)[1])
+        n = 0
+        while n < len(steps) and (cpu_budget is None or pinned(steps[n]) <= cpu_budget):
+            n += 1
+        self.steps, self.reckon, self.speed, self.n = steps, reckon, speed, n
+        self._ms: dict[int, float] = {}
+        self._kept: dict[int, bool] = {}
+
+    def fits(self, i: int, budget: int | None) -> bool:
+        if budget is None:
+            return True
+        step, r = self.steps[i], self.reckon
+        if r.lower is not None and r.lower(step) > budget:
+            return False
+        if r.upper is not None and r.upper(step) <= budget:
+            return True
+        return r.peak(step)[0] <= budget
+
+    def ms(self, i: int) -> float:
+        if i not in self._ms:
+            self._ms[i] = self.speed.step_ms(self.steps[i])
+        return self._ms[i]
+
+    def kept(self, i: int) -> bool:
+        """Is no step ``choose`` takes after step ``i`` at its peak faster? (walked without recursion)"""
+        floor = self.speed.floor
+        stack = [i]
+        resume: dict[int, int] = {}
+        while stack:
+            x = stack[-1]
+            if x in self._kept:
+                stack.pop()
+                continue
+            ms, peak = self.ms(x), self.reckon.peak(self.steps[x])[0]
+            verdict, waiting = True, False
+            j = resume.get(x, x + 1)
+            while j < self.n:
+                if floor is not None and floor(self.steps[j]) >= ms:
+                    break  # no step from here on is faster than x
+                if self.fits(j, peak):
+                    if j not in self._kept:
+                        resume[x] = j
+                        stack.append(j)
+                        waiting = True
+                        break
+                    if self._kept[j]:
+                        verdict = self.ms(j) >= ms
+                        break
+                j += 1
+            if not waiting:
+                self._kept[x] = verdict
+                stack.pop()
+        return self._kept[i]

@@ -10,7 +10,6 @@ from planner.strategy.choice import Choice
 from planner.words.names import join_names
 from schemas.sizes import format_bytes
 
-WHY_PREFETCH = "prefetch reads each weight once per forward, UVA re-reads it on every use"
 NO_STACK = ("strategy group needs a block stack (layers named <prefix>.<int>, e.g. model.layers.{i} with repeat), "
             "and this spec has none")
 
@@ -48,18 +47,16 @@ def reason(c: Choice, *, gpu_budget: int | None, total_bytes: int, backends: Map
             return "no gpu_budget given: nothing is offloaded"
         return f"the whole model ({format_bytes(total_bytes)}) fits the {format_bytes(gpu_budget or 0)} gpu_budget"
     prefix = backends_text(backends)
-    pool = f"with a {format_bytes(c.buffer_bytes)} buffer pool"
-    gpu = format_bytes(gpu_budget or 0)
     if c.why == "requested":
         return f"{prefix}{c.backend} requested"
-    if c.why == "no_budget":
-        return f"{prefix}auto: no gpu_budget given, prefetch {pool}; {WHY_PREFETCH}"
-    if c.why == "prefetch_fits":
-        return f"{prefix}auto: prefetch fits {gpu} {pool}; {WHY_PREFETCH}"
-    alternative = format_bytes(c.alternative or 0)
-    why_not = (f"its buffer pool needs {alternative}" if c.strategy == "group" else
-               f"the lowest prefetch peak is {alternative}")
-    return f"{prefix}auto: no prefetch plan fits {gpu} ({why_not}); UVA fits with no buffer pool"
+    if c.why == "prefetch_faster":
+        return (f"{prefix}auto: prefetch predicts {c.step_ms or 0:.1f} ms a step against {c.other_ms or 0:.1f} ms "
+                f"with UVA for the same params, with a {format_bytes(c.buffer_bytes)} buffer pool")
+    if c.why == "uva_faster":
+        return (f"{prefix}auto: UVA predicts {c.step_ms or 0:.1f} ms a step against {c.other_ms or 0:.1f} ms with "
+                "prefetch for the same params, and needs no buffer pool")
+    return (f"{prefix}auto: prefetching the same params would peak at {format_bytes(c.alternative or 0)}, over the "
+            f"{format_bytes(gpu_budget or 0)} gpu_budget; UVA fits with no buffer pool")
 
 
 def none_notes(c: Choice, *, gpu_budget: int | None, total_bytes: int) -> list[str]:
@@ -91,7 +88,13 @@ def budget_notes(c: Choice, ladder: Ladder, *, selection: str, gpu_budget: int, 
         peak = format_bytes(c.fewer_peak)
         fewer = f"; {n - 1} layers would peak at {peak}" if n > 1 or not tier.kinds else \
             f"; without {_label(tier, prefer)} it would peak at {peak}"
-    budget = (f"the fewest that fit the {format_bytes(gpu_budget)} gpu_budget (peak {format_bytes(c.peak)}{fewer})")
+    budget = f"the fewest that fit the {format_bytes(gpu_budget)} gpu_budget (peak {format_bytes(c.peak)}{fewer})"
+    if c.passed:
+        them = "it" if c.passed == 1 else "them"
+        budget = (f"the fewest that fit the {format_bytes(gpu_budget)} gpu_budget and that no plan offloading more "
+                  f"beats at no higher peak (peak {format_bytes(c.peak)}; {c.passed} ladder step"
+                  f"{'s' if c.passed > 1 else ''} with fewer params fit, but a plan offloading more predicts a faster "
+                  f"step than {them})")
     if not tier.kinds:
         note = (f"budget: offloaded {selection} of {n} of {len(tier.members)} block-stack layers, spread evenly and "
                 f"ending at the last one ({chosen}): {budget}")
