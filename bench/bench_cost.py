@@ -62,10 +62,21 @@ def timer(device: torch.device, fn, repeat: int, warmup: int) -> float:
     return statistics.median(times)
 
 
+def random_model(cls, config, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """``cls(config)`` in eval mode with random weights (seed 0), made in ``dtype`` directly on ``device``."""
+    torch.manual_seed(0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return cls(config).eval()
+    finally:
+        torch.set_default_dtype(old)
+
+
 def build(kind: str, small: bool, device: torch.device):
     import transformers
 
-    torch.manual_seed(0)
     if kind == "llama":
         config = transformers.LlamaConfig(**(SMALL_LLAMA if small else LLAMA))
         cls = transformers.LlamaForCausalLM
@@ -73,14 +84,7 @@ def build(kind: str, small: bool, device: torch.device):
         config = transformers.Qwen3MoeConfig(**(SMALL_MOE if small else QWEN_MOE))
         cls = transformers.Qwen3MoeForCausalLM
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = cls(config).eval()
-    finally:
-        torch.set_default_dtype(old)
-    return model, config
+    return random_model(cls, config, device, dtype), config
 
 
 def inputs(workload: WorkloadItem, name: str, vocab: int, device: torch.device) -> torch.Tensor:

@@ -42,11 +42,13 @@ import time
 import weakref
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
+from bench_cost import random_model  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
@@ -173,15 +175,7 @@ def build(kind: str, setup: Setup):
                "phi3": ("Phi3Config", "Phi3ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[kind])
     config = config_cls(**(SMALL if setup.dry_run else FULL)[kind])
-    torch.manual_seed(0)
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device(setup.device):
-            model = model_cls(config).eval()
-    finally:
-        torch.set_default_dtype(old)
-    return model, config
+    return random_model(model_cls, config, setup.device), config
 
 
 def filled_cache(model, config, kind: str, batch: int, tokens: int, length: int, device: torch.device):

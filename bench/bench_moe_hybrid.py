@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench_cost import timer  # noqa: E402
+from bench_cost import random_model, timer  # noqa: E402
 from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
@@ -51,8 +51,8 @@ import runtime  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from planner.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
-from schemas.hardware_profile import RatePoint
-from schemas.hardware import load_hardware
+from schemas.hardware import load_hardware  # noqa: E402
+from schemas.hardware_profile import RatePoint  # noqa: E402
 from schemas.io import dump_model, load_routing  # noqa: E402
 from schemas.routing import RoutingRef  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
@@ -102,15 +102,7 @@ class Bench:
             "qwen3_moe": (transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(**(TINY_QWEN if tiny else QWEN))),
             "phimoe": (transformers.PhimoeForCausalLM, transformers.PhimoeConfig(**(TINY_PHI if tiny else PHI))),
         }[kind]
-        torch.manual_seed(0)
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(torch.bfloat16)
-        try:
-            with torch.device(self.device):
-                model = cls(config).eval()
-        finally:
-            torch.set_default_dtype(old)
-        return model, config
+        return random_model(cls, config, self.device), config
 
     def ids(self, shape: tuple[int, int], vocab: int, seed: int = 1) -> torch.Tensor:
         return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed)).to(self.device)

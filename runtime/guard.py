@@ -28,10 +28,9 @@ compiled code of every model in the process, not only this one's (docs/DESIGN.md
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
