@@ -24,7 +24,8 @@ def moe_spec(layers: int = 2) -> SpecFile:
     return SpecFile.model_validate({"model": {"name": "toy-moe", "dtype": "bfloat16", "layers": [
         {"name": "embed", "params": {"weight": [64, 16]}},
         {"name": "model.layers.{i}", "repeat": layers, "params": block, "moe": {"experts": E, "top_k": 2}},
-        {"name": "norm", "params": {"weight": [16]}}]}})
+        {"name": "norm", "params": {"weight": [16]}}]},
+        "memory": {"workspace": 0, "activations": 0}})  # a toy: its budgets are about weights
 
 
 SPLIT = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
