@@ -124,6 +124,8 @@ class Bench:
     # -- plans ------------------------------------------------------------------------------------------
     def plan(self, spec, budget: int, tokens: int, **options):
         workload = Workload({"step": WorkloadItem(tokens=tokens)})
+        if self.dry:  # tiny models: their budgets are about weights (no workspace or activations counted)
+            spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "activations": 0})})
         return planner.plan(spec, gpu_budget=budget, hardware=self.hw, workload=workload, **options)
 
     def predicted(self, plan, tokens: int, mode: str = "eager", shares=None) -> float:
@@ -180,18 +182,10 @@ class Bench:
                 total += sum(1 for e, c in enumerate(r.counts) if c and e not in on_gpu) * per_expert[layer.name]
         return total
 
-    def described(self, model, kind: str):
-        """The model's spec; a dry run's tiny model counts its weights alone (no workspace, no activations: its
-        budgets are fractions of the weights)."""
-        spec = runtime.describe(model, name=kind)
-        if self.dry:
-            spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "activations": 0})})
-        return spec
-
     # -- the runs ---------------------------------------------------------------------------------------
     def uniform(self, kind: str) -> None:
         model, config = self.build(kind)
-        spec = self.described(model, kind)
+        spec = runtime.describe(model, name=kind)
         total = sum(p.numel() * p.element_size() for p in model.parameters())
         budget = int(total * 0.45) if self.dry else BUDGETS[kind]
         experts_only = {"kinds": ["routed_experts"]}
@@ -210,7 +204,7 @@ class Bench:
     def skewed(self) -> None:
         kind = "qwen3_moe"
         model, config = self.build(kind)
-        spec = self.described(model, kind)
+        spec = runtime.describe(model, name=kind)
         hot = bias_routers(model, config, self.ids((32, 16), config.vocab_size, seed=7), self)
         sample = self.ids((64, 1), config.vocab_size, seed=9)
         with record_routing(model) as recorder, torch.inference_mode():

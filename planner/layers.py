@@ -6,7 +6,7 @@ it), and the ties: a layer whose param shares storage with a param of another la
 owner layer, the ``(param, owner's full name)`` pairs. Plain data: the planner walks the layers in order and
 looks ties up by layer; nothing asks a graph question of them (docs/DESIGN.md, "Why no graph library").
 
-Eligibility: a layer's own params that may be offloaded, the group rule and the budget spread.
+Eligibility: a layer's own params that may be offloaded, and the group rule.
 """
 
 from __future__ import annotations
@@ -101,15 +101,6 @@ def eligible_params(layer: Layer, segments: Sequence[str] | None, shared: set[st
 def group_rule(num_layers: int, group_size: int, num_in_group: int) -> list[int]:
     """vLLM's rule: stack index i is offloaded iff i % group_size >= group_size - num_in_group."""
     return [i for i in range(num_layers) if i % group_size >= group_size - num_in_group]
-
-
-def spread(num_layers: int, n: int) -> list[int]:
-    """n of num_layers indices spread evenly, the last one always included (Bresenham).
-
-    Index i is chosen iff floor((i+1)*n/M) > floor(i*n/M), i.e. the j-th chosen index is
-    ceil((j+1)*M/n) - 1.
-    """
-    return [-(-(j + 1) * num_layers // n) - 1 for j in range(n)]
 
 
 def longest_run(positions: Sequence[int], num_layers: int) -> int:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.strategy.auto_order import build_order, fit, peaks, where
+from planner.strategy.auto_order import build_order, where
+from planner.strategy.fit import Fit, NoFit, Reckoning, first_fit
+from planner.strategy.peaks import peaks
 from planner.strategy.spread_order import van_der_corput as _van_der_corput
-from planner.errors import InfeasibleError
 from planner.layers import build_graph, tied_owners
 from planner.layers import eligible_params
 from schemas import load_spec
@@ -29,6 +29,12 @@ def _order(name: str, workload: Workload, slots: int = 2):
     shared = tied_owners(build_graph(layers))
     eligible = {layer.index: eligible_params(layer, None, shared.get(layer.name, set())) for layer in layers}
     return layers, build_order(layers, eligible, HW, workload, slots), sum(layer.nbytes for layer in layers)
+
+
+def _fit(order, total: int, budget: int):
+    """The prefix fit on the order's own prefixes (one slot count: the order's)."""
+    table = peaks(order, total)
+    return first_fit(range(len(order.moves) + 1), Reckoning(peak=table.__getitem__), budget, None)
 
 
 def test_van_der_corput_prefixes_are_spread():
@@ -76,10 +82,8 @@ def test_raising_the_budget_never_moves_a_param_to_the_host(name, workload, slot
     layers, order, total = _order(name, workload, slots)
     placements = []
     for budget in (int(total * low), int(total * low * factor)):
-        try:
-            placements.append(where(order, fit(order, total, budget, None).taken, layers))
-        except InfeasibleError:
-            placements.append(None)
+        found = _fit(order, total, budget)
+        placements.append(where(order, found.step, layers) if isinstance(found, Fit) else None)
     small, large = placements
     if small is None or large is None:
         return
@@ -90,9 +94,8 @@ def test_raising_the_budget_never_moves_a_param_to_the_host(name, workload, slot
 
 def test_an_impossible_budget_names_the_smallest_peak_and_it_fits():
     layers, order, total = _order("llama-3-8b", DECODE)
-    with pytest.raises(InfeasibleError) as err:
-        fit(order, total, 10**6, None)
-    need = err.value.min_gpu_budget
-    assert fit(order, total, need, None).peak_bound == need
-    with pytest.raises(InfeasibleError):
-        fit(order, total, need - 1, None)
+    low = _fit(order, total, 10**6)
+    assert isinstance(low, NoFit)
+    need = low.peak
+    assert _fit(order, total, need) == Fit(low.lowest, need)
+    assert isinstance(_fit(order, total, need - 1), NoFit)

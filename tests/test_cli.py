@@ -153,7 +153,7 @@ def test_validate_a_plan_says_so_with_key_facts(tmp_path: Path) -> None:
 
 
 def test_show_table_lists_every_layer_and_totals(tmp_path: Path) -> None:
-    path = make_plan(tmp_path, "p.yaml", "-g", "12GB")
+    path = make_plan(tmp_path, "p.yaml", "-g", "12GB", "--backend", "prefetch")
     plan = plan_of(path.read_text())
     result = invoke("show", str(path))
     assert result.exit_code == 0, result.output
@@ -165,7 +165,7 @@ def test_show_table_lists_every_layer_and_totals(tmp_path: Path) -> None:
 
 
 def test_show_json_rows_add_up_to_the_summary(tmp_path: Path) -> None:
-    path = make_plan(tmp_path, "p.yaml", "-g", "12GB")
+    path = make_plan(tmp_path, "p.yaml", "-g", "12GB", "--backend", "prefetch")
     plan = plan_of(path.read_text())
     result = invoke("show", str(path), "--format", "json")
     assert result.exit_code == 0, result.output
@@ -209,8 +209,8 @@ def test_diff_of_different_plans_exits_1(tmp_path: Path, fmt: str) -> None:
 
 
 def test_diff_markdown_names_the_layers_that_moved(tmp_path: Path) -> None:
-    a = make_plan(tmp_path, "a.yaml", "-g", "12GB")
-    b = make_plan(tmp_path, "b.yaml", "-g", "14GB")
+    a = make_plan(tmp_path, "a.yaml", "-g", "12GB", "--backend", "prefetch")
+    b = make_plan(tmp_path, "b.yaml", "-g", "14GB", "--backend", "prefetch")
     old, new = plan_of(a.read_text()), plan_of(b.read_text())
     moved = {layer.name for layer in old.layers if layer.offloaded} ^ {
         layer.name for layer in new.layers if layer.offloaded}

@@ -16,6 +16,12 @@ LLAMA = Path(__file__).resolve().parent.parent / "examples" / "llama-3-8b.yaml"
 
 
 @pytest.fixture(scope="module")
+def llama8b(llama8b):
+    """The Llama-3-8B example on the prefetch backend: diffs of prefetch plans (slots, schedules) by default."""
+    return llama8b.model_copy(update={"offload": llama8b.offload.model_copy(update={"backend": "prefetch"})})
+
+
+@pytest.fixture(scope="module")
 def plans(llama8b):
     return planner.plan(llama8b), planner.plan(llama8b, gpu_budget=10 * GB)
 
@@ -116,7 +122,7 @@ def test_model_change_is_decided_and_listed_first(llama8b, wide):
 def test_renamed_layers_keep_their_moves_and_schedule(llama8b, tmp_path):
     path = tmp_path / "renamed.yaml"
     path.write_text(LLAMA.read_text().replace("model.layers.{i}", "model.decoder.layers.{i}"))
-    d = diff_plans(planner.plan(llama8b), planner.plan(load_spec(path)))
+    d = diff_plans(planner.plan(llama8b), planner.plan(load_spec(path), backend="prefetch"))
     assert d.model.layers_renamed == [(f"model.layers.{i}", f"model.decoder.layers.{i}") for i in range(32)]
     assert not d.model.layers_added and not d.model.layers_removed and not d.model.layer_order_changed
     assert not d.moves and not d.schedule  # the same params offloaded, the same slots and copy points
@@ -239,7 +245,7 @@ def _time_in_text(line: str):
 
 
 def test_text_markdown_and_json_agree(llama8b, wide):
-    d = diff_plans(planner.plan(llama8b), planner.plan(wide, prefetch_step=3))
+    d = diff_plans(planner.plan(llama8b), planner.plan(wide, prefetch_step=3, backend="prefetch"))
     text, md, data = render_diff(d, "text"), render_diff(d, "markdown"), json.loads(render_diff(d, "json"))
     ts, ms = _sections(text, md=False), _sections(md, md=True)
     ts = [(title, [_time_in_text(x) for x in rows]) for title, rows in ts]
@@ -326,7 +332,7 @@ def test_what_nothing_else_compares_is_named_by_field(plans):
 def test_a_dtype_change_is_one_line_per_kind_of_layer(llama8b, tmp_path):
     path = tmp_path / "f16.yaml"
     path.write_text(LLAMA.read_text().replace("dtype: bfloat16", "dtype: float16"))
-    d = diff_plans(planner.plan(llama8b), planner.plan(load_spec(path)))
+    d = diff_plans(planner.plan(llama8b), planner.plan(load_spec(path), backend="prefetch"))
     assert not d.moves and not d.schedule
     assert [(g.layers_text, g.params_text, g.what, g.old, g.new) for g in d.model.params] == [
         ("model.embed_tokens, model.norm, lm_head", "weight", "dtype", "bfloat16", "float16"),

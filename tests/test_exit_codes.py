@@ -17,6 +17,7 @@ from planner.cli import errors as cli_errors
 
 from planner.cli import exit_codes
 from planner.errors import InfeasibleError, PlanningError
+from planner.strategy.infeasible import Infeasible
 from runtime.errors import ApplyError, PlanMismatchError
 from schemas import errors as schema_errors
 from schemas.errors import InputError, LocatedValueError, PlannerError, problems_from_validation
@@ -34,7 +35,7 @@ BIG = str(ROOT / "examples" / "generated" / "qwen3-30b-a3b.yaml")
 @pytest.mark.parametrize("error, code, also", [
     (InputError("spec.yaml:3: model: required key is missing"), 2, ()),
     (PlanningError("strategy group needs a block stack"), 2, ()),
-    (InfeasibleError("nothing fits", 123), 1, ()),
+    (InfeasibleError(Infeasible("backend_none", 100, None, 123, total_bytes=123)), 1, ()),
     (PlanMismatchError(["layer 'x' is missing"], "toy"), 2, (ValueError,)),
     (ApplyError("CUDA is not available"), 1, (RuntimeError,)),
 ])

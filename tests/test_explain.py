@@ -23,7 +23,7 @@ GB = 10**9
 
 @pytest.fixture(scope="module")
 def plan(llama8b):
-    return planner.plan(llama8b, gpu_budget=12 * GB)
+    return planner.plan(llama8b, gpu_budget=12 * GB, backend="prefetch")
 
 
 def _write_plan(tmp_path: Path, plan) -> str:

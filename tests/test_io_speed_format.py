@@ -39,8 +39,8 @@ def _plans() -> dict[str, Plan]:
     llama = load_spec(ROOT / "examples" / "llama-3-8b.yaml")
     tied = load_spec(ROOT / "examples" / "llama-3.2-1b.yaml")
     return {
-        "prefetch": planner.plan(llama, gpu_budget=12 * 10**9),  # has a previous_forward layer
-        "prefetch-step-3": planner.plan(llama, gpu_budget=12 * 10**9, prefetch_step=3),
+        "prefetch": planner.plan(llama, gpu_budget=12 * 10**9, backend="prefetch"),  # a previous_forward layer
+        "prefetch-step-3": planner.plan(llama, gpu_budget=12 * 10**9, prefetch_step=3, backend="prefetch"),
         "uva": planner.plan(llama, gpu_budget=12 * 10**9, backend="uva"),
         "fits": planner.plan(llama, gpu_budget=10**12),
         "tied": planner.plan(tied, gpu_budget=2 * 10**9),

@@ -174,7 +174,8 @@ def test_assemble_refuses_what_cannot_move(tiny, where, words):
 def test_assemble_matches_the_budget_strategy_byte_for_byte():
     spec = load_spec("examples/llama-3-8b.yaml")
     plan = planner.plan(spec, gpu_budget=12 * 10**9)
-    where = {layer.name: dict.fromkeys(layer.offloaded, "prefetch") for layer in plan.layers if layer.offloaded}
+    where = {layer.name: {p: "uva" if p in layer.uva else "prefetch" for p in layer.offloaded}
+             for layer in plan.layers if layer.offloaded}
     s = plan.summary
     again = assemble(spec.model.expanded(), Assignment(where, spec.offload.prefetch_step, s.strategy, s.backend_reason, (s.notes[0],)),
                      model_name=s.model, spec_sha256=s.spec_sha256, gpu_budget=s.gpu_budget_bytes,

@@ -12,13 +12,14 @@ from schemas.spec_hash import spec_sha256
 from planner.errors import InfeasibleError, PlanningError
 from schemas import Plan, SpecFile, dump_model, load_spec
 from schemas.io import load_model
+from schemas.workload import DEFAULT_WORKLOAD
 
 GB = 10**9
 MLP = {"attn.w": [8, 8], "mlp.w1": [32, 8], "mlp.w2": [8, 32]}  # 128 + 512 + 512 bytes in bf16
 
 
 def test_llama8b_example_plans_with_real_sizes(llama8b):
-    plan = planner.plan(llama8b)
+    plan = planner.plan(llama8b, backend="prefetch")
     s = plan.summary
     assert s.total_bytes == 8_030_261_248 * 2
     assert [layer.name for layer in plan.layers] == (
@@ -35,9 +36,29 @@ def test_llama8b_example_plans_with_real_sizes(llama8b):
     # the file's prefetch_step 2: 2 slots of the three mlp weights
     assert s.prefetch_step == 2 and plan.buffer_pool.slots == 2 and s.buffer_bytes == 2 * mlp_bytes
     assert [k.param for k in plan.buffer_pool.keys] == sorted(k.param for k in plan.buffer_pool.keys)
-    assert s.spec_sha256 == spec_sha256(llama8b) and "prefetch fits 11.18 GiB" in s.backend_reason
+    assert s.spec_sha256 == spec_sha256(llama8b) and s.backend_reason == "prefetch requested"
     # minimal: one layer fewer would not fit
     assert s.total_bytes - (len(offloaded) - 1) * mlp_bytes + 2 * mlp_bytes > 12 * GB
+
+
+def test_llama8b_example_backend_auto_takes_the_faster_backend(llama8b):
+    """backend auto: the same params on the other backend either do not fit or predict no faster a step."""
+    from planner.assemble import Assignment, assemble
+    from planner.cost.predict import predict
+
+    plan = planner.plan(llama8b)
+    s = plan.summary
+    assert s.backend in ("prefetch", "uva") and s.peak_gpu_bytes <= 12 * GB
+    other = "uva" if s.backend == "prefetch" else "prefetch"
+    where = {layer.name: dict.fromkeys(layer.offloaded, other) for layer in plan.layers if layer.offloaded}
+    alt = assemble(llama8b.model.expanded(), Assignment(where, 2, "budget", "", ()), model_name=s.model,
+                   spec_sha256="0" * 64, checked=False)
+    alt_ms = predict(alt, plan.predictions.profile, llama8b.workload or DEFAULT_WORKLOAD).weighted_step_ms
+    if alt.summary.peak_gpu_bytes <= 12 * GB:
+        assert plan.predictions.weighted_step_ms <= alt_ms
+        assert f"against {alt_ms:.1f} ms" in s.backend_reason
+    else:
+        assert "over the" in s.backend_reason
 
 
 @pytest.mark.parametrize("name", ["llama-3-8b", "mixtral-8x7b", "llama-3.2-1b"])
@@ -166,9 +187,9 @@ def test_cpu_budget_caps_pinned_bytes(llama8b):
 
 
 def test_prefetch_entries_match_the_schedule(llama8b, llama_auto):
-    stalls = planner.plan(llama8b, gpu_budget=6 * GB)  # the file's prefetch_step 2 with long runs
+    stalls = planner.plan(llama8b, gpu_budget=6 * GB, backend="prefetch")  # the file's prefetch_step 2, long runs
     assert stalls.summary.prefetch_step == 2 and any("will stall" in n for n in stalls.summary.notes)
-    plan = planner.plan(llama_auto, gpu_budget=10 * GB)
+    plan = planner.plan(llama_auto, gpu_budget=10 * GB, backend="prefetch")
     names = [layer.name for layer in plan.layers]
     offloaded = [layer for layer in plan.layers if layer.offloaded]
     assert plan.summary.prefetch_step == 2 and plan.buffer_pool.slots == 2  # the default: double buffering

@@ -70,12 +70,13 @@ def test_budget_plans_fit_and_are_minimal(spec, fraction):
 
 def _peak_with_one_fewer(spec, plan) -> int:
     """Peak of the same backend offloading one layer fewer, spread over the same candidates."""
-    from planner.build import _merge, _model
+    from planner.build import _ladder, _merge, _model
+    from planner.strategy.budget import peak_at
 
     memory, offload = _merge(spec, {}, {})
     m = _model(spec, memory, offload)
-    chosen = sorted(last_first(len(m.candidates))[:plan.summary.offloaded_layers - 1])
-    return m.evaluate(chosen, plan.summary.backend).peak_gpu_bytes
+    return peak_at(m.layers, _ladder(m), plan.summary.offloaded_layers - 1, base=plan.summary.backend, forced={},
+                   total_bytes=m.total_bytes, slots=m.step)
 
 
 @pytest.mark.parametrize("fraction", [0.3, 0.5, 0.7, 0.9])

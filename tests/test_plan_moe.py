@@ -280,8 +280,8 @@ def moe_specs(draw):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(moe_specs(), st.floats(0.25, 1.1))
 def test_prefer_plans_fit_keep_the_order_and_are_minimal(spec, fraction):
-    from planner.build import _merge, _model, _state_cost
-    from planner.strategy.budget import previous_state
+    from planner.build import _ladder, _merge, _model
+    from planner.strategy.budget import peak_at
 
     total = sum(layer.nbytes for layer in spec.model.expanded())
     budget = max(1, int(total * fraction))
@@ -306,7 +306,8 @@ def test_prefer_plans_fit_keep_the_order_and_are_minimal(spec, fraction):
     assert all(x in off for x, k in eligible.items() if rank.get(k, len(rank)) < top)
     assert not any(rank.get(eligible[x], len(rank)) > top for x in off)
     # even spread within the tier, ending at the last layer holding it
-    tier = next(i for i, tr in enumerate(m.tiers) if rank.get(tr.kinds[0], len(rank)) == top)
+    ladder = _ladder(m)
+    tier = next(i for i, tr in enumerate(ladder.tiers) if rank.get(tr.kinds[0], len(rank)) == top)
     of_tier = {layer.name: [x for x in eligible if x[0] == layer.name and rank.get(eligible[x], len(rank)) == top]
                for layer in stack}
     holders = [name for name, params in of_tier.items() if params]
@@ -315,9 +316,10 @@ def test_prefer_plans_fit_keep_the_order_and_are_minimal(spec, fraction):
     assert all(all(x in off for x in of_tier[name]) for name in moved)
     # minimal: one step down the ladder (same backend) does not fit; with backend auto a UVA plan offloads at
     # least what the lowest-peak prefetch plan does (stable as the budget grows), so it may not be minimal
-    below = previous_state(m.tiers, tier, len(moved))
-    if below is not None and not (offload.backend == "auto" and s.backend == "uva"):
-        assert _state_cost(m, below, s.backend).peak_gpu_bytes > budget
+    count = sum(len(t.members) for t in ladder.tiers[:tier]) + len(moved)  # ladder steps taken
+    if count > 0 and not (offload.backend == "auto" and s.backend == "uva"):
+        assert peak_at(m.layers, ladder, count - 1, base=s.backend, forced={}, total_bytes=m.total_bytes,
+                       slots=m.step) > budget
     if s.backend == "prefetch":  # the step given, else double buffering
         assert s.prefetch_step == (offload.prefetch_step or 2)
         assert plan.buffer_pool.slots == min(s.offloaded_layers, s.prefetch_step)

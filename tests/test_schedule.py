@@ -3,7 +3,6 @@
 import pytest
 
 from schemas.schedule import num_slots, schedule
-from planner.layers import spread
 
 FORWARDS = 3
 
@@ -54,11 +53,16 @@ def simulate(positions: list[int], num_layers: int, step: int, forwards: int = F
             last_run[slot] = q
 
 
+def _spread(num_layers: int, n: int) -> list[int]:
+    """n of num_layers positions spread evenly, the last one included."""
+    return [-(-(j + 1) * num_layers // n) - 1 for j in range(n)]
+
+
 LAYOUTS = {
     "contiguous": lambda n: (list(range(n)), n),
     "resident before and after": lambda n: (list(range(1, n + 1)), n + 3),
     "interleaved": lambda n: (list(range(1, 2 * n, 2)), 2 * n + 1),
-    "spread with gaps": lambda n: (spread(n + n // 3 + 1, n), n + n // 3 + 1),
+    "spread with gaps": lambda n: (_spread(n + n // 3 + 1, n), n + n // 3 + 1),
 }
 
 

@@ -1,75 +1,105 @@
-"""The bounded budget search gives byte-identical plans and errors to the exhaustive one it replaced.
+"""The fits with bounds and floors give byte-identical plans and errors to plain fits that reckon every step.
 
-``reference_search`` is the search as it was before planner/strategy/peak_bound.py (every state evaluated
-in ladder order); it is kept here as the specification of the result. It prices each state
-plainly with the slot rule of docs/DESIGN.md (``reference_cost``: ``min(N, step)`` slots, offloaded
-layer ``j`` in slot ``j % slots``, each slot as large as the largest buffers of its layers), so
-the fast search and ``planner.strategy.footprint.evaluate`` are both checked against it.
+``plain_fit`` and ``plain_choose`` are the specification of the results (planner/strategy/fit.py): every
+step of the path in order, its peak reckoned exactly and its step predicted, the first that fits
+(``choose``: and that is kept, the definition walked from the end of the path); when none fits, the
+lowest peak within the CPU budget, the first on the path among equals. ``plain_pool`` prices a prefix
+with the slot rule of docs/DESIGN.md (``min(N, step)`` slots, prefetched layer ``j`` in slot ``j %
+slots``, each slot as large as the largest buffers of its layers), so the fast fits, the bounds of
+planner/strategy/peaks.py and the exact pool are all checked against it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import pytest
 from conftest import make_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import planner
-import planner.build
-from planner.strategy.footprint import Cost, evaluate
+import planner.strategy.budget
+from planner.build import _ladder, _model
 from planner.errors import InfeasibleError, PlanningError
-from planner.strategy.peak_bound import tier_bound
-from planner.strategy.budget import Search, Tier, _fewest_possible
+from planner.strategy.fit import Chosen, Fit, NoFit, Reckoning, Speed, choose
+from planner.strategy.order import placement
+from planner.strategy.peaks import exact_pool, lower_peaks, peaks
 from schemas import dump_model
 
 
-def reference_cost(picked: Sequence, *, total_bytes: int, num_layers: int, backend: str, step: int) -> Cost:
-    """``evaluate``, written out: the pool holds, per slot, the largest buffer of each param key its layers use."""
-    cost = evaluate(picked, range(len(picked)), total_bytes=total_bytes, num_layers=num_layers, backend=backend,
-                    step=step)
-    if backend != "prefetch" or not picked:
-        assert cost.buffer_bytes == 0
-        return cost
-    slots = min(len(picked), step)
+def plain_pool(layers, placed, slots: int) -> int:
+    """The pool of ``placed`` (position -> param -> backend) written out: per slot, the largest buffer of each key."""
+    prefetched = [p for p in sorted(placed) if "prefetch" in placed[p].values()]
+    if not prefetched:
+        return 0
+    k = min(len(prefetched), slots)
     largest: dict[tuple, int] = {}  # (slot, key) -> bytes of its buffer
-    for j, c in enumerate(picked):
-        for key, nbytes in c.signature:
-            largest[(j % slots, key)] = nbytes
-    assert cost.buffer_bytes == sum(largest.values()) and cost.step == step
-    return cost
+    for j, position in enumerate(prefetched):
+        for t in layers[position].params:
+            if placed[position].get(t.name) == "prefetch":
+                largest[(j % k, (t.name, t.shape, t.dtype, t.stride))] = t.nbytes
+    return sum(largest.values())
 
 
-def reference_search(tiers: Sequence[Tier], *, total_bytes: int, num_layers: int, backend: str,
-                     step: int, gpu_budget: int, cpu_budget: int | None, start: tuple[int, int] = (0, 0)) -> Search:
-    common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
-    lowest: Cost | None = None
-    lowest_state = None
-    skipped: list[tuple[int, int]] = []
-    for t, tier in enumerate(tiers):
-        first = _fewest_possible(tier.member_bytes(), total_bytes - tier.base_bytes(), gpu_budget)
-        bottom = 0 if t == 0 else 1
-        skipped += [(t, n) for n in range(bottom, first) if (t, n) >= start]
-        for n in range(max(first, bottom), len(tier.members) + 1):
-            if (t, n) < start:
-                continue
-            cost = reference_cost(tier.pick(n), **common)
-            if cpu_budget is not None and cost.offloaded_bytes > cpu_budget:
-                continue
-            if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes:
-                lowest, lowest_state = cost, (t, n)
-            if cost.peak_gpu_bytes <= gpu_budget:
-                return Search(cost, lowest, (t, n))
-    for t, n in skipped:
-        cost = reference_cost(tiers[t].pick(n), **common)
-        if cpu_budget is None or cost.offloaded_bytes <= cpu_budget:
-            if lowest is None or cost.peak_gpu_bytes < lowest.peak_gpu_bytes:
-                lowest, lowest_state = cost, (t, n)
-    if lowest is None:
-        return Search(None, reference_cost(tiers[start[0]].pick(start[1]), **common), None, start)
-    return Search(None, lowest, None, lowest_state)
+def plain_fit(steps, reckon, gpu_budget, cpu_budget):
+    peaks_ = [reckon.peak(step) for step in steps]
+    within = [i for i, (_, pinned) in enumerate(peaks_) if cpu_budget is None or pinned <= cpu_budget]
+    for i in within:
+        if gpu_budget is None or peaks_[i][0] <= gpu_budget:
+            return Fit(steps[i], peaks_[i][0])
+    if not within:
+        return NoFit(steps[0], peaks_[0][0])
+    best = min(within, key=lambda i: (peaks_[i][0], i))
+    return NoFit(steps[best], peaks_[best][0])
+
+
+def plain_choose(steps, reckon, gpu_budget, cpu_budget, speed):
+    """``choose`` by its definition: from the end of the path, a step is kept unless the first kept step after
+    it that fits its peak predicts a faster step; the first kept step that fits is taken."""
+    n = 0  # the steps within the CPU budget: a prefix of the path
+    while n < len(steps) and (cpu_budget is None or reckon.peak(steps[n])[1] <= cpu_budget):
+        n += 1
+    if n == 0:
+        return NoFit(steps[0], reckon.peak(steps[0])[0])
+    peak = [reckon.peak(steps[i])[0] for i in range(n)]
+    ms = [speed.step_ms(steps[i]) for i in range(n)]
+    kept = [True] * n
+    for i in range(n - 1, -1, -1):
+        after = next((j for j in range(i + 1, n) if kept[j] and peak[j] <= peak[i]), None)
+        kept[i] = after is None or ms[after] >= ms[i]
+    passed = 0
+    for i in range(n):
+        if gpu_budget is None or peak[i] <= gpu_budget:
+            if kept[i]:
+                return Chosen(steps[i], peak[i], passed)
+            passed += 1
+    lowest = min(range(n), key=lambda i: (peak[i], i))
+    return NoFit(steps[lowest], peak[lowest])
+
+
+paths = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 30)), min_size=1, max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(paths, st.integers(0, 31), st.integers(0, 31), st.none() | st.integers(0, 40), st.integers(0, 5))
+def test_choose_is_its_definition_and_monotone(path, b1, b2, cpu, slack):
+    """On any path (peaks and predicted steps drawn; pinned bytes growing along it), with a floor that is a lower
+    bound on every later step: ``choose`` equals its definition, and a larger budget takes a step no later on
+    the path that predicts no slower a step."""
+    steps = list(range(len(path)))
+    reckon = Reckoning(peak=lambda i: (path[i][0], 3 * i))
+    ms = [float(t) for _, t in path]
+    floor = lambda i: min(ms[i:]) - slack  # noqa: E731
+    speed = Speed(step_ms=ms.__getitem__, floor=floor)
+    low, high = sorted((b1, b2))
+    picks = []
+    for budget in (low, high):
+        got = choose(steps, reckon, budget, cpu, speed)
+        assert got == plain_choose(steps, reckon, budget, cpu, Speed(step_ms=ms.__getitem__))
+        picks.append(got)
+    small, large = picks
+    if isinstance(small, Chosen):
+        assert isinstance(large, Chosen)
+        assert large.step <= small.step and ms[large.step] <= ms[small.step]
 
 
 # Params of every kind the prefer ladder orders, in a few shapes so that blocks share signatures or not.
@@ -114,10 +144,10 @@ def cases(draw):
     return spec, gpu, cpu
 
 
-def outcome(spec, gpu: int, cpu: int | None, search) -> str:
-    """The plan file (JSON) or the error, planning with ``search`` as the budget search."""
-    saved = planner.build.search
-    planner.build.search = search
+def outcome(spec, gpu: int, cpu: int | None, fits) -> str:
+    """The plan file (JSON) or the error, planning with ``fits`` (first_fit, choose) as the budget strategy's."""
+    saved = planner.strategy.budget.first_fit, planner.strategy.budget.choose
+    planner.strategy.budget.first_fit, planner.strategy.budget.choose = fits
     try:
         return dump_model(planner.plan(spec, gpu_budget=gpu, cpu_budget=cpu), "json")
     except InfeasibleError as err:
@@ -125,55 +155,56 @@ def outcome(spec, gpu: int, cpu: int | None, search) -> str:
     except (PlanningError, ValidationError) as err:
         return f"{type(err).__name__}: {err}"
     finally:
-        planner.build.search = saved
+        planner.strategy.budget.first_fit, planner.strategy.budget.choose = saved
+
+
+PLAIN = (plain_fit, plain_choose)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.integers(0, 2000))
-def test_plans_and_errors_identical_to_the_exhaustive_search(case, above):
+def test_plans_and_errors_identical_to_the_plain_fits(case, above):
     """At the drawn budget, and just below, at and above the smallest feasible one (where plans fit tightly)."""
     spec, gpu, cpu = case
-    smallest = outcome(spec, 1, cpu, reference_search)
+    smallest = outcome(spec, 1, cpu, PLAIN)
     budgets = [gpu]
     if smallest.startswith("infeasible") and not smallest.startswith("infeasible None"):
         least = int(smallest.split()[1].rstrip(":"))
         budgets += [least - 1, least, least + above]
     for budget in budgets:
-        assert outcome(spec, budget, cpu, planner.build.search) == outcome(spec, budget, cpu, reference_search)
+        fast = (planner.strategy.budget.first_fit, planner.strategy.budget.choose)
+        assert outcome(spec, budget, cpu, fast) == outcome(spec, budget, cpu, PLAIN)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.sampled_from(["prefetch", "uva"]))
-def test_search_result_identical_and_bound_holds(case, backend):
-    spec, gpu, cpu = case
-    m = planner.build._model(spec, spec.memory, spec.offload)
+def test_the_bounds_hold_and_the_exact_pool_is_the_slot_rule(case, backend):
+    spec, _, _ = case
+    m = _model(spec, spec.memory, spec.offload)
     if not m.candidates:
         return
-    args = dict(total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
-                step=m.step, gpu_budget=gpu, cpu_budget=cpu)
-    assert planner.build.search(m.tiers, **args) == reference_search(m.tiers, **args)
-    for t, tier in enumerate(m.tiers):
-        bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes)
-        for n in range(len(tier.members) + 1):
-            picked = tier.pick(n)
-            cost = reference_cost(picked, total_bytes=m.total_bytes, num_layers=len(m.layers), backend=backend,
-                                  step=m.step)
-            offloaded, layers = bound.offloaded(n)
-            assert (offloaded, layers) == (cost.offloaded_bytes, len(picked))
-            peak = bound.peak_bound(n, offloaded, layers, backend, m.step)
-            assert peak <= cost.peak_gpu_bytes
-            if backend == "uva":
-                assert peak == cost.peak_gpu_bytes
+    order, _ = _ladder(m).order(m.layers, backend, {})
+    upper, lower = peaks(order, m.total_bytes, m.step), lower_peaks(order, m.total_bytes, m.step)
+    for taken in range(len(order.moves) + 1):
+        placed = placement(order, taken)
+        pool = plain_pool(m.layers, placed, m.step)
+        assert exact_pool(m.layers, placed, m.step) == pool
+        offloaded = sum(move.nbytes for move in order.moves[:taken])
+        exact = m.total_bytes - offloaded + pool
+        assert upper[taken][1] == offloaded
+        assert lower[taken] <= exact <= upper[taken][0]
+        if backend == "uva":
+            assert lower[taken] == exact == upper[taken][0]
 
 
-def test_uniform_stack_bound_is_exact():
-    """On a stack of identical blocks the bound is the peak: the search evaluates almost nothing."""
+def test_uniform_stack_bounds_are_exact():
+    """On a stack of identical blocks both bounds are the peak: the fit reckons almost nothing exactly."""
     spec = make_spec([{"a.weight": [8, 8], "b.weight": [8]}] * 40)
-    m = planner.build._model(spec, spec.memory, spec.offload)
-    tier = m.tiers[0]
-    bound = tier_bound(tier.base, tier.full, tier.members, total_bytes=m.total_bytes)
+    m = _model(spec, spec.memory, spec.offload)
+    order, _ = _ladder(m).order(m.layers, "prefetch", {})
     for step in (1, 2, 5):
-        for n in range(41):
-            cost = reference_cost(tier.pick(n), total_bytes=m.total_bytes, num_layers=len(m.layers),
-                                  backend="prefetch", step=step)
-            assert bound.peak_bound(n, *bound.offloaded(n), "prefetch", step) == cost.peak_gpu_bytes
+        upper, lower = peaks(order, m.total_bytes, step), lower_peaks(order, m.total_bytes, step)
+        for taken in range(41):
+            placed = placement(order, taken)
+            exact = m.total_bytes - upper[taken][1] + plain_pool(m.layers, placed, step)
+            assert lower[taken] == exact == upper[taken][0]

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.layers import eligible_params, group_rule, longest_run, matches_segments, spread
+from planner.layers import eligible_params, group_rule, longest_run, matches_segments
+from planner.strategy.spread_order import last_first
 from schemas import SpecFile
 
 
@@ -39,21 +40,25 @@ def test_group_rule_matches_vllm_formula(m):
 
 
 @given(st.integers(1, 400), st.data())
-def test_spread_is_even_and_ends_at_the_last_layer(m, data):
+def test_the_budget_spread_is_even_and_starts_at_the_last_layer(m, data):
+    """The budget strategy's priority order (planner/strategy/budget.py): a permutation, the last layer first,
+    and every prefix spread: no two gaps between taken layers differ by more than a factor of two plus one."""
+    order = last_first(m)
+    assert sorted(order) == list(range(m)) and order[0] == m - 1
     n = data.draw(st.integers(1, m))
-    chosen = spread(m, n)
-    assert chosen == [i for i in range(m) if (i + 1) * n // m > i * n // m]
-    assert len(chosen) == n and chosen[-1] == m - 1 and chosen == sorted(set(chosen))
-    gaps = {b - a for a, b in zip([-1] + chosen, chosen)}
-    assert max(gaps) - min(gaps) <= 1  # evenly spaced
+    chosen = sorted(order[:n])
     if n < m:
         assert chosen != list(range(n))  # never simply the first ones
+    gaps = [b - a for a, b in zip(chosen, chosen[1:])]
+    if gaps:
+        assert max(gaps) <= 2 * min(gaps) + 1
 
 
-def test_spread_zero_and_all():
-    assert spread(10, 0) == []
-    assert spread(10, 10) == list(range(10))
-    assert spread(32, 8) == [3, 7, 11, 15, 19, 23, 27, 31]
+def test_the_budget_spread_of_powers_of_two_is_exact():
+    assert last_first(1) == [0]
+    assert sorted(last_first(32)[:8]) == [3, 7, 11, 15, 19, 23, 27, 31]
+    for n in (2, 4, 8, 16):
+        assert sorted(last_first(32)[:n]) == list(range(32 // n - 1, 32, 32 // n))
 
 
 def _brute_run(positions, num_layers):

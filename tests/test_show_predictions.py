@@ -19,7 +19,7 @@ def plan(llama8b):
     from schemas.workload import Workload, WorkloadItem
 
     workload = Workload({"decode": WorkloadItem(tokens=1, weight=0.9), "prefill": WorkloadItem(tokens=2048, weight=0.1)})
-    return planner.plan(llama8b, gpu_budget=12 * GB, workload=workload)
+    return planner.plan(llama8b, gpu_budget=12 * GB, workload=workload, backend="prefetch")
 
 
 @pytest.fixture()

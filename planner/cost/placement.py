@@ -51,6 +51,7 @@ class PlacementCost:
         self._work: dict[tuple, LayerWork] = {}
         self._sets: dict[tuple, tuple[frozenset, frozenset]] = {}  # a layer's placement -> (uva, copied) names
         self._none: dict[tuple, list[LayerWork]] = {}
+        self._sums: dict[tuple, tuple[float, float]] = {}  # per workload item: the resident (GPU, CPU) ms
 
     def _layer_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
                     copied: frozenset) -> LayerWork:
@@ -89,6 +90,30 @@ class PlacementCost:
             for i, (uva, copied) in placed.items():
                 work[i] = self._layer_work(i, tokens, mode, seqs, uva, copied)
             total += weight * simulate(work, copies, self._link).step_ms
+        return total
+
+    def lower_ms(self, where: Mapping[int, Mapping[str, str]]) -> float:
+        """A lower bound on ``step_ms(where, slots, span)`` for any slots and spans: per workload the busiest of
+        the compute stream, the copy stream and the CPU, each at least the sum of its layers' work (the step
+        of any forward ends after all three). Adding a move never lowers it (a UVA read is no faster than a
+        GPU read, a copy adds link time), so along an order it never decreases."""
+        total = 0.0
+        for tokens, share, mode, seqs in self.tokens:
+            resident = self._resident(tokens, mode, seqs)
+            sums = self._sums.get((tokens, mode, seqs))
+            if sums is None:
+                sums = self._sums[(tokens, mode, seqs)] = (sum(w.gpu_ms for w in resident),
+                                                            sum(w.cpu_ms for w in resident))
+            gpu, cpu = sums
+            copy = 0.0
+            for i, params in where.items():
+                uva = frozenset(p for p, b in params.items() if b == "uva")
+                copied = frozenset(p for p, b in params.items() if b == "prefetch")
+                work = self._layer_work(i, tokens, mode, seqs, uva, copied)
+                gpu += work.gpu_ms - resident[i].gpu_ms
+                cpu += work.cpu_ms - resident[i].cpu_ms
+                copy += work.copy_ms if work.copy_bytes else 0.0
+            total += share * max(gpu, cpu, copy)
         return total
 
     def _resident(self, tokens: int, mode: str, seqs: Sequences) -> list[LayerWork]:

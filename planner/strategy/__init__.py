@@ -1,4 +1,6 @@
 """Strategies: which params leave the GPU (records only; the words are in ``planner.words``).
 
-``auto`` (order + first fit + slots), ``budget`` (an order spread over the block stack, the shortest
-prefix that fits), the group rule (``planner.layers``), and the bytes and peaks they reckon with."""
+One machinery for all of them: an order of moves (``order``) fed to one prefix fit (``fit``) with one peak
+reckoning (``peaks``); ``infeasible`` is the record of no fit. ``budget`` (a ladder spread over the block
+stack), ``group`` (vLLM's group rule), ``auto`` (moves by predicted cost, ``auto_order``, on a slot path,
+``auto_slots``); ``choice`` is what budget and group decide."""

@@ -8,13 +8,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.assemble import Assignment
-from planner.strategy.auto_order import Order, build_order, infeasible, peaks, span_placement, where
+from planner.strategy.auto_order import build_order, span_placement, where
 from planner.strategy.auto_slots import SlotPath, fixed_path, slot_path
 from planner.errors import InfeasibleError
-from planner.assemble import layers_with_prefetch, pool_of
 from planner.cost.placement import PlacementCost
 from planner.layers import eligible_params
-from schemas.buffer_pool import pool_bytes
+from planner.strategy.fit import NoFit, Reckoning, first_fit
+from planner.strategy.infeasible import Infeasible, Need
+from planner.strategy.order import Order
+from planner.strategy.peaks import exact_pool, peaks
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection
 from schemas.workload import Workload
@@ -25,6 +27,16 @@ class SlotOption:
     slots: int
     taken: int  # the shortest prefix that fits the budget with this many slots
     step_ms: float  # its predicted weighted step
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """The budget strategy's plan at the same budget, set beside auto's: its backend, bytes and predicted step."""
+
+    backend: str
+    offloaded_bytes: int
+    step_ms: float
+    ours_ms: float  # auto's plan's predicted step
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,7 @@ class AutoDecision:
     options: tuple[SlotOption, ...] = ()  # at this budget, the other slot counts that fit
     prefer: tuple[str, ...] = ()  # offload.prefer: kinds whose moves come first
     span: int | None = None  # the position of the layer prefetched spanning the slots (its unique moves)
+    runner_up: RunnerUp | None = None  # the budget strategy's best plan at this budget (planner/build.py)
 
     def moves_by(self, backend: str) -> list:
         """The moves taken on ``backend`` as the order has them (a spanned layer's moves are its "uva" ones)."""
@@ -59,7 +72,8 @@ class AutoDecision:
 
 
 def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: MemorySection, offload: OffloadSection,
-           hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int) -> AutoDecision:
+           hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int,
+           cost: PlacementCost | None = None) -> AutoDecision:
     """The auto plan's placement (raises InfeasibleError when no pair fits the budgets).
 
     ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost."""
@@ -71,7 +85,7 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
     order = build_order(layers, eligible, hw, workload, step, forced, only, prefer)
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
         return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None, prefer=prefer)
-    cost = PlacementCost(layers, hw, workload)
+    cost = cost or PlacementCost(layers, hw, workload)
     cache: dict[tuple[int, int, int | None], float] = {}
 
     def step_ms(taken: int, slots: int, span: int | None = None) -> float:
@@ -82,50 +96,35 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
 
     def span_pool(taken: int, slots: int, span: int) -> int:
         """The exact bytes of the arena with ``span`` spanning the slots."""
-        placed = where(order, taken, layers, span)
-        _, entries = pool_of(layers_with_prefetch(layers, placed), placed, slots, (layers[span].name,))
-        return pool_bytes(entries)
+        return exact_pool(layers, span_placement(order, taken, span), slots, (span,))
 
     path = (fixed_path(order, total_bytes, step, step_ms, span_pool) if step is not None else
             slot_path(order, total_bytes, step_ms, span_pool))
-    try:
-        slots, taken, span, peak = _first_fit(path, memory.gpu_budget, memory.cpu_budget, bool(order.moves))
-    except InfeasibleError as err:
-        if only is not None:
-            raise
-        # below the smallest prefetch pool: every eligible param read in place (no buffers). Taking all of
-        # them keeps the rule that a larger budget never moves a param from the GPU to the host.
-        uva = build_order(layers, eligible, hw, workload, step, forced, "uva", prefer)
-        peak, pinned = peaks(uva, total_bytes)[-1]
-        fits_cpu = memory.cpu_budget is None or pinned <= memory.cpu_budget
-        all_in_place = fits_cpu and uva.moves and all(sig is None for sig in uva.signatures)
-        if all_in_place and peak <= (memory.gpu_budget or 0):
-            return AutoDecision(where(uva, len(uva.moves), layers), uva, len(uva.moves), peak, step or 1,
-                                all_uva=True, searched=step is None, prefer=prefer)
-        if not all_in_place or err.min_gpu_budget is None or err.min_gpu_budget <= peak:
-            raise
-        raise infeasible(peak, memory.gpu_budget, memory.cpu_budget, True) from None
+    found = first_fit(path.steps, Reckoning(peak=lambda st: path.peak(*st)), memory.gpu_budget, memory.cpu_budget)
+    if isinstance(found, NoFit):
+        need = found.peak
+        if only is None:
+            # below the smallest prefetch pool: every eligible param read in place (no buffers). Taking all of
+            # them keeps the rule that a larger budget never moves a param from the GPU to the host.
+            uva = build_order(layers, eligible, hw, workload, step, forced, "uva", prefer)
+            peak, pinned = peaks(uva, total_bytes)[-1]
+            fits_cpu = memory.cpu_budget is None or pinned <= memory.cpu_budget
+            all_in_place = fits_cpu and uva.moves and all(sig is None for sig in uva.signatures)
+            if all_in_place and peak <= (memory.gpu_budget or 0):
+                return AutoDecision(where(uva, len(uva.moves), layers), uva, len(uva.moves), peak, step or 1,
+                                    all_uva=True, searched=step is None, prefer=prefer)
+            if all_in_place:
+                need = min(need, peak)
+        raise InfeasibleError(Infeasible("no_plan", memory.gpu_budget, memory.cpu_budget, need, strategy="auto",
+                                         needs=(Need("auto", need),), movable=bool(order.moves)))
+    slots, taken, span = found.step
+    peak = found.peak
     options = ()
     if step is None and memory.gpu_budget is not None and any(m.backend == "prefetch" for m in order.moves[:taken]):
         options = tuple(_options(path, memory.gpu_budget, memory.cpu_budget, step_ms, slots))
     return AutoDecision(where(order, taken, layers, span), order, taken, peak, slots, searched=step is None,
                         step_ms=step_ms(taken, slots, span) if step is None else None, options=options, prefer=prefer,
                         span=span)
-
-
-def _first_fit(path: SlotPath, gpu_budget: int | None, cpu_budget: int | None,
-               movable: bool) -> tuple[int, int, int | None, int]:
-    """(slots, taken, spanning layer, peak bound) of the first step on the path that fits, or InfeasibleError
-    with the lowest peak on the path within the CPU budget."""
-    lowest = None
-    for slots, taken, span in path.steps:
-        peak, pinned = path.peak(slots, taken, span)
-        if cpu_budget is not None and pinned > cpu_budget:
-            break
-        if gpu_budget is None or peak <= gpu_budget:
-            return slots, taken, span, peak
-        lowest = peak if lowest is None else min(lowest, peak)
-    raise infeasible(lowest if lowest is not None else path.peak(*path.steps[0])[0], gpu_budget, cpu_budget, movable)
 
 
 def _options(path: SlotPath, gpu_budget: int, cpu_budget: int | None, step_ms, chosen: int) -> list[SlotOption]:

@@ -29,41 +29,19 @@ The peak of a prefix is reckoned with the pool's upper bound (each buffer key's 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from schemas.buffer_pool import Signature, signature
-from planner.errors import InfeasibleError
 from planner.kinds import name_key, param_kind
 from planner.cost.layer import gpu_and_uva_ms
+from planner.strategy.order import Move, Order, placement, tier_of
 from planner.strategy.spread_order import van_der_corput
 from schemas.hardware import HardwareProfile
-from schemas.sizes import format_bytes
 from schemas.spec import Layer, Tensor
 from schemas.workload import Workload
 
 
 MAX_SLOTS = 4  # the most buffer slots auto considers (one copy stream: more help only before runs)
-
-
-@dataclass(frozen=True)
-class Move:
-    position: int  # the layer's position in execution order
-    params: tuple[str, ...]
-    nbytes: int
-    backend: str  # uva | prefetch
-    ms_per_byte: float  # weighted predicted cost of the move, per byte moved
-    kinds: tuple[str, ...]
-    tier: int = 0  # offload.prefer: the rank of its kinds (0 without prefer)
-    unique: bool = False  # a UVA move of units that would rather be copied, in a layer no other layer is like
-
-
-@dataclass(frozen=True)
-class Order:
-    """The moves in the order they are taken, and what a prefix of them costs in memory."""
-
-    moves: tuple[Move, ...]
-    signatures: tuple[Signature | None, ...]  # per move: the prefetched signature (None for UVA)
-    slots: int  # the most buffer slots a plan of this order may use: prefetched signatures are shared by more
 
 
 def _weighted(workload: Workload) -> list[tuple[int, float]]:
@@ -85,11 +63,6 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     forced = forced or {}
     tokens = _weighted(workload)
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
-    rest = len(prefer) if prefer else 0
-
-    def tier_of(kind: str) -> int:
-        return prefer.index(kind) if prefer and kind in prefer else rest
-
     cost_cache: dict[tuple, float] = {}
     uva_moves: list[Move] = []
     fallback: dict[tuple[int, int], list[Move]] = {}  # (position, tier): its units on UVA, if not prefetched
@@ -117,7 +90,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
                         found += share * (uva - gpu)
                     cost_cache[key] = found
                 extra += found
-            tier = tier_of(kind)
+            tier = tier_of(kind, prefer)
             move = Move(position, tuple(t.name for t in group), nbytes, "uva", max(extra, 0.0) / nbytes, (kind,), tier)
             want = forced.get(kind, only)
             if want == "uva" or (want is None and move.ms_per_byte < link_ms_per_byte):
@@ -158,81 +131,6 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     ordered_moves = sorted(moves + prefetch, key=lambda m: (m.tier, m.ms_per_byte))
     signatures = tuple(sigs[(m.position, m.tier)] if m.backend == "prefetch" else None for m in ordered_moves)
     return Order(tuple(ordered_moves), signatures, slots)
-
-
-@dataclass(frozen=True)
-class Fit:
-    taken: int  # moves taken from the order
-    peak_bound: int  # the peak by the pool's upper bound
-
-
-def peaks(order: Order, total_bytes: int, slots: int | None = None) -> list[tuple[int, int]]:
-    """(peak upper bound, pinned bytes) after taking 0, 1, ..., len(order) moves, with ``slots`` buffer
-    slots (default: the order's)."""
-    most = order.slots if slots is None else slots
-    out = [(total_bytes, 0)]
-    offloaded = pool = 0
-    layers: set[int] = set()  # prefetched layers
-    held: dict[tuple, int] = {}  # pool key -> prefetched layers holding it
-    size: dict[tuple, int] = {}  # pool key -> bytes of one buffer
-    for move, sig in zip(order.moves, order.signatures):
-        offloaded += move.nbytes
-        if sig is not None:
-            before = min(len(layers), most)
-            layers.add(move.position)  # a layer's later moves (prefer tiers) add keys, not a layer
-            k = min(len(layers), most)
-            for key, nbytes in sig:
-                size[key] = nbytes
-                held[key] = held.get(key, 0) + 1
-            if k > before:  # the slot count itself grew: every key may use one more buffer
-                pool = sum(size[key] * min(n, k) for key, n in held.items())
-            else:
-                pool += sum(nbytes for key, nbytes in sig if held[key] <= k)
-        out.append((total_bytes - offloaded + pool, offloaded))
-    return out
-
-
-def prefetched_layers(order: Order) -> list[int]:
-    """After taking 0, 1, ..., len(order) moves: how many layers are prefetched."""
-    out, seen = [0], set()
-    for move in order.moves:
-        if move.backend == "prefetch":
-            seen.add(move.position)
-        out.append(len(seen))
-    return out
-
-
-def fit(order: Order, total_bytes: int, gpu_budget: int | None, cpu_budget: int | None,
-        table: list[tuple[int, int]] | None = None) -> Fit:
-    """The shortest prefix of ``order`` that fits both budgets, or InfeasibleError with the
-    smallest GPU budget any prefix needs within the CPU budget (``table``: the prefixes' peaks)."""
-    table = peaks(order, total_bytes) if table is None else table
-    for taken, (peak, pinned) in enumerate(table):
-        if cpu_budget is not None and pinned > cpu_budget:
-            break
-        if gpu_budget is None or peak <= gpu_budget:
-            return Fit(taken, peak)
-    within = [peak for peak, pinned in table if cpu_budget is None or pinned <= cpu_budget]
-    raise infeasible(min(within), gpu_budget, cpu_budget, bool(order.moves))
-
-
-def infeasible(need: int, gpu_budget: int | None, cpu_budget: int | None, movable: bool) -> InfeasibleError:
-    cpu = f" within the {format_bytes(cpu_budget)} cpu_budget" if cpu_budget is not None else ""
-    lowest = ("the lowest peak of any auto plan is " if movable else
-              "nothing can be offloaded (no layer has eligible params), so the whole model stays at ")
-    return InfeasibleError(
-        f"no auto plan fits the {format_bytes(gpu_budget or 0)} gpu_budget{cpu}: {lowest}{format_bytes(need)}; "
-        f"the smallest feasible gpu_budget is {need} bytes", need)
-
-
-def placement(order: Order, taken: int) -> dict[int, dict[str, str]]:
-    """Layer position -> param -> backend for the first ``taken`` moves."""
-    out: dict[int, dict[str, str]] = {}
-    for move in order.moves[:taken]:
-        target = out.setdefault(move.position, {})
-        for name in move.params:
-            target[name] = move.backend
-    return out
 
 
 def where(order: Order, taken: int, layers: Sequence[Layer], span: int | None = None) -> dict[str, dict[str, str]]:

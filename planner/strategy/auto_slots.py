@@ -27,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from planner.strategy.auto_order import Order, peaks, prefetched_layers, span_candidate
+from planner.strategy.auto_order import span_candidate
+from planner.strategy.order import Order, prefetched_layers
+from planner.strategy.peaks import peaks
 
 
 Step = tuple[int, int, "int | None"]  # (slots, moves taken, position of the layer spanning the slots or None)

@@ -1,43 +1,45 @@
-"""The budget strategy's search: the fewest evenly spread stack layers whose plan fits the budget.
+"""strategy budget: the fewest evenly spread block-stack layers whose plan fits the budget.
 
-The search climbs a ladder of tiers. Without ``offload.prefer`` there is one tier: all
-eligible params of a layer move together, and step ``n`` offloads the first ``n`` candidates
-of a fixed priority order (the last layer, then the others spread evenly: ``last_first``).
-With ``prefer``, tier ``t`` offloads the params of the ``t``-th kind: every layer keeps the
-params of the earlier tiers offloaded (those tiers are exhausted) and the first ``n`` of the
-layers holding the tier's kind, in the same priority order, offload that kind too. States are
-tried in ladder order (tier, then n) and the first that fits wins. Every state offloads all
-that the states before it offload, and the priority order never depends on the budget, so a
-larger budget never moves a param from the GPU to the host.
+The strategy is an order (planner/strategy/order.py) fed to the prefix fit (planner/strategy/fit.py).
+Its order is a *ladder* of tiers. Without ``offload.prefer`` there is one tier: all eligible params
+of a layer move together, and ladder step ``n`` offloads the first ``n`` candidates of a fixed
+priority order (the last layer, then the others spread evenly: ``last_first``). With ``prefer``
+(ranked by ``order.tier_of``), tier ``t`` moves the params of the ``t``-th kind: every layer keeps
+the params of the earlier tiers offloaded (those tiers are exhausted) and the first ``n`` of the
+layers holding the tier's kind, in the same priority order, offload that kind too. Every ladder step
+offloads all that the steps before it offload, and the priority order never depends on the budget,
+so a larger budget never moves a param from the GPU to the host.
+
+With ``offload.backends`` a ladder step's params go to their kind's backend (the others to the
+backend searched), so one ladder step may be two moves; the fit looks only at whole ladder steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from schemas.buffer_pool import signature
-from planner.strategy.footprint import Candidate, Cost, evaluate
-from planner.strategy.peak_bound import tier_bound
 from functools import cached_property
 
+from planner.errors import InfeasibleError
+from planner.kinds import param_kind
+from planner.strategy.choice import Choice
+from planner.cost.placement import PlacementCost
+from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, choose, first_fit
+from planner.strategy.infeasible import Infeasible, Need
+from planner.strategy.order import Move, Order, offloaded_layers, placement, tier_of
+from planner.strategy.peaks import exact_pool, lower_peaks, peaks
 from planner.strategy.spread_order import last_first
-from schemas.spec import Tensor
+from schemas.buffer_pool import Signature, signature
+from schemas.spec import Layer, Tensor
 
 
 @dataclass(frozen=True)
 class Tier:
-    """One rung set of the ladder.
-
-    ``base[i]``/``full[i]``: what stack layer ``i`` (of those with eligible params) offloads
-    before this tier / with this tier's params added (None: nothing). ``members``: the
-    layers that hold params of this tier, in execution order.
-    """
+    """One tier of the ladder: the layers holding its kinds and, per layer, its params of those kinds."""
 
     kinds: tuple[str, ...]  # the kinds this tier moves; () = every eligible param at once (no prefer)
-    base: tuple[Candidate | None, ...]
-    full: tuple[Candidate | None, ...]
-    members: tuple[int, ...]
+    members: tuple[int, ...]  # positions of the layers holding them, in execution order
+    params: tuple[tuple[Tensor, ...], ...]  # per member: its params of this tier, in the layer's order
 
     @cached_property
     def priority(self) -> tuple[int, ...]:
@@ -45,149 +47,179 @@ class Tier:
         return tuple(last_first(len(self.members)))
 
     def chosen(self, n: int) -> list[int]:
-        """The layers (indices into base/full) that offload this tier's params at step n, in execution order."""
+        """The positions of the layers that move this tier's params at ladder step n, in execution order."""
         return [self.members[j] for j in sorted(self.priority[:n])]
-
-    def pick(self, n: int) -> list[Candidate]:
-        """The offloaded layers at step n, in execution order."""
-        if not any(self.base):
-            return [self.full[i] for i in self.chosen(n)]  # type: ignore[misc]
-        on = set(self.chosen(n))
-        out = []
-        for i, (base, full) in enumerate(zip(self.base, self.full)):
-            c = full if i in on else base
-            if c is not None:
-                out.append(c)
-        return out
-
-    def base_bytes(self) -> int:
-        return sum(c.nbytes for c in self.base if c is not None)
-
-    def member_bytes(self) -> list[int]:
-        return [self.full[i].nbytes - (self.base[i].nbytes if self.base[i] else 0)  # type: ignore[union-attr]
-                for i in self.members]
-
-
-def single_tier(candidates: Sequence[Candidate]) -> Tier:
-    """The ladder without prefer: each candidate's eligible params move together."""
-    return Tier((), (None,) * len(candidates), tuple(candidates), tuple(range(len(candidates))))
-
-
-def prefer_tiers(layers: Sequence[tuple[int, Sequence[Tensor], Sequence[str]]],
-                 prefer: Sequence[str]) -> list[Tier]:
-    """The ladder with prefer: one tier per preferred kind present, in order, then one for the other kinds.
-
-    ``layers``: (position, eligible tensors, their kinds) for each block-stack layer with eligible params.
-    """
-    rest = len(prefer)
-
-    def rank(kind: str) -> int:
-        return prefer.index(kind) if kind in prefer else rest
-
-    ranks = [[rank(k) for k in kinds] for _, _, kinds in layers]
-    present = sorted({r for rs in ranks for r in rs})
-    interned: dict = {}  # one signature object per distinct param set: the pool builder groups by identity
-
-    def candidate(position: int, tensors: Sequence[Tensor], rs: list[int], upto: int) -> Candidate | None:
-        chosen = [t for t, r in zip(tensors, rs) if r <= upto]
-        if not chosen:
-            return None
-        sig = signature(chosen)
-        return Candidate(position, tuple(t.name for t in chosen), sum(t.nbytes for t in chosen),
-                         interned.setdefault(sig, sig))
-
-    tiers = []
-    for i, r in enumerate(present):
-        below = present[i - 1] if i else -1
-        base = tuple(candidate(p, ts, rs, below) for (p, ts, _), rs in zip(layers, ranks))
-        full = tuple(candidate(p, ts, rs, r) for (p, ts, _), rs in zip(layers, ranks))
-        members = tuple(j for j, rs in enumerate(ranks) if r in rs)
-        kinds = (prefer[r],) if r < rest else tuple(sorted({k for _, _, ks in layers for k in ks if rank(k) == rest}))
-        tiers.append(Tier(kinds, base, full, members))
-    return tiers
 
 
 @dataclass(frozen=True)
-class Search:
-    fit: Cost | None  # the plan with the fewest offloaded layers that fits, or None
-    lowest: Cost  # the lowest peak seen (over every state when nothing fits) within the cpu budget
-    state: tuple[int, int] | None = None  # (tier, n) of the fit
-    lowest_state: tuple[int, int] | None = None  # (tier, n) of ``lowest``
+class Ladder:
+    tiers: tuple[Tier, ...]
+    missing: tuple[str, ...] = ()  # kinds offload.prefer lists that no eligible param has
+
+    @property
+    def steps(self) -> int:
+        """The ladder steps there are: every member of every tier."""
+        return sum(len(t.members) for t in self.tiers)
+
+    def state(self, count: int) -> tuple[int, int]:
+        """(tier, n) of ``count`` ladder steps taken (n >= 1 beyond the first tier)."""
+        for t, tier in enumerate(self.tiers):
+            if count <= len(tier.members) or t == len(self.tiers) - 1:
+                return t, count
+            count -= len(tier.members)
+        return 0, 0
+
+    def order(self, layers: Sequence[Layer], base: str, forced: Mapping[str, str]) -> tuple[Order, list[int]]:
+        """The ladder as an order of moves on ``base`` (``forced``: kind -> backend, offload.backends), and
+        after each ladder step count the number of moves taken."""
+        moves: list[Move] = []
+        sigs: list[Signature | None] = []
+        interned: dict[Signature, Signature] = {}
+        ends = [0]
+        for rank, tier in enumerate(self.tiers):
+            for j in tier.priority:
+                position, params = tier.members[j], tier.params[j]
+                name = layers[position].name
+                parts: dict[str, list[Tensor]] = {}
+                for t in params:
+                    backend = forced.get(param_kind(name, t.name, t.kind), base) if forced else base
+                    parts.setdefault(backend, []).append(t)
+                for backend in ("uva", "prefetch"):
+                    group = parts.get(backend)
+                    if not group:
+                        continue
+                    moves.append(Move(position, tuple(t.name for t in group), sum(t.nbytes for t in group), backend,
+                                      kinds=tier.kinds, tier=rank))
+                    sig = signature(group) if backend == "prefetch" else None
+                    sigs.append(None if sig is None else interned.setdefault(sig, sig))
+                ends.append(len(moves))
+        return Order(tuple(moves), tuple(sigs), 0), ends
 
 
-def previous_state(tiers: Sequence[Tier], tier: int, n: int) -> tuple[int, int] | None:
-    """The state just below (tier, n) on the ladder (None below the bottom)."""
-    if n > 1 or (n == 1 and tier == 0):
-        return tier, n - 1
-    if tier == 0:
-        return None
-    return tier - 1, len(tiers[tier - 1].members)
+def ladder(layers: Sequence[Layer], candidates: Sequence[tuple[int, Sequence[Tensor]]],
+           prefer: Sequence[str] | None) -> Ladder:
+    """The ladder over ``candidates`` (position, eligible params) of the block stack: one tier without prefer;
+    with it one tier per preferred kind present, in order, then one for the other kinds."""
+    if prefer is None:
+        return Ladder((Tier((), tuple(p for p, _ in candidates), tuple(tuple(ts) for _, ts in candidates)),))
+    rest = len(prefer)
+    kinded = [(p, ts, [tier_of(param_kind(layers[p].name, t.name, t.kind), prefer) for t in ts])
+              for p, ts in candidates]
+    present = sorted({r for _, _, rs in kinded for r in rs})
+    tiers = []
+    for r in present:
+        members = [(p, tuple(t for t, q in zip(ts, rs) if q == r)) for p, ts, rs in kinded if r in rs]
+        if r < rest:
+            kinds: tuple[str, ...] = (prefer[r],)
+        else:
+            kinds = tuple(sorted({param_kind(layers[p].name, t.name, t.kind)
+                                  for p, ts, rs in kinded for t, q in zip(ts, rs) if q == rest}))
+        tiers.append(Tier(kinds, tuple(p for p, _ in members), tuple(ts for _, ts in members)))
+    missing = tuple(k for k in prefer if prefer.index(k) not in present)
+    return Ladder(tuple(tiers), missing)
 
 
-def search(
-    tiers: Sequence[Tier],
-    *,
-    total_bytes: int,
-    num_layers: int,
-    backend: str,
-    step: int,
-    gpu_budget: int,
-    cpu_budget: int | None,
-    start: tuple[int, int] = (0, 0),
-) -> Search:
-    """The first state (t, n) in ladder order (n = 0 only on the first tier) whose plan fits.
+class _Path:
+    """The ladder on one backend: its steps (ladder step counts) and their reckoning."""
 
-    A plan fits when its peak is within ``gpu_budget`` and its pinned bytes within ``cpu_budget``.
-    When nothing fits, ``lowest`` is the plan with the lowest peak within the cpu budget, the first
-    one found when the states are tried in ladder order, except that the states whose resident
-    bytes alone exceed the budget whatever layers are picked come last.
+    def __init__(self, layers: Sequence[Layer], lad: Ladder, base: str, forced: Mapping[str, str],
+                 total_bytes: int, slots: int):
+        self.layers, self.total, self.slots = layers, total_bytes, slots
+        self.order, self.ends = lad.order(layers, base, forced)
+        self._upper = peaks(self.order, total_bytes, slots)
+        self._lower = lower_peaks(self.order, total_bytes, slots)
+        self._layers = offloaded_layers(self.order)
+        self._exact: dict[int, int] = {}
+        self._ms: dict[int, float] = {}
+        self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned,
+                                   upper=lambda c: self._upper[self.ends[c]][0],
+                                   lower=lambda c: self._lower[self.ends[c]])
 
-    ``start``: no state before it in ladder order is tried.
+    def pinned(self, count: int) -> int:
+        return self._upper[self.ends[count]][1]
 
-    Only the states that ``peak_bound`` cannot rule out are evaluated (planner/strategy/peak_bound.py).
-    """
-    common = dict(total_bytes=total_bytes, num_layers=num_layers, backend=backend, step=step)
-    bounds = [tier_bound(t.base, t.full, t.members, total_bytes=total_bytes) for t in tiers]
-    exact: dict[tuple[int, int], Cost] = {}
+    def placed(self, count: int) -> dict[int, dict[str, str]]:
+        return placement(self.order, self.ends[count])
 
-    def cost(t: int, n: int) -> Cost:
-        if (t, n) not in exact:
-            picked = tiers[t].pick(n)
-            exact[t, n] = evaluate(picked, range(len(picked)), **common)
-        return exact[t, n]
+    def pool(self, count: int) -> int:
+        if count not in self._exact:
+            self._exact[count] = exact_pool(self.layers, self.placed(count), self.slots)
+        return self._exact[count]
 
-    states = []  # (peak bound, order, t, n) of every state within the cpu budget
-    for t, (tier, bound) in enumerate(zip(tiers, bounds)):
-        first = _fewest_possible(tier.member_bytes(), total_bytes - tier.base_bytes(), gpu_budget)
-        for n in range(0 if t == 0 else 1, len(tier.members) + 1):
-            if (t, n) < start:
-                continue
-            offloaded, layers = bound.offloaded(n)
-            if cpu_budget is not None and offloaded > cpu_budget:
-                continue
-            peak = bound.peak_bound(n, offloaded, layers, backend, step)
-            if n >= first and peak <= gpu_budget and cost(t, n).peak_gpu_bytes <= gpu_budget:
-                return Search(exact[t, n], exact[t, n], (t, n))
-            states.append((peak, (n < first, t, n), t, n))
-    states.sort()
-    lowest: Cost | None = None
-    lowest_order: tuple = ()
-    lowest_state = None
-    for peak, order, t, n in states:  # nothing fits: the lowest peak, for the error message
-        if lowest is not None and (peak, order) > (lowest.peak_gpu_bytes, lowest_order):
-            break
-        found = cost(t, n)
-        if lowest is None or (found.peak_gpu_bytes, order) < (lowest.peak_gpu_bytes, lowest_order):
-            lowest, lowest_order, lowest_state = found, order, (t, n)
-    if lowest is None:  # every state from ``start`` on pins too much
-        return Search(None, cost(*start), None, start)
-    return Search(None, lowest, None, lowest_state)
+    def peak(self, count: int) -> tuple[int, int]:
+        pinned = self.pinned(count)
+        return self.total - pinned + self.pool(count), pinned
+
+    def step_ms(self, count: int, cost: PlacementCost) -> float:
+        if count not in self._ms:
+            self._ms[count] = cost.step_ms(self.placed(count), self.slots)
+        return self._ms[count]
+
+    def need(self, backend: str, count: int, peak: int) -> Need:
+        return Need(backend, peak, self._layers[self.ends[count]])
 
 
-def _fewest_possible(member_bytes: Sequence[int], resident: int, gpu_budget: int) -> int:
-    """A lower bound on n: even the n largest members leave more than the budget resident below it."""
-    for n, nbytes in enumerate(sorted(member_bytes, reverse=True)):
-        if resident <= gpu_budget:
-            return n
-        resident -= nbytes
-    return len(member_bytes)
+def peak_at(layers: Sequence[Layer], lad: Ladder, count: int, *, base: str, forced: Mapping[str, str],
+            total_bytes: int, slots: int) -> int:
+    """The exact peak of ``count`` ladder steps on ``base`` (the words' "one fewer would peak at")."""
+    return _Path(layers, lad, base, forced, total_bytes, slots).peak(count)[0]
+
+
+def decide(layers: Sequence[Layer], lad: Ladder, *, total_bytes: int, gpu_budget: int | None,
+           cpu_budget: int | None, requested: str, forced: Mapping[str, str], slots: int,
+           cost: PlacementCost) -> Choice:
+    """The budget strategy's plan (raises InfeasibleError when no ladder step fits the budgets).
+
+    ``requested``: prefetch, uva or auto. The path is the ladder, each ladder step on each backend
+    (prefetch before UVA: the same params, the higher peak first), and ``fit.choose`` takes its step by
+    predicted time (``cost``): the first that fits and that no step offloading more beats at no higher
+    peak. So a larger budget never moves a param from the GPU to the host nor predicts a slower step."""
+    if gpu_budget is None:
+        return Choice("budget", "none", "no_budget")
+    if total_bytes <= gpu_budget:
+        return Choice("budget", "none", "fits")
+    backends = ["prefetch", "uva"] if requested == "auto" else [requested]
+    paths = {b: _Path(layers, lad, b, forced, total_bytes, slots) for b in backends}
+    steps = [(count, b) for count in range(lad.steps + 1) for b in backends]
+    reckon = Reckoning(peak=lambda st: paths[st[1]].peak(st[0]), pinned=lambda st: paths[st[1]].pinned(st[0]),
+                       upper=lambda st: paths[st[1]].reckoning.upper(st[0]),  # type: ignore[misc]
+                       lower=lambda st: paths[st[1]].reckoning.lower(st[0]))  # type: ignore[misc]
+    floors: dict[int, float] = {}
+
+    def floor(st: tuple[int, str]) -> float:
+        """Under every step from this ladder count on: the lower of the backends' lower bounds there."""
+        if st[0] not in floors:
+            floors[st[0]] = min(cost.lower_ms(paths[b].placed(st[0])) for b in backends)
+        return floors[st[0]]
+
+    speed = Speed(step_ms=lambda st: paths[st[1]].step_ms(st[0], cost), floor=floor)
+    found = choose(steps, reckon, gpu_budget, cpu_budget, speed)
+    if isinstance(found, Chosen):
+        return _choice(paths, found, requested, cost, gpu_budget)
+    needs = []
+    for backend, path in paths.items():  # per backend, its lowest peak within the CPU budget
+        lowest = first_fit(range(lad.steps + 1), path.reckoning, 0, cpu_budget)
+        assert isinstance(lowest, NoFit)
+        needs.append(path.need(backend, lowest.lowest, lowest.peak))
+    raise InfeasibleError(Infeasible("no_plan", gpu_budget, cpu_budget, min(n.peak for n in needs),
+                                     strategy="budget", needs=tuple(needs)))
+
+
+def _choice(paths: dict[str, _Path], found: Chosen, requested: str, cost: PlacementCost, gpu_budget: int) -> Choice:
+    count, backend = found.step
+    path = paths[backend]
+    pinned = path.pinned(count)
+    ms = path.step_ms(count, cost)
+    other = [b for b in paths if b != backend]
+    other_ms = paths[other[0]].step_ms(count, cost) if other else None
+    other_peak = paths[other[0]].peak(count)[0] if other else None
+    if requested != "auto":
+        why = "requested"
+    elif backend == "prefetch":
+        why = "prefetch_faster"
+    else:
+        why = "uva_faster" if other_peak is not None and other_peak <= gpu_budget else "uva_fits"
+    return Choice("budget", backend, why, path.placed(count), found.peak, found.peak - (path.total - pinned), pinned,
+                  path.slots, alternative=other_peak, count=count,
+                  fewer_peak=path.peak(count - 1)[0] if count > 0 else None, step_ms=ms, other_ms=other_ms,
+                  passed=found.passed)

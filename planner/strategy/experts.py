@@ -106,7 +106,7 @@ def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Wo
         cpu = sorted(pool[:count])
         cand = split.model_copy(update={"cpu": cpu, "uva": sorted(set(split.uva) | set(pool[count:])),
                                         "cpu_max_tokens": limit if cpu else None})
-        ms = sum(item.weight / total * _layer_ms(split_work(plan_layer(layer, cand), item.tokens,
+        ms = sum(item.weight / total * _layer_ms(split_work(plan_layer(layer, cand), item.rows,
                                                             profile_for(hw, item.mode), shares))
                  for _, item in items)
         if best is None or ms < best[0] - 1e-9:

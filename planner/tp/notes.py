@@ -52,10 +52,6 @@ def collectives_note(row_parallel_layers: int, vocab: bool) -> str:
             f"is this rank's own compute and copies{without}")
 
 
-def infeasible_prefix(world_size: int, rank_bytes: int) -> str:
-    return f"tensor parallel over {world_size} ranks, each GPU holding {format_bytes(rank_bytes)} of the model: "
-
-
 def set_lines(plans: list, slowest: int | None) -> list[str]:
     """One line a rank (peak GPU, pinned host, predicted step) and which rank sets the step."""
     out = []

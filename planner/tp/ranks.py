@@ -9,6 +9,7 @@ every rank's part has the same shapes and the ranks' plans differ only in ``summ
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from schemas.plan import Plan
@@ -17,6 +18,7 @@ from schemas.spec_hash import spec_sha256
 
 from planner.tp import notes as tp_notes
 from planner.errors import InfeasibleError
+from planner.words.infeasible import tp_prefix
 from planner.tp.split import Split, split_spec
 
 
@@ -58,8 +60,9 @@ def plan_ranks(spec: SpecFile, world_size: int, make: Callable[[SpecFile], Plan]
         one = make(split.spec) if make is not None else plan(split.spec, **kwargs)
     except InfeasibleError as err:
         rank_bytes = sum(layer.nbytes for layer in split.spec.model.expanded())
-        raise InfeasibleError(tp_notes.infeasible_prefix(world_size, rank_bytes) + err.message,
-                              err.min_gpu_budget) from None
+        if err.record is not None:
+            raise InfeasibleError(replace(err.record, tp=(world_size, rank_bytes))) from None
+        raise InfeasibleError(tp_prefix(world_size, rank_bytes) + err.message, err.min_gpu_budget) from None
     first = _marked(one, split, spec)
     return [first] + [first.model_copy(update={"summary": first.summary.model_copy(update={"rank": r})})
                       for r in range(1, world_size)]

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from schemas.hardware import load_hardware
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan import Plan
-from schemas.sizes import format_bytes
 from schemas.spec import SpecFile
 from schemas.spec_layers import Layer
 from schemas.spec_hash import spec_sha256
@@ -33,6 +32,7 @@ from planner.memory.parts import MemoryModel
 from schemas.plan_memory import PlanMemory
 from planner.assemble import Assignment
 from planner.errors import InfeasibleError, PlanningError
+from planner.strategy.infeasible import Infeasible, Need
 from planner.layers import build_graph, find_block_stack, layers_in_order, tied_owners
 from planner.cost.predict import predict
 from planner.vllm.flags import VllmFlags, gib_text
@@ -130,12 +130,9 @@ def _refuse_unknown_order(view: Sequence[StackLayer], flags: VllmFlags) -> None:
 def _check_budgets(plan: Plan, gpu: int | None, cpu: int | None) -> None:
     s = plan.summary
     if gpu is not None and s.peak_gpu_bytes > gpu:
-        others = "" if plan.memory is None else (
-            f", {plan.memory.non_weight_bytes} for the KV cache, activations and workspace")
-        raise InfeasibleError(f"vLLM's flags make a plan that peaks at {s.peak_gpu_bytes} bytes "
-                              f"({format_bytes(s.peak_gpu_bytes)}), over the {gpu}-byte gpu_budget ({s.offloaded_bytes} bytes offloaded, "
-                              f"{s.buffer_bytes} in buffers{others}); the smallest feasible gpu_budget for these "
-                              f"flags is {s.peak_gpu_bytes} bytes", s.peak_gpu_bytes)
+        raise InfeasibleError(Infeasible("vllm_flags", gpu, cpu, s.peak_gpu_bytes, strategy="vllm",
+                                         needs=(Need("vllm", s.peak_gpu_bytes),), offloaded=s.offloaded_bytes,
+                                         buffer=s.buffer_bytes,
+                                         non_weight=None if plan.memory is None else plan.memory.non_weight_bytes))
     if cpu is not None and s.pinned_host_bytes > cpu:
-        raise InfeasibleError(f"vLLM's flags pin {format_bytes(s.pinned_host_bytes)} of host memory, more than the "
-                              f"{format_bytes(cpu)} cpu_budget", None)
+        raise InfeasibleError(Infeasible("over_cpu", gpu, cpu, None, strategy="vllm", pinned=s.pinned_host_bytes))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.strategy.auto import AutoDecision
+from planner.strategy.auto import AutoDecision, RunnerUp
 from planner.words.names import join_names
 from schemas.sizes import format_bytes
 from schemas.workload import Workload
@@ -44,10 +44,9 @@ def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: in
             + " and ".join(parts))
 
 
-def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[str, float, float] | None,
-          budget: int | None = None, host: frozenset[str] = frozenset()) -> list[str]:
-    """``runner_up``: (its description, its predicted weighted step ms, the chosen plan's);
-    ``budget``: the gpu_budget, for the note of a plan that offloads nothing; ``host``: the kinds the host CPU
+def notes(decision: AutoDecision, layer_names: Sequence[str], budget: int | None = None,
+          host: frozenset[str] = frozenset()) -> list[str]:
+    """``budget``: the gpu_budget, for the note of a plan that offloads nothing; ``host``: the kinds the host CPU
     computes (offload.backends cpu), placed as UVA moves."""
     out = []
     if not decision.taken:
@@ -89,10 +88,14 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], runner_up: tuple[s
         out.append(f"auto: the first {decision.taken} of {len(decision.order.moves)} moves in a fixed order (cheapest per "
                    f"byte first) fit; a larger budget takes a shorter prefix of the same order, so no param moves from "
                    f"the GPU to the host when the budget grows ({left} moves not needed)")
-    if runner_up is not None:
-        what, theirs, ours = runner_up
-        out.append(f"auto: runner-up {what}: predicted {theirs:.1f} ms a step against {ours:.1f} ms")
+    if decision.runner_up is not None:
+        out.append(_runner_up(decision.runner_up))
     return out
+
+
+def _runner_up(r: RunnerUp) -> str:
+    what = f"strategy budget with {r.backend} ({format_bytes(r.offloaded_bytes)} offloaded)"
+    return f"auto: runner-up {what}: predicted {r.step_ms:.1f} ms a step against {r.ours_ms:.1f} ms"
 
 
 def _slots(n: int) -> str:
