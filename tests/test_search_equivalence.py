@@ -53,8 +53,8 @@ def plain_fit(steps, reckon, gpu_budget, cpu_budget):
 
 
 def plain_choose(steps, reckon, gpu_budget, cpu_budget, speed):
-    """``choose`` by its definition: from the end of the path, a step is kept unless the first kept step after
-    it that fits its peak predicts a faster step; the first kept step that fits is taken."""
+    """``choose`` by its definition: from the end of the path, a step is kept unless a later kept step fits its
+    peak and predicts a faster step; the first kept step that fits is taken."""
     n = 0  # the steps within the CPU budget: a prefix of the path
     while n < len(steps) and (cpu_budget is None or reckon.peak(steps[n])[1] <= cpu_budget):
         n += 1
@@ -62,10 +62,16 @@ def plain_choose(steps, reckon, gpu_budget, cpu_budget, speed):
         return NoFit(steps[0], reckon.peak(steps[0])[0])
     peak = [reckon.peak(steps[i])[0] for i in range(n)]
     ms = [speed.step_ms(steps[i]) for i in range(n)]
+    same = speed.moves or (lambda step: object())
+
+    def beats(j: int, i: int) -> bool:  # equal within a relative 1e-9
+        if ms[j] < ms[i] - 1e-9 * ms[i]:
+            return True
+        return ms[j] <= ms[i] + 1e-9 * ms[i] and same(steps[j]) == same(steps[i]) and peak[j] < peak[i]
+
     kept = [True] * n
     for i in range(n - 1, -1, -1):
-        after = next((j for j in range(i + 1, n) if kept[j] and peak[j] <= peak[i]), None)
-        kept[i] = after is None or ms[after] >= ms[i]
+        kept[i] = not any(kept[j] and peak[j] <= peak[i] and beats(j, i) for j in range(i + 1, n))
     passed = 0
     for i in range(n):
         if gpu_budget is None or peak[i] <= gpu_budget:
@@ -80,21 +86,23 @@ paths = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 30)), min_size=1, 
 
 
 @settings(max_examples=400, deadline=None)
-@given(paths, st.integers(0, 31), st.integers(0, 31), st.none() | st.integers(0, 40), st.integers(0, 5))
-def test_choose_is_its_definition_and_monotone(path, b1, b2, cpu, slack):
-    """On any path (peaks and predicted steps drawn; pinned bytes growing along it), with a floor that is a lower
-    bound on every later step: ``choose`` equals its definition, and a larger budget takes a step no later on
-    the path that predicts no slower a step."""
+@given(paths, st.integers(0, 31), st.integers(0, 31), st.none() | st.integers(0, 40), st.integers(0, 5),
+       st.integers(1, 3))
+def test_choose_is_its_definition_and_monotone(path, b1, b2, cpu, slack, group):
+    """On any path (peaks and predicted steps drawn; pinned bytes growing along it; every ``group`` steps in a row
+    moving the same params), with a floor that is a lower bound on every later step: ``choose`` equals its
+    definition, and a larger budget takes a step no later on the path that predicts no slower a step."""
     steps = list(range(len(path)))
-    reckon = Reckoning(peak=lambda i: (path[i][0], 3 * i))
+    reckon = Reckoning(peak=lambda i: (path[i][0], 3 * (i // group)))
     ms = [float(t) for _, t in path]
     floor = lambda i: min(ms[i:]) - slack  # noqa: E731
-    speed = Speed(step_ms=ms.__getitem__, floor=floor)
+    moves = lambda i: i // group  # noqa: E731
+    speed = Speed(step_ms=ms.__getitem__, floor=floor, moves=moves)
     low, high = sorted((b1, b2))
     picks = []
     for budget in (low, high):
         got = choose(steps, reckon, budget, cpu, speed)
-        assert got == plain_choose(steps, reckon, budget, cpu, Speed(step_ms=ms.__getitem__))
+        assert got == plain_choose(steps, reckon, budget, cpu, Speed(step_ms=ms.__getitem__, moves=moves))
         picks.append(got)
     small, large = picks
     if isinstance(small, Chosen):

@@ -52,6 +52,7 @@ class PlacementCost:
         self._sets: dict[tuple, tuple[frozenset, frozenset]] = {}  # a layer's placement -> (uva, copied) names
         self._none: dict[tuple, list[LayerWork]] = {}
         self._sums: dict[tuple, tuple[float, float]] = {}  # per workload item: the resident (GPU, CPU) ms
+        self._resident_ms: float | None = None  # the weighted step with nothing offloaded
 
     def _layer_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
                     copied: frozenset) -> LayerWork:
@@ -95,8 +96,12 @@ class PlacementCost:
     def lower_ms(self, where: Mapping[int, Mapping[str, str]]) -> float:
         """A lower bound on ``step_ms(where, slots, span)`` for any slots and spans: per workload the busiest of
         the compute stream, the copy stream and the CPU, each at least the sum of its layers' work (the step
-        of any forward ends after all three). Adding a move never lowers it (a UVA read is no faster than a
-        GPU read, a copy adds link time), so along an order it never decreases."""
+        of any forward ends after all three); and the step with nothing offloaded (a layer's work only grows
+        when its params move, and the forward's end never comes earlier for more work). Adding a move never
+        lowers it (a UVA read is no faster than a GPU read, a copy adds link time), so along an order it
+        never decreases."""
+        if self._resident_ms is None:
+            self._resident_ms = self.step_ms({}, 1)
         total = 0.0
         for tokens, share, mode, seqs in self.tokens:
             resident = self._resident(tokens, mode, seqs)
@@ -114,7 +119,7 @@ class PlacementCost:
                 cpu += work.cpu_ms - resident[i].cpu_ms
                 copy += work.copy_ms if work.copy_bytes else 0.0
             total += share * max(gpu, cpu, copy)
-        return total
+        return max(total, self._resident_ms)
 
     def _resident(self, tokens: int, mode: str, seqs: Sequences) -> list[LayerWork]:
         """Every layer's work at ``tokens`` in ``mode`` with nothing offloaded (computed once per token count)."""

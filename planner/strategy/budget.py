@@ -192,7 +192,7 @@ def decide(layers: Sequence[Layer], lad: Ladder, *, total_bytes: int, gpu_budget
             floors[st[0]] = min(cost.lower_ms(paths[b].placed(st[0])) for b in backends)
         return floors[st[0]]
 
-    speed = Speed(step_ms=lambda st: paths[st[1]].step_ms(st[0], cost), floor=floor)
+    speed = Speed(step_ms=lambda st: paths[st[1]].step_ms(st[0], cost), floor=floor, moves=lambda st: st[0])
     found = choose(steps, reckon, gpu_budget, cpu_budget, speed)
     if isinstance(found, Chosen):
         return _choice(paths, found, requested, cost, gpu_budget)

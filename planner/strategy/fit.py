@@ -5,14 +5,14 @@ for the budget strategy its ladder (each step on each backend it may use), for t
 layers on each backend, for auto the prefixes of its order of moves with each slot count. Along a path
 the moved params never shrink (steps moving the same params may come in any order).
 
-``first_fit`` takes the first step that fits. ``choose`` takes the first step that fits and that no
-later step beats: a step is *kept* unless the step ``choose`` would take after it at its own peak
-predicts a faster step. So at every budget the plan taken is no later on the path than at a smaller
-budget (a larger budget never moves a param from the GPU to the host) and predicts no slower a step
-(the plan a smaller budget takes is a candidate at the larger one). By induction along the path: if
-the budgets ``b1 < b2`` take steps ``c2`` before ``c1``, then ``c2`` did not fit ``b1``, and the steps
-``choose`` takes after ``c2`` at its peak, after those at theirs, and so on, reach ``c1`` with steps
-never faster than the one before.
+``first_fit`` takes the first step that fits. ``choose`` takes the first step that fits and that is
+*kept*: a step is dropped when a later kept step fits its peak and predicts a faster step, or as fast
+a step moving the same params at a lower peak (the walk from the end of the path defines it). So at every budget the plan taken is no later on the path than
+at a smaller budget (a larger budget never moves a param from the GPU to the host) and predicts no
+slower a step (the plan a smaller budget takes is a candidate at the larger one). Why: if budgets
+``b1 < b2`` took steps ``c2`` before ``c1`` with ``c2`` slower, ``c1`` (kept, later, faster) must peak
+above ``c2``, or it would have dropped ``c2``; then ``c2`` fits ``b1`` too and, being kept and earlier,
+would be taken there.
 
 ``Reckoning`` says what a step holds: ``peak(step)`` its exact (peak, pinned bytes); optionally
 ``upper(step)`` and ``lower(step)``, cheap bounds on the peak (planner/strategy/peaks.py) that let
@@ -93,10 +93,16 @@ def _lowest(steps: Sequence[S], within: list[int], reckon: Reckoning[S]) -> NoFi
     return NoFit(steps[best[1]], best[0])
 
 
+def _slack(ms: float) -> float:
+    """How far apart two predicted steps may be and still count as equal: sums in another order differ."""
+    return 1e-9 * abs(ms)
+
+
 @dataclass(frozen=True)
 class Speed(Generic[S]):
     step_ms: Callable[[S], float]  # the predicted (weighted) step
     floor: Callable[[S], float] | None = None  # a lower bound on step_ms of this step and of every later one
+    moves: Callable[[S], object] | None = None  # equal for steps moving the same params: a tie goes to the lower peak
 
 
 @dataclass(frozen=True)
@@ -106,19 +112,30 @@ class Chosen(Fit[S]):
 
 def choose(steps: Sequence[S], reckon: Reckoning[S], gpu_budget: int | None, cpu_budget: int | None,
            speed: Speed[S]) -> Chosen[S] | NoFit[S]:
-    """The first step of ``steps`` that fits the budgets and that no later step beats (module docstring); the
-    step of lowest peak within the CPU budget when none fits (as ``first_fit``)."""
-    path = _Path(steps, reckon, cpu_budget, speed)
-    passed = 0
-    for i in range(path.n):
-        if not path.fits(i, gpu_budget):
-            continue
-        if path.kept(i):
-            return Chosen(steps[i], reckon.peak(steps[i])[0], passed)
-        passed += 1
-    if not path.n:
-        return NoFit(steps[0], reckon.peak(steps[0])[0])
-    return _lowest(steps, list(range(path.n)), reckon)
+    """The first step of ``steps`` that fits the budgets and is kept (module docstring); the step of lowest peak
+    within the CPU budget when none fits (as ``first_fit``)."""
+    return Walk(steps, reckon, cpu_budget, speed).choose(gpu_budget)
+
+
+class Walk(Generic[S]):
+    """``choose`` at any number of GPU budgets over one path and CPU budget: which steps are kept does not
+    depend on the GPU budget, so it is worked out once."""
+
+    def __init__(self, steps: Sequence[S], reckon: Reckoning[S], cpu_budget: int | None, speed: Speed[S]):
+        self.path = _Path(steps, reckon, cpu_budget, speed)
+
+    def choose(self, gpu_budget: int | None) -> Chosen[S] | NoFit[S]:
+        path, steps, reckon = self.path, self.path.steps, self.path.reckon
+        passed = 0
+        for i in range(path.n):
+            if not path.fits(i, gpu_budget):
+                continue
+            if path.kept(i):
+                return Chosen(steps[i], reckon.peak(steps[i])[0], passed)
+            passed += 1
+        if not path.n:
+            return NoFit(steps[0], reckon.peak(steps[0])[0])
+        return _lowest(steps, list(range(path.n)), reckon)
 
 
 class _Path(Generic[S]):
@@ -148,8 +165,20 @@ class _Path(Generic[S]):
             self._ms[i] = self.speed.step_ms(self.steps[i])
         return self._ms[i]
 
+    def _same(self, j: int, x: int) -> bool:
+        same = self.speed.moves
+        return same is not None and same(self.steps[j]) == same(self.steps[x])
+
+    def _beats(self, j: int, x: int, ms: float, peak: int) -> bool:
+        """Does step ``j`` (later, fitting ``x``'s peak) predict a faster step than ``x``, or as fast a step moving
+        the same params at a lower peak? (Steps within a relative 1e-9 of each other predict as fast a step.)"""
+        other = self.ms(j)
+        if other < ms - _slack(ms):
+            return True
+        return other <= ms + _slack(ms) and self._same(j, x) and self.reckon.peak(self.steps[j])[0] < peak
+
     def kept(self, i: int) -> bool:
-        """Is no step ``choose`` takes after step ``i`` at its peak faster? (walked without recursion)"""
+        """Does no later kept step fit step ``i``'s peak and predict a faster step? (walked without recursion)"""
         floor = self.speed.floor
         stack = [i]
         resume: dict[int, int] = {}
@@ -162,16 +191,18 @@ class _Path(Generic[S]):
             verdict, waiting = True, False
             j = resume.get(x, x + 1)
             while j < self.n:
-                if floor is not None and floor(self.steps[j]) >= ms:
-                    break  # no step from here on is faster than x
-                if self.fits(j, peak):
+                if floor is not None:
+                    least = floor(self.steps[j])
+                    if least > ms + _slack(ms) or (least >= ms - _slack(ms) and not self._same(j, x)):
+                        break  # no step from here on beats x (steps moving x's params are next to it)
+                if self.fits(j, peak) and self._beats(j, x, ms, peak):
                     if j not in self._kept:
                         resume[x] = j
                         stack.append(j)
                         waiting = True
                         break
                     if self._kept[j]:
-                        verdict = self.ms(j) >= ms
+                        verdict = False
                         break
                 j += 1
             if not waiting:

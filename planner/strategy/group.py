@@ -49,7 +49,7 @@ def decide(layers: Sequence[Layer], chosen: Sequence[tuple[int, Sequence[Tensor]
     pools = {b: exact_pool(layers, plans[b], slots) for b in backends}
     ms = {b: cost.step_ms(plans[b], slots) for b in backends}
     reckon = Reckoning(peak=lambda b: (total_bytes - offloaded + pools[b], offloaded))
-    found = choose(backends, reckon, gpu_budget, None, Speed(step_ms=ms.__getitem__))
+    found = choose(backends, reckon, gpu_budget, None, Speed(step_ms=ms.__getitem__, moves=lambda b: 0))
     if not isinstance(found, Chosen):
         needs = tuple(Need(b, reckon.peak(b)[0], len(chosen)) for b in backends)
         raise InfeasibleError(Infeasible("no_plan", gpu_budget, cpu_budget, min(n.peak for n in needs), strategy="group",
