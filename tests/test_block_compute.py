@@ -49,7 +49,9 @@ def test_a_decode_over_a_long_context_reads_the_kv_cache():
     hw = load_hardware("h200")
     shape = block_shape(triples(LLAMA_BLOCK), None)
     seqs = Sequences(count=32, context=4096)
-    cache = 32 * (4096 + 1) * 4096 / hw.gpu_mem_gbps / 1e6  # 32 sequences' K and V, bf16
+    # 32 sequences' K and V (bf16, 4 KiB a token), and, grouped-query attention over cached tokens, those repeated
+    # for the 32 query heads: written by repeat_kv and read by SDPA (2 x 16 KiB a token)
+    cache = 32 * (4096 + 1) * (4096 + 2 * 2 * 4096 * 2) / hw.gpu_mem_gbps / 1e6
     flops = 4 * 32 * (4096 + 1) * 4096 / (hw.attention_tflops * 1e9)
     assert cache > flops  # memory-bound
     elementwise = 32 * 43008 * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6

@@ -109,23 +109,26 @@ def test_dense_activations_by_hand():
     _, act, where = forward(dense_spec(), "prefill", tokens=t)
     assert (act, where) == (max(mlp, attention, head), "lm_head: logits (16 x 1000)") and head > mlp > attention
     # generate()'s logits: the last token's, with a float32 copy and the scores; the MLP peaks then, beside
-    # generate()'s ids, mask and positions (six int64 tensors of the 16 tokens)
+    # generate()'s ids, mask and positions (six int64 tensors of the 16 tokens) and the last step's scores
     _, act, where = forward(dense_spec(), "prefill", tokens=t, logits="last")
-    assert (act, where) == (mlp + 6 * t * 8, "model.layers.0: mlp (gate, up and their product)")
+    assert (act, where) == (mlp + 6 * t * 8 + 1 * v * 4, "model.layers.0: mlp (gate, up and their product)")
 
 
 def test_gqa_decode_and_prefill_by_hand():
     llama = spec_of("llama-3-8b")
     # decode, 32 sequences at 4,096: the attention stage, where one layer's keys and values are repeated for
-    # each of the 32 query heads (2 GiB; more than a dynamic cache's growth, one layer's keys, 256 MiB)
+    # each of the 32 query heads (2 GiB; more than a dynamic cache's growth, one layer's keys, 256 MiB), and
+    # one layer's keys and values once more (512 MiB)
     b, c = 32, 4096
     carried = 2 * b * 4096 * 2
-    attention = carried + (b * 4096 + b * (4096 + 1024 + 1024) + 3 * b * 4096) * 2 + 2 * b * c * 4096 * 2
+    attention = (carried + (b * 4096 + b * (4096 + 1024 + 1024) + 3 * b * 4096) * 2
+                 + (2 * 4096 + 1024 + 1024) * b * c * 2)
     assert forward(llama, "decode", batch=b, context=c)[1:] == (attention, "model.layers.0: attention")
-    # generate() (logits last) also holds its ids, mask and positions: six int64 tensors of 32 x 4,096
-    ids = 6 * b * c * 8
+    # generate() (logits last) also holds its ids, mask and positions (six int64 tensors of 32 x 4,096) and the
+    # last step's float32 scores
+    kept = 6 * b * c * 8 + b * 128256 * 4
     head_last = (b * 4096 + b * 128256) * 2 + b * 128256 * 8
-    assert forward(llama, "decode", batch=b, context=c, logits="last")[1] == max(attention, head_last) + ids
+    assert forward(llama, "decode", batch=b, context=c, logits="last")[1] == max(attention, head_last) + kept
     # a 2,048-token prefill returning every logit: the LM head
     head = (2048 * 4096 + 2048 * 128256) * 2
     assert forward(llama, "prefill", tokens=2048)[1:] == (head, "lm_head: logits (2048 x 128256)")
@@ -137,7 +140,7 @@ def test_moe_prefill_by_hand():
     rows = t * k
     experts = 4 * t * h * 2 + max(rows * (h + 4 * i), 4 * rows * h) * 2 + t * e * (2 + 4) + rows * 8 * 3
     _, act, where = forward(qwen, "prefill", tokens=t, logits="last")
-    assert (act, where) == (experts + 6 * t * 8, "model.layers.0: routed experts (8 of 128 a token)")
+    assert (act, where) == (experts + 6 * t * 8 + 151936 * 4, "model.layers.0: routed experts (8 of 128 a token)")
     head = (t * h + t * 151936) * 2
     assert forward(qwen, "prefill", tokens=t)[1] == head > experts
 
@@ -215,8 +218,11 @@ def test_a_context_adds_the_cache_read_to_a_graph_decode():
     spec = spec_of("llama-3-8b")
     steps = [planner.plan(spec, gpu_budget=60 * 10**9, workload=Workload(
         {"decode": WorkloadItem(batch=32, context=c, mode="graph")})).predictions.workloads[0] for c in (1, 8192)]
-    # nothing offloaded: the step is the compute stream's, and 32 x 8,192 tokens of cache are 32 GiB to read
-    assert steps[1].compute_ms - steps[0].compute_ms == pytest.approx(32 * 8191 * 131072 / H200.gpu_mem_gbps / 1e6,
+    # nothing offloaded: the step is the compute stream's; 32 x 8,192 tokens of cache are 32 GiB to read, and
+    # the grouped keys and values repeated for the 32 query heads 256 GiB written and 256 GiB read (transformers'
+    # repeat_kv: planner/cost/block.py)
+    per_token = 131072 + 32 * 2 * 2 * 4096 * 2
+    assert steps[1].compute_ms - steps[0].compute_ms == pytest.approx(32 * 8191 * per_token / H200.gpu_mem_gbps / 1e6,
                                                                       rel=1e-3)
 
 

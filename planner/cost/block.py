@@ -7,7 +7,10 @@ attention's own arithmetic over the context, and the elementwise work between th
   of V; ``width`` = heads × head_dim, the query projection's output), at the profile's
   ``attention_tflops``. Its keys and values (the key and value projections' output per token, in their
   dtype) are read once a sequence from GPU memory. The time is the larger of the two (a roofline): the
-  arithmetic at a long prefill, the KV cache at a decode over a long context.
+  arithmetic at a long prefill, the KV cache at a decode over a long context. Where the forward attends to
+  tokens cached before it and the model has fewer KV heads than query heads, transformers (5.17) passes SDPA a
+  mask, so ``repeat_kv`` first writes the keys and values out for every query head, and SDPA reads those: twice
+  ``2 x query`` elements a cached token more (planner/memory/activations.py counts the copy's memory).
 - Elementwise: norms, rotary embedding, activation and residual adds move ``elementwise_bytes`` of GPU
   memory per token for each output element of the block's matrices (routed experts: the top-k a token
   uses), at ``gpu_mem_gbps``. ``planner calibrate`` measures it on a transformers Llama block as what the
@@ -67,6 +70,7 @@ class BlockShape:
     query: int  # query features a token has (heads x head_dim); 0: no attention found
     kv_bytes: float  # key and value bytes a token keeps in the cache
     outputs: float  # output elements of the block's matrices a token produces
+    repeated_bytes: float = 0.0  # grouped-query attention: its keys and values repeated for every query head
 
 
 def block_shape(params: Iterable[tuple[str, PlanParam, str]], moe: tuple[int, int] | None) -> BlockShape:
@@ -74,6 +78,7 @@ def block_shape(params: Iterable[tuple[str, PlanParam, str]], moe: tuple[int, in
     query = 0
     kv = 0.0
     outputs = 0.0
+    item = 0.0
     for rel, p, role in params:
         if role not in ("matmul", "routed") or len(p.shape) < 2:
             continue
@@ -87,12 +92,15 @@ def block_shape(params: Iterable[tuple[str, PlanParam, str]], moe: tuple[int, in
         itemsize = p.bytes / max(math.prod(p.shape), 1)
         if names & _QUERY:
             query += rows
+            item = item or itemsize
         elif names & _KEY_VALUE:
             kv += rows * itemsize
         elif names & _FUSED:
             query += rows // 3
             kv += (rows - rows // 3) * itemsize
-    return BlockShape(query, kv, outputs)
+            item = item or itemsize
+    repeated = 2 * query * item if query and kv < 2 * query * item else 0.0
+    return BlockShape(query, kv, outputs, repeated)
 
 
 def block_ms(shape: BlockShape, tokens: int, seqs: Sequences, hw: HardwareProfile) -> float:
@@ -104,4 +112,6 @@ def block_ms(shape: BlockShape, tokens: int, seqs: Sequences, hw: HardwareProfil
     pairs = seqs.count * (q * seqs.context + q * (q + 1) / 2)
     flops = 4.0 * pairs * shape.query
     cache = seqs.count * (seqs.context + q) * shape.kv_bytes
+    if seqs.context and shape.repeated_bytes:  # a step over cached tokens: repeat_kv writes them out, SDPA reads them
+        cache += 2 * seqs.count * (seqs.context + q) * shape.repeated_bytes
     return max(flops / (hw.attention_tflops * 1e9), cache / hw.gpu_mem_gbps / 1e6) + elementwise

@@ -15,7 +15,9 @@ activations' dtype unless said:
   or, where the forward attends to cached tokens beyond its own (a decode step) with fewer KV heads than
   query heads, the keys and values of one layer repeated for every query head (``2·batch·context·q``):
   transformers (5.17) passes SDPA a mask there, which its grouped-query path does not take, so ``repeat_kv``
-  copies them (later versions that leave the mask out need less: the figure is then an upper bound);
+  copies them (later versions that leave the mask out need less: the figure is then an upper bound); and one
+  layer's keys and values once more, which the H200 measured beside them for the Qwen3-MoE shape (its source
+  not found; for Llama-3-8B the figure is then 2% over);
 - an MLP: its input and the residual, then gate and up outputs and their product (``3·T·I``); a fused
   gate_up's output with the activation and the product (``4·T·I``); a plain MLP's two (``2·T·I``);
 - routed experts: every token goes to its ``top_k`` experts, ``S = T·k`` rows: the gathered inputs and
@@ -26,7 +28,8 @@ activations' dtype unless said:
   token's, or each sequence's last as ``generate()`` asks for, which also keeps a float32 copy and the
   processed scores, 8 bytes a logit);
 - in ``generate()`` (logits ``last``), through every stage: its token ids, attention mask and positions,
-  int64 for every token of every sequence, about six such tensors at once as it extends them.
+  int64 for every token of every sequence, about six such tensors at once as it extends them, and the
+  previous step's float32 scores (``batch·V·4``, measured on the H200 beside the next forward).
 
 The peak is the largest of these, not their sum; the KV cache itself is a part of its own
 (``planner.memory.kv``). Another runtime (a fused kernel, an engine) allocates differently: the spec's
@@ -75,18 +78,19 @@ def activation_peak(shapes: Sequence[LayerShape], forward: Forward, dt: int, kv:
     """The largest live set of activations of ``forward`` through the layers ``shapes``, with activations of
     ``dt`` bytes an element; ``kv``: the KV cache's size, for a dynamic cache's growth."""
     t, h = forward.tokens, model_width(shapes)
+    vocab = max((s.head or 0 for s in shapes), default=0)
     best = Peak(0, "no layer computes anything this model recognizes")
     for s in shapes:
-        for stage, nbytes in _stages(s, forward, t, h, dt, kv):
+        for stage, nbytes in _stages(s, forward, t, h, dt, kv, vocab):
             if nbytes > best.bytes:
                 best = Peak(nbytes, f"{s.name}: {stage}")
     return best
 
 
-def _stages(s: LayerShape, f: Forward, t: int, h: int, dt: int, kv: KvSize | None):
+def _stages(s: LayerShape, f: Forward, t: int, h: int, dt: int, kv: KvSize | None, vocab: int):
     carried = 2 * t * h * dt  # the embedding's output and the block's input
-    if f.logits == "last":  # generate()'s token ids, mask and positions as it extends them
-        carried += GENERATE_IDS * f.batch * max(f.context, -(-t // f.batch)) * INDEX
+    if f.logits == "last":  # generate()'s token ids, mask and positions as it extends them, the last step's scores
+        carried += GENERATE_IDS * f.batch * max(f.context, -(-t // f.batch)) * INDEX + f.batch * vocab * FLOAT32
     if s.block:
         yield "norm", carried + t * h * dt + 2 * t * h * FLOAT32
     a = s.attention
@@ -96,7 +100,9 @@ def _stages(s: LayerShape, f: Forward, t: int, h: int, dt: int, kv: KvSize | Non
         grow = cached * kv.widest if kv is not None else 0
         attends_to_cache = f.context > -(-t // f.batch)
         grouped = a.k is not None and a.k < a.q
-        expand = 2 * cached * a.q * dt if attends_to_cache and grouped else 0
+        # repeated for each query head, and one layer's keys and values more (measured on the H200 for a
+        # Qwen3-MoE shape, 8 query heads a KV head; not for Llama's 4: counted for every grouped model)
+        expand = (2 * a.q + a.k + a.v) * cached * dt if attends_to_cache and grouped else 0  # type: ignore[operator]
         yield "attention", carried + (t * h + t * a.outputs + rotary) * dt + max(grow, expand)
     inner = carried + 2 * t * h * dt  # an MLP's input and the residual
     if s.mlp is not None:
