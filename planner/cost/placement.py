@@ -73,14 +73,7 @@ class PlacementCost:
     def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = ()) -> float:
         """Weighted predicted step (ms) with ``where``: position -> param -> backend; ``slots`` buffer slots;
         ``span``: the positions of prefetched layers that span the slots."""
-        placed = {}
-        for position, params in where.items():
-            key = tuple(params.items())
-            sets = self._sets.get(key)
-            if sets is None:
-                sets = self._sets[key] = (frozenset(p for p, b in params.items() if b == "uva"),
-                                          frozenset(p for p, b in params.items() if b == "prefetch"))
-            placed[position] = sets
+        placed = {position: self._split(params) for position, params in where.items()}
         positions = sorted(p for p, (_, copied) in placed.items() if copied)
         n = len(self.layers)
         copies = [Copy(p, t.copy_before(n), t.previous_forward)
@@ -92,6 +85,15 @@ class PlacementCost:
                 work[i] = self._layer_work(i, tokens, mode, seqs, uva, copied)
             total += weight * simulate(work, copies, self._link).step_ms
         return total
+
+    def _split(self, params: Mapping[str, str]) -> tuple[frozenset, frozenset]:
+        """A layer's placement as (params read through UVA, params copied), made once per distinct placement."""
+        key = tuple(params.items())
+        sets = self._sets.get(key)
+        if sets is None:
+            sets = self._sets[key] = (frozenset(p for p, b in params.items() if b == "uva"),
+                                      frozenset(p for p, b in params.items() if b == "prefetch"))
+        return sets
 
     def lower_ms(self, where: Mapping[int, Mapping[str, str]]) -> float:
         """A lower bound on ``step_ms(where, slots, span)`` for any slots and spans: per workload the busiest of
@@ -112,8 +114,7 @@ class PlacementCost:
             gpu, cpu = sums
             copy = 0.0
             for i, params in where.items():
-                uva = frozenset(p for p, b in params.items() if b == "uva")
-                copied = frozenset(p for p, b in params.items() if b == "prefetch")
+                uva, copied = self._split(params)
                 work = self._layer_work(i, tokens, mode, seqs, uva, copied)
                 gpu += work.gpu_ms - resident[i].gpu_ms
                 cpu += work.cpu_ms - resident[i].cpu_ms
