@@ -94,25 +94,27 @@ class AutoDecision:
 
 def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: MemorySection, offload: OffloadSection,
            hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int,
-           cost: PlacementCost) -> AutoDecision:
+           cost: PlacementCost, whole: frozenset[str] = frozenset()) -> AutoDecision:
     """The auto plan's placement (raises InfeasibleError when no step fits the budgets).
 
-    ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost."""
+    ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost; ``whole``: kinds
+    a layer moves as one unit (auto_order.build_order)."""
     eligible = {layer.index: eligible_params(layer, offload.params, shared.get(layer.name, set()), offload.kinds)
                 for layer in layers}
     only = offload.backend if offload.backend in ("prefetch", "uva") else None
     forced = dict(offload.backends or {})
     given = offload.prefer is not None
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
-        order = build_order(layers, eligible, hw, workload, step, forced, only, tuple(offload.prefer or ()))
+        order = build_order(layers, eligible, hw, workload, step, forced, only, tuple(offload.prefer or ()),
+                            whole=whole)
         return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None,
                             prefer=tuple(offload.prefer or ()), given_prefer=given)
-    uva = build_order(layers, eligible, hw, workload, step, forced, "uva", ()) if only is None else None
+    uva = build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=whole) if only is None else None
     if uva is not None and any(sig is not None for sig in uva.signatures):
         uva = None  # a kind held to prefetch (offload.backends): no plan reads every param in place
     tiers: list[Tiers] = [(tuple(offload.prefer or ()), ())] if given else candidate_prefers(layers, eligible)
-    paths = {t: AutoPath(layers, build_order(layers, eligible, hw, workload, step, forced, only, *t), total_bytes,
-                         cost, step, uva) for t in tiers}
+    paths = {t: AutoPath(layers, build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=whole),
+                         total_bytes, cost, step, uva) for t in tiers}
     kept, weighed = _keep(paths, memory.cpu_budget, total_bytes) if len(paths) > 1 else (tiers[0], None)
     prefer, first = kept
     path = paths[kept]

@@ -58,7 +58,7 @@ def _weighted(workload: Workload) -> list[tuple[int, float]]:
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
                 workload: Workload, slots: int | None, forced: Mapping[str, str] | None = None,
                 only: str | None = None, prefer: Sequence[str] | None = None,
-                first: Sequence[str] = ()) -> Order:
+                first: Sequence[str] = (), whole: frozenset[str] = frozenset()) -> Order:
     """The fixed order of moves for these layers (``eligible``: position -> params that may move).
 
     ``forced``: kind -> backend for the kinds whose backend is given (offload.backends); ``only``:
@@ -67,7 +67,8 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     MAX_SLOTS, fewer when no signature is shared by more layers than that); ``prefer``: kinds
     whose moves come first, in this order (offload.prefer), the other kinds after them; ``first``:
     kinds whose prefetch moves come before the other kinds' prefetch moves (UVA moves keep their place
-    by cost), a layer's units of those kinds prefetched apart from its others."""
+    by cost), a layer's units of those kinds prefetched apart from its others; ``whole``: kinds a layer
+    moves as one unit even where ``SPLIT`` parts them (the host computes an experts module whole)."""
     apart = len(first) + 1
     forced = forced or {}
     tokens = _weighted(workload)
@@ -86,7 +87,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
         head = name_key(layer.name)
         units: list[tuple[str, list[Tensor]]] = []
         for kind, group in by_kind.items():
-            units += [(kind, [t]) for t in group] if kind in SPLIT else [(kind, group)]
+            units += [(kind, [t]) for t in group] if kind in SPLIT and kind not in whole else [(kind, group)]
         for kind, group in units:
             nbytes = sum(t.nbytes for t in group)
             if nbytes == 0:
