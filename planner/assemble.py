@@ -70,20 +70,20 @@ def uniform(layers: Iterable[tuple[str, Iterable[str]]], backend: ParamBackend) 
 
 def layers_with_prefetch(layers: Sequence[Layer], where: Mapping[str, Mapping[str, str]]) -> list[Layer]:
     """The layers with a prefetched param, in execution order."""
-    return [layer for layer in layers if any(b == "prefetch" for b in where.get(layer.name, {}).values())]
+    return [layer for layer in layers if layer.name in where and "prefetch" in where[layer.name].values()]
 
 
 def signatures(prefetched: Sequence[Layer], where: Mapping[str, Mapping[str, str]]) -> list[Signature]:
     """The pool signature of each prefetched layer: its prefetched params (one object per distinct value).
 
     Layers listing the same params share one tuple of them (schemas/spec.py), so a signature is made
-    once per distinct (params, prefetched names)."""
+    once per distinct (params, placement of them)."""
     interned: dict[Signature, Signature] = {}
     made: dict[tuple, Signature] = {}
     out = []
     for layer in prefetched:
         mine = where[layer.name]
-        key = (id(layer.params), *(p for p, b in mine.items() if b == "prefetch"))
+        key = (id(layer.params), tuple(mine.items()))
         sig = made.get(key)
         if sig is None:
             sig = signature(t for t in layer.params if mine.get(t.name) == "prefetch")

@@ -50,9 +50,11 @@ def placement(order: Order, taken: int) -> dict[int, dict[str, str]]:
     """Layer position -> param -> backend for the first ``taken`` moves."""
     out: dict[int, dict[str, str]] = {}
     for move in order.moves[:taken]:
-        target = out.setdefault(move.position, {})
-        for name in move.params:
-            target[name] = move.backend
+        target = out.get(move.position)
+        if target is None:
+            out[move.position] = dict.fromkeys(move.params, move.backend)
+        else:
+            target.update(dict.fromkeys(move.params, move.backend))
     return out
 
 
