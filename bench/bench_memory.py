@@ -74,6 +74,8 @@ FULL = {"llama": LLAMA, "moe": QWEN_MOE, "phi3": PHI3}
 # three budgets per model for memory (the first offloads at batch 1; decode-32's cache needs the larger ones),
 # the last two for tokens per second
 BUDGETS = {"llama": (8 * GB, 24 * GB, 32 * GB), "moe": (12 * GB, 20 * GB, 28 * GB), "phi3": (6 * GB, 40 * GB, 60 * GB)}
+CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+           "phi3": ("Phi3Config", "Phi3ForCausalLM")}
 SMALL_BUDGETS = (0.4, 0.7, 1.3)  # of the tiny models' weights, beyond what the plan counts besides them
 
 
@@ -86,7 +88,7 @@ class Setup:
         self.context = 64 if dry_run else 4096
         self.batches = (1, 4) if dry_run else (1, 32)
         self.prefills = (16, 48) if dry_run else (2048, 8192)
-        self.new = 2 if dry_run else 4  # tokens generated in a memory row
+        self.new = 3 if dry_run else 6  # tokens generated in a memory row (its steps timed after the first)
         self.steps, self.warm = (3, 1) if dry_run else (10, 3)  # decode steps of a tokens-per-second row
 
 
@@ -171,9 +173,7 @@ class Meter:
 def build(kind: str, setup: Setup):
     import transformers
 
-    classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
-               "phi3": ("Phi3Config", "Phi3ForCausalLM")}
-    config_cls, model_cls = (getattr(transformers, n) for n in classes[kind])
+    config_cls, model_cls = (getattr(transformers, n) for n in CLASSES[kind])
     config = config_cls(**(SMALL if setup.dry_run else FULL)[kind])
     return random_model(model_cls, config, setup.device), config
 
@@ -210,17 +210,25 @@ class StepClock:
     """The time between consecutive decode steps (a logits processor runs once a step)."""
 
     def __init__(self, device: torch.device) -> None:
-        self.device, self.marks = device, []
+        self.device, self.marks, self.cpu = device, [], []
 
     def __call__(self, _ids, scores):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.marks.append(time.perf_counter())
+        self.cpu.append(time.thread_time())  # this thread's CPU time: near the wall time when the step is CPU-bound
         return scores
 
-    def step_ms(self, warm: int) -> float:
-        gaps = [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])][warm:]
+    @staticmethod
+    def _median(marks: list[float], warm: int) -> float:
+        gaps = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])][warm:]
         return statistics.median(gaps) if gaps else float("nan")
+
+    def step_ms(self, warm: int) -> float:
+        return self._median(self.marks, warm)
+
+    def cpu_ms(self, warm: int) -> float:
+        return self._median(self.cpu, warm)
 
 
 def plan_for(spec, budget: int, item: WorkloadItem, name: str):
@@ -234,6 +242,15 @@ def parts(plan) -> dict:
     s, m = plan.summary, plan.memory
     return {"weights": s.resident_bytes, "buffers": s.buffer_bytes, "kv_cache": m.kv_cache_bytes,
             "activations": m.activation_bytes, "workspace": m.workspace_bytes, "largest": m.forwards[0].largest}
+
+
+def step_row(plan, item: WorkloadItem, clock: StepClock, warm: int) -> dict:
+    """A timed decode's figures (bench/decode_rows.py predicts them again): its workload, the plan's predicted
+    step, the measured median step and the CPU time in it, the bytes the plan offloaded."""
+    return {"batch": item.batch, "context": item.context, "logits": item.logits,
+            "predicted_step_ms": plan.predictions.workloads[0].step_ms,
+            "measured_step_ms": round(clock.step_ms(warm), 3), "cpu_step_ms": round(clock.cpu_ms(warm), 3),
+            "offloaded_bytes": plan.summary.offloaded_bytes}
 
 
 def judged(planned: int, measured: int, budget: int) -> dict:
@@ -272,11 +289,13 @@ def memory_rows(kind: str, model, config, spec, setup: Setup, budgets, write) ->
                         held = setup.context - setup.new
                         kv = filled_cache(model, config, cache, item.batch, held, setup.context, setup.device)
                         meter.start()  # the cache is the plan's to count, its filling is not
-                        out = generate(model, kv, item.batch, held, setup.new, vocab, setup.device)
+                        clock = StepClock(setup.device)
+                        out = generate(model, kv, item.batch, held, setup.new, vocab, setup.device, clock)
                         del kv, out
                     measured = meter.peak()
+                    timed = {} if cache is None else step_row(plan, item, clock, 1)
                     write({**row, "cache": cache, "plan_peak": plan.summary.peak_gpu_bytes, **parts(plan),
-                           **judged(plan.summary.peak_gpu_bytes, measured, budget),
+                           **judged(plan.summary.peak_gpu_bytes, measured, budget), **timed,
                            "seconds": round(time.perf_counter() - t0, 2)})
 
 
@@ -303,19 +322,65 @@ def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write
                 clock = StepClock(setup.device)
                 generate(model, kv, batch, held, setup.steps, vocab, setup.device, clock)
                 del kv
-            step = plan.predictions.workloads[0].step_ms
-            ms = clock.step_ms(setup.warm)
-            measured[batch] = batch * 1000 / ms
-            write({"kind": "throughput", "model": kind, "budget": budget, "batch": batch, "chosen": batch == chosen,
-                   "predicted_tokens_per_s": round(batch * 1000 / step, 2), "measured_tokens_per_s":
-                   round(measured[batch], 2), "predicted_step_ms": step, "measured_step_ms": round(ms, 3),
-                   "offloaded_bytes": plan.summary.offloaded_bytes, "kv_cache": plan.memory.kv_cache_bytes})
+            timed = step_row(plan, WorkloadItem(batch=batch, context=setup.context), clock, setup.warm)
+            measured[batch] = batch * 1000 / timed["measured_step_ms"]
+            write({"kind": "throughput", "model": kind, "budget": budget, "chosen": batch == chosen, "cache": "static",
+                   "predicted_tokens_per_s": round(batch * 1000 / timed["predicted_step_ms"], 2),
+                   "measured_tokens_per_s": round(measured[batch], 2), **timed,
+                   "kv_cache": plan.memory.kv_cache_bytes})
         best = max(measured, key=lambda b: measured[b])
         write({"kind": "throughput-summary", "model": kind, "budget": budget, "chosen": chosen,
                "predicted_tokens_per_s": auto.throughput.tokens_per_s,
                "measured_tokens_per_s": round(measured[chosen], 2),
                "measured_over_predicted": round(measured[chosen] / auto.throughput.tokens_per_s, 4),
                "best_batch_by_hand": best, "chosen_over_best": round(measured[chosen] / measured[best], 4)})
+
+
+def _timed_ms(fn, device: torch.device, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def probe_rows(setup: Setup, write) -> None:
+    """The kernels of an attention step over a static cache, alone (planner/cost/block.py): transformers' repeat_kv
+    (a copy of a broadcast view: ``strided_copy_gbps``, bytes read + written), a contiguous copy of the same bytes,
+    and SDPA at one query token over the repeated keys and values with a mask (the static cache's) and over the
+    grouped ones without (``enable_gqa``: a dynamic cache without padding), as GB/s of the bytes each reads."""
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    batch, kv_heads, rep, head_dim = (2, 2, 4, 16) if setup.dry_run else (32, 8, 4, 128)
+    g = torch.Generator(device=setup.device).manual_seed(5)
+    k = torch.randn(batch, kv_heads, setup.context, head_dim, device=setup.device, dtype=torch.bfloat16, generator=g)
+    v = torch.randn_like(k)
+    q = torch.randn(batch, kv_heads * rep, 1, head_dim, device=setup.device, dtype=torch.bfloat16, generator=g)
+    mask = torch.ones(batch, 1, 1, setup.context, device=setup.device, dtype=torch.bool)
+
+    def repeat(x):
+        return x[:, :, None].expand(batch, kv_heads, rep, *x.shape[2:]).reshape(batch, kv_heads * rep, *x.shape[2:])
+
+    big = repeat(k)
+    n = 3 if setup.dry_run else 20
+    copy_ms = _timed_ms(lambda: repeat(k), setup.device, n)
+    plain_ms = _timed_ms(lambda: big.clone(), setup.device, n)
+    masked_ms = _timed_ms(lambda: sdpa(q, big, repeat(v), attn_mask=mask), setup.device, n) - copy_ms
+    gqa_ms = _timed_ms(lambda: sdpa(q, k, v, enable_gqa=True), setup.device, n)
+    kb = k.numel() * k.element_size()
+    write({"kind": "probe", "batch": batch, "kv_heads": kv_heads, "repeat": rep, "head_dim": head_dim,
+           "context": setup.context, "repeat_kv_ms": round(copy_ms, 4),
+           "strided_copy_gbps": round(kb * (1 + rep) / copy_ms / 1e6, 3),
+           "contiguous_copy_gbps": round(2 * kb * rep / plain_ms / 1e6, 3),
+           "sdpa_masked_read_gbps": round(2 * kb * rep / max(masked_ms, 1e-6) / 1e6, 3),
+           "sdpa_gqa_read_gbps": round(2 * kb / gqa_ms / 1e6, 3)})
+    del k, v, q, big
 
 
 def described(model, kind: str, setup: Setup):
@@ -357,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         write({"kind": "setup", "device": torch.cuda.get_device_name(setup.device) if setup.device.type == "cuda"
                else "cpu", "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                "context": setup.context, "dry_run": setup.dry_run})
+        probe_rows(setup, write)
         for kind in args.only or sorted(FULL):
             model, config = build(kind, setup)
             spec = described(model, kind, setup)

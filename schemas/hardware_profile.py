@@ -18,6 +18,11 @@ from schemas.spec_names import PrintableName, PrintableText
 # tokens, resident: 62.7 ms measured; docs/BENCHMARKS.md, "Cost model"): the defaults of a profile without them
 H200_ATTENTION_TFLOPS = 300.0
 H200_ELEMENTWISE_BYTES = 17.0
+# transformers' repeat_kv at a decode step over a static cache (planner/cost/block.py), bytes read + written a
+# second: inferred from the Llama-3-8B shape's six GPU-bound decode rows over 4,096 cached tokens at batch 12-32
+# (bench/results/memory-h200-2026-12-01, 2.9 ms a sequence a step; bench/decode_rows.py), not yet measured alone:
+# bench_memory.py's copy probe measures it, until calibrate does
+H200_STRIDED_COPY_GBPS = 1250.0
 # the workspace allowance of a profile that does not measure one: cuBLAS keeps 32 MiB on the stream a
 # forward runs on (measured on the H200, shared/h200-limits.md)
 DEFAULT_WORKSPACE_BYTES = 32 * 2**20
@@ -65,6 +70,9 @@ class HardwareProfile(StrictModel):
         default=H200_ELEMENTWISE_BYTES, description="GPU memory traffic of a decoder block's work between its "
         "matmuls (norms, rotary embedding, activation, residual adds: what the matmul roofline misses), per "
         "token and per output element of the block's matrices, in bytes at gpu_mem_gbps")
+    strided_copy_gbps: Rate = Field(
+        default=H200_STRIDED_COPY_GBPS, description="bytes read + written a second by PyTorch's copy of a "
+        "non-contiguous view into a new tensor (element by element; transformers' repeat_kv of the KV cache), GB/s")
     launch_us: PositiveMicroseconds = Field(description="CPU time to issue one small eager kernel, microseconds")
     block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")

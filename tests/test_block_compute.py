@@ -49,13 +49,22 @@ def test_a_decode_over_a_long_context_reads_the_kv_cache():
     hw = load_hardware("h200")
     shape = block_shape(triples(LLAMA_BLOCK), None)
     seqs = Sequences(count=32, context=4096)
-    # 32 sequences' K and V (bf16, 4 KiB a token), and, grouped-query attention over cached tokens, those repeated
-    # for the 32 query heads: written by repeat_kv and read by SDPA (2 x 16 KiB a token)
-    cache = 32 * (4096 + 1) * (4096 + 2 * 2 * 4096 * 2) / hw.gpu_mem_gbps / 1e6
-    flops = 4 * 32 * (4096 + 1) * 4096 / (hw.attention_tflops * 1e9)
-    assert cache > flops  # memory-bound
+    # grouped-query attention over cached tokens (transformers' static cache): repeat_kv reads the 32 sequences'
+    # K and V (bf16, 4 KiB a token) and writes them for the 32 query heads (16 KiB a token), a strided copy;
+    # SDPA then reads the 16 KiB a token at the memory rate
+    held = 32 * (4096 + 1)
+    repeat = held * (4096 + 2 * 4096 * 2) / hw.strided_copy_gbps / 1e6
+    read = held * 2 * 4096 * 2 / hw.gpu_mem_gbps / 1e6
+    flops = 4 * held * 4096 / (hw.attention_tflops * 1e9)
+    assert read > flops  # memory-bound
     elementwise = 32 * 43008 * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6
-    assert block_ms(shape, 32, seqs, hw) == pytest.approx(cache + elementwise)
+    assert block_ms(shape, 32, seqs, hw) == pytest.approx(repeat + read + elementwise)
+    # a model whose KV heads are its query heads has nothing to repeat: SDPA reads the cache itself
+    full = block_shape(triples({**LLAMA_BLOCK, "self_attn.k_proj.weight": [4096, 4096],
+                                "self_attn.v_proj.weight": [4096, 4096]}), None)
+    assert full.repeated_bytes == 0
+    assert block_ms(full, 32, seqs, hw) == pytest.approx(
+        held * 2 * 4096 * 2 / hw.gpu_mem_gbps / 1e6 + 32 * (43008 + 6144) * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6)
     assert block_ms(shape, 32, seqs, hw) > 20 * block_ms(shape, 32, ONE, hw)  # the context dominates
 
 

@@ -49,3 +49,21 @@ def test_above_cpu_max_tokens_the_gpu_reads_the_host_experts(tokens):
     assert limit is not None and 32 <= limit < 2048  # the host is bound by reading its experts up to there
     work = split_work(layer(**places, cpu_max_tokens=limit), tokens, HW)
     assert (work.synced_gpu_ms is not None) == (tokens <= limit)
+
+
+def test_a_split_layer_keeps_its_attention_over_the_context():
+    """The layer's other params are costed with the forward's sequences: a decode over 4,095 cached tokens a
+    sequence adds the attention over them (planner/cost/block.py) to the GPU time, host experts or not."""
+    from planner.cost.block import Sequences, block_ms, block_shape
+
+    attn = {f"attn.{n}_proj.weight": PlanParam(shape=[rows, 2048], dtype="bfloat16", bytes=rows * 2048 * 2)
+            for n, rows in (("q", 4096), ("k", 512), ("v", 512), ("o", 2048))}
+    base = layer(uva=list(range(64)), cpu=list(range(64, E)))
+    full = base.model_copy(update={"params": {**attn, **base.params}})
+    seqs = Sequences(32, 4095)
+    with_context = split_work(full, 32, HW, None, seqs).gpu_ms - split_work(full, 32, HW).gpu_ms
+    shape = block_shape([(rel, p, "matmul") for rel, p in attn.items()], None)
+    # (without sequences the 32 tokens are one sequence's: a few more query-key pairs than 32 sequences' own)
+    assert with_context == pytest.approx(block_ms(shape, 32, seqs, HW) - block_ms(shape, 32, Sequences(32, 0), HW),
+                                         rel=1e-4)
+    assert with_context > 1  # 32 x 4,096 tokens of grouped keys and values, repeated for 32 query heads

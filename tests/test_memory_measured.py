@@ -125,3 +125,15 @@ def test_the_bench_dry_run_measures_what_the_plan_counts(tmp_path, monkeypatch):
     tried = [r for r in rows if r["kind"] == "throughput"]
     assert summary["chosen"] in [r["batch"] for r in tried] and len(tried) == 2
     assert all(r["predicted_tokens_per_s"] > 0 and r["measured_tokens_per_s"] > 0 for r in tried)
+    # every decode through generate() is timed (static and dynamic caches), with what decode_rows.py needs
+    decodes = [r for r in rows if r["kind"] == "memory" and r.get("cache")]
+    assert decodes and all(r["measured_step_ms"] > 0 and r["predicted_step_ms"] > 0 for r in decodes)
+    probe = next(r for r in rows if r["kind"] == "probe")
+    assert probe["strided_copy_gbps"] > 0 and probe["sdpa_gqa_read_gbps"] > 0
+    # bench/decode_rows.py finds each timed row's plan again and, in this same tree, predicts what it recorded
+    import decode_rows
+    again = tmp_path / "again.jsonl"
+    assert decode_rows.main([str(out), "--json", str(again)]) == 0
+    redone = [json.loads(line) for line in again.read_text().splitlines()]
+    assert len(redone) == len(decodes) + len(tried)
+    assert all(r["predicted_now_ms"] == r["predicted_step_ms"] for r in redone), redone

@@ -7,10 +7,14 @@ attention's own arithmetic over the context, and the elementwise work between th
   of V; ``width`` = heads × head_dim, the query projection's output), at the profile's
   ``attention_tflops``. Its keys and values (the key and value projections' output per token, in their
   dtype) are read once a sequence from GPU memory. The time is the larger of the two (a roofline): the
-  arithmetic at a long prefill, the KV cache at a decode over a long context. Where the forward attends to
-  tokens cached before it and the model has fewer KV heads than query heads, transformers (5.17) passes SDPA a
-  mask, so ``repeat_kv`` first writes the keys and values out for every query head, and SDPA reads those: twice
-  ``2 x query`` elements a cached token more (planner/memory/activations.py counts the copy's memory).
+  arithmetic at a long prefill, the KV cache at a decode over a long context.
+- A step over cached tokens of a grouped-query model (fewer KV heads than query heads), as transformers (5.17)
+  runs it with its static cache (``sdpa``): the cache returns every one of its ``context`` slots and the step
+  passes SDPA a mask, so ``repeat_kv`` first copies the keys and values out for every query head (a copy of a
+  broadcast view: it reads the cache once and writes ``2 x query`` elements a token), at the profile's
+  ``strided_copy_gbps`` (bytes read + written: PyTorch's element-by-element copy of a non-contiguous view, not
+  the vectorized copy of a contiguous one), and SDPA then reads those copies at ``gpu_mem_gbps`` instead of the
+  cache (planner/memory/activations.py counts the copies' memory).
 - Elementwise: norms, rotary embedding, activation and residual adds move ``elementwise_bytes`` of GPU
   memory per token for each output element of the block's matrices (routed experts: the top-k a token
   uses), at ``gpu_mem_gbps``. ``planner calibrate`` measures it on a transformers Llama block as what the
@@ -111,7 +115,10 @@ def block_ms(shape: BlockShape, tokens: int, seqs: Sequences, hw: HardwareProfil
     q = tokens / seqs.count
     pairs = seqs.count * (q * seqs.context + q * (q + 1) / 2)
     flops = 4.0 * pairs * shape.query
-    cache = seqs.count * (seqs.context + q) * shape.kv_bytes
-    if seqs.context and shape.repeated_bytes:  # a step over cached tokens: repeat_kv writes them out, SDPA reads them
-        cache += 2 * seqs.count * (seqs.context + q) * shape.repeated_bytes
-    return max(flops / (hw.attention_tflops * 1e9), cache / hw.gpu_mem_gbps / 1e6) + elementwise
+    held = seqs.count * (seqs.context + q)  # cached tokens attended to, the new ones included
+    if seqs.context and shape.repeated_bytes:  # a step over cached tokens: repeat_kv copies them, SDPA reads the copies
+        repeat = held * (shape.kv_bytes + shape.repeated_bytes) / hw.strided_copy_gbps / 1e6
+        read = held * shape.repeated_bytes
+    else:
+        repeat, read = 0.0, held * shape.kv_bytes
+    return repeat + max(flops / (hw.attention_tflops * 1e9), read / hw.gpu_mem_gbps / 1e6) + elementwise

@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.cost.block import ONE, Sequences
 from planner.cost.layer import LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
@@ -98,16 +99,18 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
     return hw.host_call_us / 1e3 + compute + trips
 
 
-def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Sequence[float] | None = None) -> LayerWork:
-    """The work of a layer with ``experts``: its other params as planner/cost/layer.py costs them, its parts
-    as above, the host's part after a mid-layer wait and joined at the layer's end."""
+def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Sequence[float] | None = None,
+               seqs: Sequences = ONE) -> LayerWork:
+    """The work of a layer with ``experts``: its other params as planner/cost/layer.py costs them (its attention
+    over the context of ``seqs`` included), its parts as above, the host's part after a mid-layer wait and
+    joined at the layer's end."""
     split = layer.experts
     shape = ExpertShape.of(layer)
     by_expert = set(split.params)
     rest = layer.model_copy(update={
         "params": {r: p for r, p in layer.params.items() if r not in by_expert},
         "offloaded": [r for r in layer.offloaded if r not in by_expert], "experts": None, "moe": None})
-    base = layer_work(rest, tokens, hw)
+    base = layer_work(rest, tokens, hw, seqs)
     q = chances(split, shape, shares)
     on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
     uva_q = q["uva"] + ([] if on_host else q["cpu"])

@@ -34,7 +34,7 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE
         if layer.prefetch is not None and layer.prefetch.once:  # its slot keeps it: nothing to copy
             work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
         if layer.experts is not None:
-            work[i] = split_work(layer, tokens, hw, (routing or {}).get(layer.name))
+            work[i] = split_work(layer, tokens, hw, (routing or {}).get(layer.name), seqs)
     return simulate(work, copies_of(plan), link_share(hw))
 
 
