@@ -19,10 +19,10 @@ from schemas.spec_names import PrintableName, PrintableText
 H200_ATTENTION_TFLOPS = 300.0
 H200_ELEMENTWISE_BYTES = 17.0
 # transformers' repeat_kv at a decode step over a static cache (planner/cost/block.py), bytes read + written a
-# second: inferred from the Llama-3-8B shape's six GPU-bound decode rows over 4,096 cached tokens at batch 12-32
-# (bench/results/memory-h200-2026-12-01, 2.9 ms a sequence a step; bench/decode_rows.py), not yet measured alone:
-# bench_memory.py's copy probe measures it, until calibrate does
-H200_STRIDED_COPY_GBPS = 1250.0
+# second: measured alone on the H200 by bench_memory.py's copy probe (batch 32, 8 KV heads repeated 4 times, head
+# dim 128, 4,096 cached tokens: 1.19 ms, 1,123 GB/s; bench/results/memory-h200-2026-12-01b/memory.jsonl), until
+# calibrate measures it; first inferred at 1,250 from the Llama-3-8B shape's GPU-bound decode rows
+H200_STRIDED_COPY_GBPS = 1123.0
 # the workspace allowance of a profile that does not measure one: cuBLAS keeps 32 MiB on the stream a
 # forward runs on (measured on the H200, shared/h200-limits.md)
 DEFAULT_WORKSPACE_BYTES = 32 * 2**20
