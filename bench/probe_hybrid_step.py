@@ -2,8 +2,8 @@
 
 Qwen3-MoE experts (128, hidden 2048, width 768, top-8, bf16). One JSON line per measurement:
 
-- ``kernel``: the host's kernels (runtime.expert_math.host_rows: grouped, dense, padded) over a part of n experts
-  at 1-64 tokens, alone and while GPU kernels read 2 GiB of pinned memory through UVA (``busy``);
+- ``kernel``: the host's kernels (runtime.expert_math.host_rows: grouped, padded; the first run's rows also have a
+  dense pass, since removed) over a part of n experts at 1-64 tokens, alone and while GPU kernels read 2 GiB of pinned memory through UVA (``busy``);
 - ``matmul``: the bare matmuls of the dense pass at 32 tokens, down in either layout;
 - ``wait_value``: whether a stream can wait on a 32-bit flag in pinned host memory (cuStreamWaitValue32, through
   ctypes) that a host thread sets, and what the host thread wrote is then read right;
@@ -113,7 +113,7 @@ def kernels(dev, busy):
             hid = torch.randn(tokens, H, generator=g).to(torch.bfloat16)
             touched = int(torch.unique(idx[idx < n]).numel())
             ref = None
-            for kernel in ("grouped", "dense", "padded"):
+            for kernel in ("grouped", "padded"):
                 out = torch.zeros(tokens * K, H, dtype=rows_dtype(hid, rw))
 
                 def call(kernel=kernel, out=out):
@@ -145,7 +145,7 @@ def kernels(dev, busy):
                 idx, rw = routing(32, g)
                 hid = torch.randn(32, H, generator=g).to(torch.bfloat16)
                 out = torch.zeros(32 * K, H, dtype=torch.bfloat16)
-                for kernel in ("dense", "padded"):
+                for kernel in ("padded",):
                     ms = wall(lambda: host_rows(stub, layout, w, table, hid, idx, rw, out, kernel=kernel))
                     emit(what="kernel_threads", n=n, tokens=32, kernel=kernel, threads=threads, ms=round(ms, 3))
             torch.set_num_threads(THREADS)
@@ -257,7 +257,7 @@ def layer(dev):
             fwd(hid, idx, rw)
             torch.cuda.synchronize()
 
-        for kernel in ("dense", "padded", "grouped"):
+        for kernel in ("padded", "grouped"):
             cpu_experts_kernel(kernel)
             SplitForward._host_rows = timed
             phases = {"wait": [], "compute": []}

@@ -1,11 +1,10 @@
 """The host CPU's figures for the cpu backend (``planner calibrate``; schemas/hardware.py ``host_*``).
 
-The kernel measured is the one the backend runs: ``runtime.expert_math.host_rows`` over Qwen3-MoE-shaped experts
-(hidden 2048, width 768, bf16; 32 of them, 302 MB, so a pass takes tens of milliseconds), every expert seeing the
-same number of rows:
+The kernel measured is the one the backend runs: ``runtime.expert_math.host_rows`` (the padded pass) over
+Qwen3-MoE-shaped experts (hidden 2048, width 768, bf16; 32 of them, 302 MB, so a pass takes milliseconds), every
+expert seeing the same number of rows:
 
-- ``host_expert_gbps``: GB/s of expert weights the grouped kernel reads, at 1, 2 and 8 rows an expert;
-- ``host_dense_gbps``: the same for the dense pass (every token through every expert) at 4 tokens;
+- ``host_expert_gbps``: GB/s of expert weights the kernel reads, at 1, 2, 4 and 8 rows an expert;
 - ``host_tflops``: the arithmetic rate at 256 rows an expert (compute-bound);
 - ``host_call_us``: a call over tiny experts (the sort, the copies, the Python) plus, on a GPU machine, the round
   trip of the routing to the host and the rows back;
@@ -51,8 +50,8 @@ def _wall_ms(fn: Callable[[], object], repeat: int = 5) -> float:
     return statistics.median(times)
 
 
-def _call(experts: int, hidden: int, width: int, rows: int, seed: int = 0, dense: bool = False) -> Callable[[], object]:
-    """One host call over ``experts`` experts, each seeing ``rows`` rows (the grouped kernel, or the dense pass)."""
+def _call(experts: int, hidden: int, width: int, rows: int, seed: int = 0) -> Callable[[], object]:
+    """One host call over ``experts`` experts, each seeing ``rows`` rows."""
     g = torch.Generator().manual_seed(seed)
     weights = {"gate_up_proj": (torch.randn(experts, 2 * width, hidden, generator=g) / 40).to(torch.bfloat16),
                "down_proj": (torch.randn(experts, width, hidden, generator=g) / 40).to(torch.bfloat16)}  # the host's
@@ -65,7 +64,7 @@ def _call(experts: int, hidden: int, width: int, rows: int, seed: int = 0, dense
 
     def run() -> None:
         out = torch.zeros(tokens * TOP_K, hidden, dtype=rows_dtype(hidden_states, routing))
-        host_rows(module, layout, weights, table, hidden_states, index, routing, out, dense=dense)
+        host_rows(module, layout, weights, table, hidden_states, index, routing, out)
 
     return run
 
@@ -112,16 +111,14 @@ def host_experts(device: torch.device) -> dict[str, object]:
     per_expert = 3 * WIDTH * HIDDEN * 2
     fixed_ms = _wall_ms(_call(8, 64, 32, 1), repeat=9)
     points, calls = [], {}
-    for rows in (1, 2, 8):
+    for rows in (1, 2, 4, 8):
         calls[rows] = _call(EXPERTS, HIDDEN, WIDTH, rows, seed=rows)
         ms = max(_wall_ms(calls[rows]) - fixed_ms, 1e-3)
         points.append(RatePoint(tokens=rows, gbps=round(EXPERTS * per_expert / ms / 1e6, 3)))
     rows = 256
     flops = 2.0 * rows * EXPERTS * 3 * WIDTH * HIDDEN
     tflops = flops / max(_wall_ms(_call(EXPERTS, HIDDEN, WIDTH, rows), repeat=3) - fixed_ms, 1e-3) / 1e9
-    dense_ms = max(_wall_ms(_call(EXPERTS, HIDDEN, WIDTH, 1, dense=True)) - fixed_ms, 1e-3)
     figures: dict[str, object] = {"host_expert_gbps": points, "host_tflops": tflops,
-                                  "host_dense_gbps": EXPERTS * per_expert / dense_ms / 1e6,
                                   "host_call_us": fixed_ms * 1e3 + _round_trip_us(device)}
     busy = _with_uva(device, calls[2])
     if busy is not None:

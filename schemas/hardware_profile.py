@@ -31,16 +31,18 @@ class UvaPoint(StrictModel):
 
 
 class RatePoint(StrictModel):
-    """A rate at a number of rows: the host's grouped expert kernel, GB/s of expert weights it reads when
-    each expert it computes sees ``tokens`` rows."""
+    """A rate at a number of rows: the host's expert kernel, GB/s of expert weights it reads when each expert it
+    computes sees ``tokens`` rows."""
 
     tokens: PositiveCount
     gbps: Rate
 
 
-# the host CPU of the H200 machine (16 cores, AMX), torch 2.11's grouped_mm in bf16 over Qwen3-MoE experts
-# (bench/results/probe-cpu-experts-h200.jsonl): 24.5 GB/s at one row an expert, 32 GB/s from two rows on
-H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=24.5), RatePoint(tokens=2, gbps=32.0)]
+# the host CPU of the H200 machine (16 cores, AMX), the padded pass (torch.bmm in bf16) over 48 of the Qwen3-MoE
+# shape's experts (bench/results/hybrid-h200-2026-12-01/probe-hybrid-step.jsonl): 24.5-31.7 GB/s at one row an
+# expert (1 token), 40 at about one (8 tokens), 53 at 2.2 and 4.2 (32 and 64 tokens); rounded down, as a
+# layer in place measured 9.4 ms where the kernel alone took 7.6
+H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=28.0), RatePoint(tokens=2, gbps=45.0), RatePoint(tokens=4, gbps=50.0)]
 
 
 class HardwareProfile(StrictModel):
@@ -79,15 +81,15 @@ class HardwareProfile(StrictModel):
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
     host_expert_gbps: list[RatePoint] = Field(
         default_factory=lambda: list(H200_HOST_EXPERTS), min_length=1,
-        description="the cpu backend: GB/s of expert weights the host CPU's grouped kernel reads, by the rows each "
+        description="the cpu backend: GB/s of expert weights the host CPU's padded pass reads, by the rows each "
         "expert sees; linear between points (default: the H200 machine's host)")
-    host_dense_gbps: Rate = Field(default=59.0, description="the cpu backend: GB/s of expert weights the host's dense "
-                                  "pass reads (every token through every expert, few tokens; schemas/plan_experts.py)")
     host_tflops: Tflops = Field(default=0.52, description="the cpu backend: the host's bf16 rate on the experts' "
                                 "matmuls once compute-bound (many rows an expert), TFLOP/s")
     host_call_us: Microseconds = Field(default=250.0, description="the cpu backend: host time of one layer's call "
                                        "beyond its matmuls (routing read back, sort, copies), microseconds")
-    host_link_share: Share = Field(default=0.71, description="the cpu backend: the host kernel's rate while GPU "
+    # the padded pass at 32 tokens beside a GPU kernel reading 2 GiB through UVA: 7.6 -> 9.8 ms (48 experts),
+    # 14.2 -> 16.1 ms (64); the UVA read kept 47.5 of its 50.7 GB/s (probe-hybrid-step.jsonl)
+    host_link_share: Share = Field(default=0.8, description="the cpu backend: the host kernel's rate while GPU "
                                    "kernels read host memory through UVA, as a share of its rate alone")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")

@@ -4,17 +4,19 @@ A split layer runs its other params as any layer does (planner/cost/layer.py); i
 
 - gpu experts: a grouped matmul over the touched ones, from GPU memory;
 - uva experts: the same, their bytes read over the host link (``passes`` re-reads, ``uva_expert_call_ms``);
-- cpu experts: the host CPU reads the touched experts' bytes at ``host_gbps(rows)`` (times
-  ``host_link_share`` while the link reads host memory for this layer's uva experts), or computes at
-  ``host_tflops`` when that is slower, plus ``host_call_us``; where few tokens touch most of its experts it
-  reads all of them once at ``host_dense_gbps`` instead (the dense pass, ``schemas.plan_experts.dense_pass``); the routed tokens' hidden states go to the host
-  and the experts' rows (T·k of them) come back over the link.
+- cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
+  ``host_gbps(rows)`` (times ``host_link_share`` while the link reads host memory for this layer's uva
+  experts), or computes at ``host_tflops`` when that is slower, plus ``host_call_us``; the routed tokens'
+  hidden states go to the host and the experts' rows (T·k of them) come back over the link.
 
-The host waits until the GPU has reached the experts (the copies to the host follow everything before them),
-then computes while the GPU runs its parts; the layer ends when both have finished: the timeline's mid-layer
-wait (``LayerWork.synced_*``). Above ``cpu_max_tokens`` tokens the cpu experts are read through UVA by the
-GPU instead. Routing is uniform (each expert picked by a token with chance k/E) unless measured routing gives
-each expert its own chance (``shares``: planner/strategy/experts.py, schemas/routing.py).
+The runtime gives the host's part to a thread of its own and makes the stream wait for it (runtime/cpu_experts.py,
+runtime/stream_wait.py): the host starts when the stream has run the layer's own kernels (the copies to the host
+follow them), computes while the GPU runs its parts, and the layer ends when both have finished; the thread that
+issues the forward does not wait, so the next layers' issue time overlaps the host's part
+(``LayerWork.host_ms`` / ``beside_ms``: planner/cost/timeline.py). The split that makes a layer fastest makes the
+host and the GPU's parts finish together. Above ``cpu_max_tokens`` tokens the cpu experts are read through UVA
+by the GPU instead. Routing is uniform (each expert picked by a token with chance k/E) unless measured routing
+gives each expert its own chance (``shares``: planner/strategy/experts.py, schemas/routing.py).
 
 CUDA graph replay cannot capture the host's part: a workload in mode graph is predicted as if the host part
 ran between captured graphs (torch.compile without CUDA graphs); the runtime refuses the capture.
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from planner.cost.layer import LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
-from schemas.plan_experts import ExpertSplit, dense_pass
+from schemas.plan_experts import ExpertSplit
 
 PART_LAUNCHES = 12  # kernels one part of a split forward issues (sort, grouped matmuls, gate, weights, rows)
 MAX_TOKENS_SEARCHED = 1 << 20
@@ -89,18 +91,15 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
         return 0.0
     touched, rows = _touched(q, tokens)
     share = hw.host_link_share if link_busy else 1.0
-    if dense_pass(tokens, touched, len(q)):  # all the part's bytes once, at a rate measured at its largest call
-        compute = len(q) * shape.nbytes / (hw.host_dense_gbps * share) / 1e6
-    else:
-        rate = hw.host_gbps(rows / max(touched, 1e-9)) * share
-        compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
+    rate = hw.host_gbps(rows / max(touched, 1e-9)) * share
+    compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
     trips = tokens * shape.width * shape.itemsize * (1 + shape.top_k) / hw.h2d_gbps / 1e6
     return hw.host_call_us / 1e3 + compute + trips
 
 
 def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Sequence[float] | None = None) -> LayerWork:
     """The work of a layer with ``experts``: its other params as planner/cost/layer.py costs them, its parts
-    as above, the host's part after a mid-layer wait and joined at the layer's end."""
+    as above, the host's part on its own thread beside the GPU's parts, joined at the layer's end."""
     split = layer.experts
     shape = ExpertShape.of(layer)
     by_expert = set(split.params)
@@ -117,8 +116,8 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     if not on_host:
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
-    return LayerWork(base.gpu_ms + parts_ms, issue_ms + host_ms, base.copy_ms, base.copy_bytes,
-                     synced_gpu_ms=parts_ms, synced_cpu_ms=host_ms)
+    return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes, host_ms=host_ms,
+                     beside_ms=parts_ms)
 
 
 def _memory_bound(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from planner.assemble import Assignment
 from planner.cost.host_experts import cpu_max_tokens, split_work
-from planner.cost.layer import LayerWork, profile_for
+from planner.cost.layer import profile_for
 from planner.errors import PlanningError
 from planner.kinds import param_kind
 from planner.words.experts_notes import host_limits, hot_note
@@ -85,13 +85,6 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
                    notes=assignment.notes + tuple(notes))
 
 
-def _layer_ms(work: LayerWork) -> float:
-    """A layer's time alone: its GPU work, the host's part joined, or the CPU's issuing if longer."""
-    gpu = work.gpu_ms if work.synced_gpu_ms is None else \
-        work.gpu_ms - work.synced_gpu_ms + max(work.synced_gpu_ms, work.synced_cpu_ms)
-    return max(gpu, work.cpu_ms)
-
-
 def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Workload,
              shares: Sequence[float] | None = None) -> ExpertSplit:
     """``split`` with its cpu experts cut back to the count (the least used first) that gives the layer its least
@@ -106,9 +99,8 @@ def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Wo
         cpu = sorted(pool[:count])
         cand = split.model_copy(update={"cpu": cpu, "uva": sorted(set(split.uva) | set(pool[count:])),
                                         "cpu_max_tokens": limit if cpu else None})
-        ms = sum(item.weight / total * _layer_ms(split_work(plan_layer(layer, cand), item.rows,
-                                                            profile_for(hw, item.mode), shares))
-                 for _, item in items)
+        ms = sum(item.weight / total * split_work(plan_layer(layer, cand), item.rows, profile_for(hw, item.mode),
+                                                  shares).alone_ms() for _, item in items)
         if best is None or ms < best[0] - 1e-9:
             best = (ms, cand)
     return best[1]
