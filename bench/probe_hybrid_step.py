@@ -3,7 +3,8 @@
 Qwen3-MoE experts (128, hidden 2048, width 768, top-8, bf16). One JSON line per measurement:
 
 - ``kernel``: the host's kernels (runtime.expert_math.host_rows: grouped, padded; the first run's rows also have a
-  dense pass, since removed) over a part of n experts at 1-64 tokens, alone and while GPU kernels read 2 GiB of pinned memory through UVA (``busy``);
+  dense pass, since removed) over a part of n experts at 1-64 tokens, alone and while GPU kernels read 2 GiB of
+  pinned memory through UVA (``busy``);
 - ``matmul``: the bare matmuls of the dense pass at 32 tokens, down in either layout;
 - ``wait_value``: whether a stream can wait on a 32-bit flag in pinned host memory (cuStreamWaitValue32, through
   ctypes) that a host thread sets, and what the host thread wrote is then read right;

@@ -107,7 +107,19 @@ def _with_uva(device: torch.device, fn: Callable[[], object]) -> float | None:
 
 
 def host_experts(device: torch.device) -> dict[str, object]:
-    """The ``host_*`` figures of a hardware profile, measured here."""
+    """The ``host_*`` figures of a hardware profile, measured here with the threads the backend's host thread uses
+    on a GPU machine (every CPU of the process's affinity but the one left to the thread issuing the forward)."""
+    from runtime.cpu_experts import host_threads
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, host_threads() - 1) if device.type == "cuda" else threads)
+    try:
+        return _figures(device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _figures(device: torch.device) -> dict[str, object]:
     per_expert = 3 * WIDTH * HIDDEN * 2
     fixed_ms = _wall_ms(_call(8, 64, 32, 1), repeat=9)
     points, calls = [], {}

@@ -25,10 +25,11 @@ next call of any split layer of the plan.
 Why torch's batched matmul on the host and not a CPU MoE library (kt-kernel): measured on the H200's host
 (bench/probe_hybrid_step.py, bench/results/hybrid-h200-2026-12-01/) the padded pass reads 48 experts' weights at
 53 GB/s at 32 and 64 tokens (torch's grouped_mm 36-41, a per-expert loop 17-20 in bench/probe_cpu_experts.py),
-one call per projection and run of touched experts, on the weights' own layout; kt-kernel is not installed here nor on the GPU machine (no network), wants its own packed copy of
-the weights and a build for the host's AMX, and would have to be carried. Above a call size the host is the
-slower one (2,048 tokens: 298 ms a layer, compute-bound): ``cpu_max_tokens`` then sends the cpu experts to
-the GPU through UVA (their host memory is pinned), so a prefill runs as the UVA plan does.
+one call per projection and run of touched experts, on the weights' own layout; kt-kernel is not installed here
+nor on the GPU machine (no network), wants its own packed copy of the weights and a build for the host's AMX,
+and would have to be carried. Above a call size the host is the slower one (2,048 tokens: 298 ms a layer with
+the grouped kernel, compute-bound): ``cpu_max_tokens`` then sends the cpu experts to the GPU through UVA (their host memory is
+pinned), so a prefill runs as the UVA plan does.
 
 CUDA graphs: the host's part is not captured (no host function is launched on the stream): a capture that
 reaches a layer whose host computes experts raises ``HostExpertsCaptureError`` naming the backend; splits
