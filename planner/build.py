@@ -309,7 +309,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                gpu_budget: int | None) -> Plan:
     """strategy auto (planner/strategy/auto.py), with the best plan of the budget strategy as the runner-up."""
     decision = auto.decide(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
-                           m.total_bytes, m.cost)
+                           m.total_bytes, m.cost, whole=frozenset(m.host))
     names = m.names
 
     def build(notes: list[str], m: _Model) -> Plan:

@@ -21,7 +21,7 @@ from runtime.offloader import NoOffloader, Offloaded, Offloader
 from runtime.placement import Placement
 from runtime.prefetch import MixedOffloader, PrefetchOffloader
 from runtime.progress import Progress
-from runtime.rank_plans import choose_plan, this_rank
+from runtime.this_rank import choose_plan, this_rank
 from runtime.stats import PeakWatch, with_peaks
 from runtime.teardown import RemoveError, Step, run_steps
 from runtime.ties import extent, storage_key
@@ -137,7 +137,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     model never writes them), and a write to any offloaded tensor found at the end of an eager
     forward raises ``OffloadedWriteError`` instead of returning the output.
 
-    Tensor parallelism (runtime/rank_plans.py): ``plan`` may also be a directory of
+    Tensor parallelism (runtime/this_rank.py): ``plan`` may also be a directory of
     ``rank{r}.plan.yaml`` files or a list of rank plans indexed by rank; this process's rank is
     ``rank``, else its rank in ``process_group`` (default: the default group) of an initialized
     ``torch.distributed``. A rank plan must be this rank's and match the model's local shards

@@ -4,7 +4,7 @@
 uses) and collects, in one error, every reason the plan cannot run on this model:
 - the plan object itself is invalid (a plan built with ``model_construct`` or edited in place skipped
   validation; ``schemas.plan_check`` is run again, as loading a plan file runs it);
-- it was made from another spec (when the spec is at hand), or for another rank (runtime/rank_plans.py);
+- it was made from another spec (when the spec is at hand), or for another rank (runtime/this_rank.py);
 - what it names differs from the model: a missing layer or tensor, a shape, dtype, stride or size, a tie that
   is no view of its owner's storage, an offloaded tensor that shares its storage, a DTensor layout;
 - it names a tensor of the model twice (the same object, or views of one storage);
@@ -24,7 +24,7 @@ from torch import nn
 from runtime.dtensor import is_dtensor, local_tensor
 from runtime.errors import PlanMismatchError
 from runtime.cpu_experts import split_problems
-from runtime.rank_plans import Rank, layout_problems, rank_problems
+from runtime.this_rank import Rank, layout_problems, rank_problems
 from runtime.tensors import TensorRef, dtype_name, resolve_in, storage_nbytes
 from runtime.ties import shared_storages, storage_key, within
 from runtime.writes import buffer_problems

@@ -36,7 +36,7 @@ from torch.compiler import is_compiling
 
 import runtime.cudart as cudart
 import runtime.prefetch_ops as prefetch_ops
-from runtime.buffer_pool import BufferPool
+from runtime.gpu_buffers import BufferPool
 from runtime.capture import captured_copies
 from runtime.dtensor import activation
 from runtime.offloader import Offloaded, Offloader

@@ -67,7 +67,7 @@ def test_tied_embeddings_never_move(specs):
 def test_below_the_smallest_pool_every_param_is_read_in_place(specs):
     plan = planner.plan(specs["llama-3-8b"], gpu_budget=10**6, strategy="auto", workload=DECODE)
     assert plan.summary.backend == "uva" and plan.summary.peak_gpu_bytes <= 10**6
-    assert any("below the smallest prefetch buffer pool" in n for n in plan.summary.notes)
+    assert any("every eligible param read in place through UVA (no buffers)" in n for n in plan.summary.notes)
 
 
 def test_an_impossible_budget_is_infeasible_with_the_smallest_that_fits(specs):

@@ -132,7 +132,9 @@ def test_qwen_moe_routed_shared_and_gates_apart():
     total = sum(layer.nbytes for layer in spec.model.expanded())
     routed = planner.plan(spec, kinds=[ROUTED], gpu_budget=total // 2, backend="uva")
     assert _kinds_offloaded(routed) == {ROUTED}
-    assert all(all(n.startswith("mlp.experts.") for n in p) and len(p) == 12 for p in _offloaded(routed).values())
+    # routed experts move param by param (auto's units are as fine as the params: a layer's experts in parts)
+    assert all(all(n.startswith("mlp.experts.") for n in p) and 0 < len(p) <= 12 for p in _offloaded(routed).values())
+    assert routed.summary.peak_gpu_bytes <= total // 2
     shared = planner.plan(spec, kinds=["shared_experts"], gpu_budget=total - 1, backend="uva")
     assert {n for p in _offloaded(shared).values() for n in p} == {
         "mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight", "mlp.shared_expert.down_proj.weight"}

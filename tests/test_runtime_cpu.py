@@ -468,7 +468,7 @@ def test_apply_finds_each_name_of_the_plan_once_and_each_slot_buffer_once(model,
 
     import runtime.check as check_mod
     import runtime.tensors as tensors_mod
-    from runtime.buffer_pool import BufferPool
+    from runtime.gpu_buffers import BufferPool
 
     plan = group_plan(spec, 3, 1, 2)
     found: Counter = Counter()

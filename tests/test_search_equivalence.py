@@ -19,11 +19,14 @@ from pydantic import ValidationError
 import planner
 import planner.strategy.budget
 from planner.build import _ladder, _model
+from planner.cost.placement import PlacementCost
 from planner.errors import InfeasibleError, PlanningError
 from planner.strategy.fit import Chosen, Fit, NoFit, Reckoning, Speed, choose
 from planner.strategy.order import placement
 from planner.strategy.peaks import exact_pool, lower_peaks, peaks
 from schemas import dump_model
+from schemas.hardware import load_hardware
+from schemas.workload import Workload, WorkloadItem
 
 
 def plain_pool(layers, placed, slots: int) -> int:
@@ -216,3 +219,21 @@ def test_uniform_stack_bounds_are_exact():
             placed = placement(order, taken)
             exact = m.total_bytes - upper[taken][1] + plain_pool(m.layers, placed, step)
             assert lower[taken] == exact == upper[taken][0]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.sampled_from(["prefetch", "uva"]), st.sampled_from([1, 32, 2048]),
+       st.sampled_from(["eager", "graph"]), st.floats(1e-6, 1e-2))
+def test_the_budget_floor_is_under_every_later_step(case, backend, tokens, mode, gbps):
+    """``_Path.floor`` (the lower bound the budget strategy's choice stops its search at) is at most the predicted
+    step of its ladder step and of every later one, on links slow (copies exposed) and fast (compute or CPU bound)."""
+    spec, _, _ = case
+    m = _model(spec, spec.memory, spec.offload)
+    if not m.candidates:
+        return
+    hw = load_hardware("h200").model_copy(update={"h2d_gbps": gbps})
+    cost = PlacementCost(m.layers, hw, Workload({"w": WorkloadItem(tokens=tokens, mode=mode)}))
+    path = planner.strategy.budget._Path(m.layers, _ladder(m), backend, {}, m.total_bytes, m.step)
+    steps = [path.step_ms(count, cost) for count in range(_ladder(m).steps + 1)]
+    for count in range(len(steps)):
+        assert path.floor(count, cost) <= min(steps[count:]) * (1 + 1e-9)

@@ -189,7 +189,7 @@ CASES = [
 
 @pytest.mark.parametrize("blocks,step,span", CASES)
 def test_span_plans_match_unoffloaded_with_no_late_copy(model, spec, blocks, step, span):
-    from runtime.buffer_pool import SPAN
+    from runtime.gpu_buffers import SPAN
 
     import runtime
 

@@ -9,6 +9,7 @@ times (a 1,000-layer stack of one block is costed once per workload).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from itertools import accumulate
 
 from planner.kinds import name_key
 from planner.cost.block import Sequences, sequences_of
@@ -53,6 +54,7 @@ class PlacementCost:
         self._none: dict[tuple, list[LayerWork]] = {}
         self._sums: dict[tuple, tuple[float, float]] = {}  # per workload item: the resident (GPU, CPU) ms
         self._resident_ms: float | None = None  # the weighted step with nothing offloaded
+        self._before: dict[tuple, tuple[list[float], list[float]]] = {}  # per item: resident GPU, CPU ms before each layer
 
     def _layer_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
                     copied: frozenset) -> LayerWork:
@@ -73,14 +75,7 @@ class PlacementCost:
     def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = ()) -> float:
         """Weighted predicted step (ms) with ``where``: position -> param -> backend; ``slots`` buffer slots;
         ``span``: the positions of prefetched layers that span the slots."""
-        placed = {}
-        for position, params in where.items():
-            key = tuple(params.items())
-            sets = self._sets.get(key)
-            if sets is None:
-                sets = self._sets[key] = (frozenset(p for p, b in params.items() if b == "uva"),
-                                          frozenset(p for p, b in params.items() if b == "prefetch"))
-            placed[position] = sets
+        placed = {position: self._split(params) for position, params in where.items()}
         positions = sorted(p for p, (_, copied) in placed.items() if copied)
         n = len(self.layers)
         copies = [Copy(p, t.copy_before(n), t.previous_forward)
@@ -92,6 +87,15 @@ class PlacementCost:
                 work[i] = self._layer_work(i, tokens, mode, seqs, uva, copied)
             total += weight * simulate(work, copies, self._link).step_ms
         return total
+
+    def _split(self, params: Mapping[str, str]) -> tuple[frozenset, frozenset]:
+        """A layer's placement as (params read through UVA, params copied), made once per distinct placement."""
+        key = tuple(params.items())
+        sets = self._sets.get(key)
+        if sets is None:
+            sets = self._sets[key] = (frozenset(p for p, b in params.items() if b == "uva"),
+                                      frozenset(p for p, b in params.items() if b == "prefetch"))
+        return sets
 
     def lower_ms(self, where: Mapping[int, Mapping[str, str]]) -> float:
         """A lower bound on ``step_ms(where, slots, span)`` for any slots and spans: per workload the busiest of
@@ -112,14 +116,37 @@ class PlacementCost:
             gpu, cpu = sums
             copy = 0.0
             for i, params in where.items():
-                uva = frozenset(p for p, b in params.items() if b == "uva")
-                copied = frozenset(p for p, b in params.items() if b == "prefetch")
+                uva, copied = self._split(params)
                 work = self._layer_work(i, tokens, mode, seqs, uva, copied)
                 gpu += work.gpu_ms - resident[i].gpu_ms
                 cpu += work.cpu_ms - resident[i].cpu_ms
                 copy += work.copy_ms if work.copy_bytes else 0.0
             total += share * max(gpu, cpu, copy)
         return max(total, self._resident_ms)
+
+    def refill_floor(self, last: int, firsts: Sequence[tuple[int, frozenset[str]]]) -> float:
+        """A lower bound on ``step_ms(where, slots)`` for every placement (no span) whose last prefetched layer is at
+        ``last`` or later but is not the model's last layer, and whose prefetched layers each copy at least the
+        params of one of ``firsts`` (position, params).
+
+        Why: the slot of the last prefetched layer is refilled for the next forward right after it has run
+        (its next user is one of the forward's first prefetched layers: planner/cost/timeline.py's
+        ``previous_forward`` copies, schemas/schedule.py), so that copy is issued once every layer up to ``last``
+        has been issued by the CPU and has run on the compute stream, each no faster than resident, and the forward
+        ends with the join of the copy stream: the step is at least the busier of the resident GPU and CPU time up
+        to ``last``, plus the least copy."""
+        total = 0.0
+        for tokens, weight, mode, seqs in self.tokens:
+            key = (tokens, mode, seqs)
+            before = self._before.get(key)
+            if before is None:
+                resident = self._resident(tokens, mode, seqs)
+                before = self._before[key] = (list(accumulate((w.gpu_ms for w in resident), initial=0.0)),
+                                              list(accumulate((w.cpu_ms for w in resident), initial=0.0)))
+            none: frozenset[str] = frozenset()
+            least = min(self._layer_work(p, tokens, mode, seqs, none, copied).copy_ms for p, copied in firsts)
+            total += weight * (max(before[0][last + 1], before[1][last + 1]) + least)
+        return total
 
     def _resident(self, tokens: int, mode: str, seqs: Sequences) -> list[LayerWork]:
         """Every layer's work at ``tokens`` in ``mode`` with nothing offloaded (computed once per token count)."""

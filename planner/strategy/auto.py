@@ -1,6 +1,14 @@
-"""strategy auto, deciding: every layer's eligible params, the order of moves (planner/strategy/auto_order.py),
-the slot path (planner/strategy/auto_slots.py), the first pair on it that fits, as an Assignment plus the
-facts its notes are written from."""
+"""strategy auto, deciding: every layer's eligible params, the orders of moves (planner/strategy/auto_order.py),
+the one order kept, its path (planner/strategy/auto_slots.py) and the step of it that the budget takes
+(``fit.choose``), as an Assignment plus the facts its notes are written from.
+
+Which order: without ``offload.prefer`` several orders are weighed (``candidate_prefers``). Each is
+predicted at a fixed grid of budgets spread between the lowest peak any of them reaches and the whole
+model (the fastest of its first steps that fit there with each slot count), and the one whose plans predict the step closest to the
+fastest order's at every grid budget (the least worst ratio, then the least mean) is kept for every
+budget. The grid never depends on the
+budget asked for, so neither does the order: a larger budget takes a step no later on the same path.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +16,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.assemble import Assignment
-from planner.strategy.auto_order import build_order, span_placement, where
-from planner.strategy.auto_slots import SlotPath, fixed_path, slot_path
-from planner.errors import InfeasibleError
 from planner.cost.placement import PlacementCost
+from planner.errors import InfeasibleError
 from planner.layers import eligible_params
-from planner.strategy.fit import NoFit, Reckoning, first_fit
+from planner.strategy.auto_order import Tiers, build_order, candidate_prefers
+from planner.strategy.auto_slots import AutoPath, Step
+from planner.strategy.fit import Chosen, NoFit, first_fit
 from planner.strategy.infeasible import Infeasible, Need
-from planner.strategy.order import Order
-from planner.strategy.peaks import exact_pool, peaks
+from planner.strategy.order import Order, by_name
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection
 from schemas.workload import Workload
+
+GRID = 8  # budgets the orders are weighed at (between the lowest peak and the whole model, ends left out)
 
 
 @dataclass(frozen=True)
 class SlotOption:
     slots: int
-    taken: int  # the shortest prefix that fits the budget with this many slots
+    taken: int  # the first step with this many slots that fits the budget
     step_ms: float  # its predicted weighted step
 
 
@@ -40,19 +49,31 @@ class RunnerUp:
 
 
 @dataclass(frozen=True)
+class Weighed:
+    """The orders weighed: how many, and the kept one's worst ratio to the fastest order over the grid."""
+
+    orders: int
+    worst: float  # >= 1.0
+
+
+@dataclass(frozen=True)
 class AutoDecision:
     where: dict[str, dict[str, str]]
     order: Order
     taken: int
-    peak_bound: int
+    peak_bound: int  # the plan's peak
     slots: int  # buffer slots of the plan
-    all_uva: bool = False  # below the smallest prefetch pool: every eligible param on UVA
+    all_uva: bool = False  # every eligible param on UVA
     searched: bool = False  # the slot count was chosen (no prefetch_step given)
-    step_ms: float | None = None  # the chosen pair's predicted weighted step
+    step_ms: float | None = None  # the chosen step's predicted weighted step
     options: tuple[SlotOption, ...] = ()  # at this budget, the other slot counts that fit
-    prefer: tuple[str, ...] = ()  # offload.prefer: kinds whose moves come first
+    prefer: tuple[str, ...] = ()  # the tiers of the order kept: kinds whose moves come first
+    first: tuple[str, ...] = ()  # and kinds whose prefetch moves come before the others' (auto_order.build_order)
     span: int | None = None  # the position of the layer prefetched spanning the slots (its unique moves)
     runner_up: RunnerUp | None = None  # the budget strategy's best plan at this budget (planner/build.py)
+    passed: int = 0  # steps that fit before the chosen one but that a step moving more beats
+    weighed: Weighed | None = None  # the orders weighed (None: offload.prefer gave the order)
+    given_prefer: bool = False  # offload.prefer gave the tiers
 
     def moves_by(self, backend: str) -> list:
         """The moves taken on ``backend`` as the order has them (a spanned layer's moves are its "uva" ones)."""
@@ -73,74 +94,91 @@ class AutoDecision:
 
 def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: MemorySection, offload: OffloadSection,
            hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int,
-           cost: PlacementCost | None = None) -> AutoDecision:
-    """The auto plan's placement (raises InfeasibleError when no pair fits the budgets).
+           cost: PlacementCost, whole: frozenset[str] = frozenset()) -> AutoDecision:
+    """The auto plan's placement (raises InfeasibleError when no step fits the budgets).
 
-    ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost."""
+    ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost; ``whole``: kinds
+    a layer moves as one unit (auto_order.build_order)."""
     eligible = {layer.index: eligible_params(layer, offload.params, shared.get(layer.name, set()), offload.kinds)
                 for layer in layers}
     only = offload.backend if offload.backend in ("prefetch", "uva") else None
-    prefer = tuple(offload.prefer or ())
     forced = dict(offload.backends or {})
-    order = build_order(layers, eligible, hw, workload, step, forced, only, prefer)
+    given = offload.prefer is not None
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
-        return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None, prefer=prefer)
-    cost = cost or PlacementCost(layers, hw, workload)
-    cache: dict[tuple[int, int, int | None], float] = {}
-
-    def step_ms(taken: int, slots: int, span: int | None = None) -> float:
-        key = (taken, min(slots, order.slots), span)
-        if key not in cache:
-            cache[key] = cost.step_ms(span_placement(order, taken, span), slots, () if span is None else (span,))
-        return cache[key]
-
-    def span_pool(taken: int, slots: int, span: int) -> int:
-        """The exact bytes of the arena with ``span`` spanning the slots."""
-        return exact_pool(layers, span_placement(order, taken, span), slots, (span,))
-
-    path = (fixed_path(order, total_bytes, step, step_ms, span_pool) if step is not None else
-            slot_path(order, total_bytes, step_ms, span_pool))
-    found = first_fit(path.steps, Reckoning(peak=lambda st: path.peak(*st)), memory.gpu_budget, memory.cpu_budget)
+        order = build_order(layers, eligible, hw, workload, step, forced, only, tuple(offload.prefer or ()),
+                            whole=whole)
+        return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None,
+                            prefer=tuple(offload.prefer or ()), given_prefer=given)
+    uva = build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=whole) if only is None else None
+    if uva is not None and any(sig is not None for sig in uva.signatures):
+        uva = None  # a kind held to prefetch (offload.backends): no plan reads every param in place
+    tiers: list[Tiers] = [(tuple(offload.prefer or ()), ())] if given else candidate_prefers(layers, eligible)
+    paths = {t: AutoPath(layers, build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=whole),
+                         total_bytes, cost, step, uva) for t in tiers}
+    kept, weighed = _keep(paths, memory.cpu_budget, total_bytes) if len(paths) > 1 else (tiers[0], None)
+    prefer, first = kept
+    path = paths[kept]
+    found = path.choose(memory.gpu_budget, memory.cpu_budget)
     if isinstance(found, NoFit):
-        need = found.peak
-        if only is None:
-            # below the smallest prefetch pool: every eligible param read in place (no buffers). Taking all of
-            # them keeps the rule that a larger budget never moves a param from the GPU to the host.
-            uva = build_order(layers, eligible, hw, workload, step, forced, "uva", prefer)
-            peak, pinned = peaks(uva, total_bytes)[-1]
-            fits_cpu = memory.cpu_budget is None or pinned <= memory.cpu_budget
-            all_in_place = fits_cpu and uva.moves and all(sig is None for sig in uva.signatures)
-            if all_in_place and peak <= (memory.gpu_budget or 0):
-                return AutoDecision(where(uva, len(uva.moves), layers), uva, len(uva.moves), peak, step or 1,
-                                    all_uva=True, searched=step is None, prefer=prefer)
-            if all_in_place:
-                need = min(need, peak)
-        raise InfeasibleError(Infeasible("no_plan", memory.gpu_budget, memory.cpu_budget, need, strategy="auto",
-                                         needs=(Need("auto", need),), movable=bool(order.moves)))
-    slots, taken, span = found.step
-    peak = found.peak
+        raise InfeasibleError(Infeasible("no_plan", memory.gpu_budget, memory.cpu_budget, found.peak, strategy="auto",
+                                         needs=(Need("auto", found.peak),), movable=bool(path.order.moves)))
+    assert isinstance(found, Chosen)
+    st: Step = found.step
+    order = path.uva if st.all_uva else path.order
+    assert order is not None
     options = ()
-    if step is None and memory.gpu_budget is not None and any(m.backend == "prefetch" for m in order.moves[:taken]):
-        options = tuple(_options(path, memory.gpu_budget, memory.cpu_budget, step_ms, slots))
-    return AutoDecision(where(order, taken, layers, span), order, taken, peak, slots, searched=step is None,
-                        step_ms=step_ms(taken, slots, span) if step is None else None, options=options, prefer=prefer,
-                        span=span)
+    if step is None and memory.gpu_budget is not None and not st.all_uva and any(
+            m.backend == "prefetch" for m in order.moves[:st.taken]):
+        options = tuple(_options(path, memory.gpu_budget, memory.cpu_budget, st.slots))
+    return AutoDecision(by_name(layers, path.placed(st)), order, st.taken, found.peak, st.slots, all_uva=st.all_uva,
+                        searched=step is None, step_ms=path.step_ms(st), options=options, prefer=prefer,
+                        first=first, span=st.span, passed=found.passed, weighed=weighed, given_prefer=given)
 
 
-def _options(path: SlotPath, gpu_budget: int, cpu_budget: int | None, step_ms, chosen: int) -> list[SlotOption]:
-    """For each slot count the path knows, the shortest prefix that fits the budget alone and its step."""
+def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int) -> tuple:
+    """The order to keep for every budget: predicted at ``GRID`` budgets between the lowest peak any order
+    reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
+    that reach that lowest peak are kept, so keeping one never makes a budget infeasible."""
+    lowest = {}
+    for p, path in paths.items():
+        found = first_fit(path.steps, path.reckoning, 0, cpu_budget)  # nothing fits 0 bytes: the lowest peak
+        lowest[p] = found.peak
+    floor = min(lowest.values())
+    grid = [floor + (total_bytes - floor) * k // (GRID + 1) for k in range(1, GRID + 1)]
+    ms = {p: [_estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
+    best = [min(ms[p][i] for p in paths) for i in range(len(grid))]
+    ratios = {p: [m / b if b > 0 else 1.0 for m, b in zip(ms[p], best)] for p in paths}
+    reach = [p for p in paths if lowest[p] == floor]
+    keep = min(reach, key=lambda p: (max(ratios[p]), sum(ratios[p]), list(paths).index(p)))
+    return keep, Weighed(len(paths), max(ratios[keep]))
+
+
+def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
+    """A cheap stand-in for the step ``choose`` takes at ``budget``: the fastest of the first steps that fit with
+    each slot count (and the all-UVA step, when it fits); infinite when none fits."""
+    def fits(st: Step) -> bool:
+        return (cpu_budget is None or path.pinned(st) <= cpu_budget) and path.fits(st, budget)
+
+    found = [path.first_with(slots, fits) for slots in path.counts]
+    found += [st for st in path.steps[-1:] if st.all_uva and fits(st)]
+    return min((path.step_ms(st) for st in found if st is not None), default=float("inf"))
+
+
+def _options(path: AutoPath, gpu_budget: int, cpu_budget: int | None, chosen: int) -> list[SlotOption]:
+    """For each other slot count the path knows, the first step with that many slots that fits, and its step."""
     out = []
-    for slots, table in sorted(path.tables.items()):
-        for taken, (peak, pinned) in enumerate(table):
-            if cpu_budget is not None and pinned > cpu_budget:
-                break
-            if peak <= gpu_budget:
-                out.append(SlotOption(slots, taken, step_ms(taken, slots)))
-                break
-    return [o for o in out if o.slots != chosen]
+    for slots in path.counts:
+        if slots == chosen:
+            continue
+        st = path.first_with(slots, lambda s: (cpu_budget is None or path.pinned(s) <= cpu_budget)
+                             and path.fits(s, gpu_budget))
+        if st is not None:
+            out.append(SlotOption(slots, st.taken, path.step_ms(st)))
+    return out
 
 
 def assignment(decision: AutoDecision, reason: str, notes: Sequence[str], step: int | None,
                layer_names: Sequence[str] = ()) -> Assignment:
     span = frozenset() if decision.span is None else frozenset({layer_names[decision.span]})
     return Assignment(decision.where, step, "auto", reason, tuple(notes), span)
+

@@ -1,29 +1,32 @@
 """``strategy: auto``: which params leave the GPU, and by which backend, for the lowest predicted
 step time of the declared workload under the budgets.
 
-Deciding is one fixed order of moves, computed from the model, the workload and the hardware
-profile (never from the budget), and the shortest prefix of that order that fits:
+Deciding is a fixed order of moves, computed from the model, the workload and the hardware profile
+(never from the budget), and the plan of that order a budget takes (planner/strategy/auto_slots.py,
+planner/strategy/fit.py):
 
-1. *Units*: a layer's eligible params of one kind (tied targets never move). Any layer may hold
+1. *Units*: a layer's eligible params of one kind (tied targets never move); routed experts param by
+   param (a layer's experts in parts: the runtime moves each param on its own). Any layer may hold
    units, not only a detected block stack: an embedding or an LM head is a unit too.
 2. Each unit's cost of being read in place through UVA (its predicted kernel time over the link
    less its time from GPU memory, weighted over the workload) is set against the cost of copying
    it once a forward (its bytes over the pinned host-to-GPU link). Cheaper on UVA: a UVA move
    (an embedding lookup reads T rows; routed experts at small batches read only the experts
    they touch). Otherwise its layer is a prefetch candidate.
-3. A layer is prefetched whole (all its prefetch-candidate units in one copy), and only if more
-   layers than there are slots share its buffer signature: a layer unlike the others would need
+3. A layer's prefetch-candidate units of one tier (below) are prefetched in one move, and only if
+   more layers than there are slots share its buffer signature: a layer unlike the others would need
    buffers of its own and save nothing. Other units fall back to UVA at their UVA cost (marked
-   ``unique``); after the last prefetch move the slot path may instead prefetch the largest such layer
-   spanning the slots (``span_candidate``, planner/strategy/auto_slots.py).
-4. The order: moves by cost per byte, cheapest first (UVA moves at their own cost; prefetch moves
-   at the link's cost per byte, taken in van der Corput order over the candidate layers so that
-   every prefix is spread evenly over the stack).
-5. The plan for a budget is the shortest prefix whose peak fits. Raising the budget can only
-   shorten the prefix: no param ever moves from the GPU to the host because the budget grew.
-
-The peak of a prefix is reckoned with the pool's upper bound (each buffer key's bytes times
-``min(layers holding it, slots)``), so a prefix that fits by this reckoning fits exactly.
+   ``unique``); the path may instead prefetch the largest such layer spanning the slots
+   (``span_candidate``).
+4. The order: by tier (``offload.prefer``: the preferred kinds first, in their order), then moves by
+   cost per byte, cheapest first (UVA moves at their own cost; prefetch moves at the link's cost per
+   byte, taken in van der Corput order over the candidate layers so that every prefix is spread
+   evenly over the stack). A tier of one kind makes that kind's units of a layer a move of their own:
+   with ``prefer: [dense_mlp]`` a layer's MLP is prefetched before, and apart from, its attention.
+5. Without ``offload.prefer`` auto weighs several orders (``candidate_prefers``: no tiers, or one large
+   kind's prefetch moves first, each with and without the embedding kind's moves before all others)
+   and keeps one for every budget (planner/strategy/auto.py), so that a larger budget takes a plan of
+   the same order.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from schemas.workload import Workload
 
 
 MAX_SLOTS = 4  # the most buffer slots auto considers (one copy stream: more help only before runs)
+Tiers = tuple[tuple[str, ...], tuple[str, ...]]  # (prefer, first): the tiers of an order (``build_order``)
+SPLIT = frozenset({"routed_experts"})  # kinds whose params are units of their own (a layer's experts in parts)
 
 
 def _weighted(workload: Workload) -> list[tuple[int, float]]:
@@ -52,14 +57,19 @@ def _weighted(workload: Workload) -> list[tuple[int, float]]:
 
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
                 workload: Workload, slots: int | None, forced: Mapping[str, str] | None = None,
-                only: str | None = None, prefer: Sequence[str] | None = None) -> Order:
+                only: str | None = None, prefer: Sequence[str] | None = None,
+                first: Sequence[str] = (), whole: frozenset[str] = frozenset()) -> Order:
     """The fixed order of moves for these layers (``eligible``: position -> params that may move).
 
     ``forced``: kind -> backend for the kinds whose backend is given (offload.backends); ``only``:
     every unit on this backend (offload.backend prefetch or uva); ``slots``: the most buffer slots
     a plan may use (a layer is prefetched only if more layers share its signature; None: up to
     MAX_SLOTS, fewer when no signature is shared by more layers than that); ``prefer``: kinds
-    whose moves come first, in this order (offload.prefer), the other kinds after them."""
+    whose moves come first, in this order (offload.prefer), the other kinds after them; ``first``:
+    kinds whose prefetch moves come before the other kinds' prefetch moves (UVA moves keep their place
+    by cost), a layer's units of those kinds prefetched apart from its others; ``whole``: kinds a layer
+    moves as one unit even where ``SPLIT`` parts them (the host computes an experts module whole)."""
+    apart = len(first) + 1
     forced = forced or {}
     tokens = _weighted(workload)
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
@@ -75,7 +85,10 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
         for t in params:
             by_kind.setdefault(param_kind(layer.name, t.name, t.kind), []).append(t)
         head = name_key(layer.name)
+        units: list[tuple[str, list[Tensor]]] = []
         for kind, group in by_kind.items():
+            units += [(kind, [t]) for t in group] if kind in SPLIT and kind not in whole else [(kind, group)]
+        for kind, group in units:
             nbytes = sum(t.nbytes for t in group)
             if nbytes == 0:
                 continue
@@ -90,7 +103,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
                         found += share * (uva - gpu)
                     cost_cache[key] = found
                 extra += found
-            tier = tier_of(kind, prefer)
+            tier = tier_of(kind, prefer) * apart + tier_of(kind, first)
             move = Move(position, tuple(t.name for t in group), nbytes, "uva", max(extra, 0.0) / nbytes, (kind,), tier)
             want = forced.get(kind, only)
             if want == "uva" or (want is None and move.ms_per_byte < link_ms_per_byte):
@@ -127,8 +140,9 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
             group = prefetch_parts[unit]
             prefetch.append(Move(unit[0], tuple(t.name for t in group), sum(t.nbytes for t in group), "prefetch",
                                  link_ms_per_byte, tuple(sorted(prefetch_kinds[unit])), tier))
-    # merge by tier, then cost per byte; prefetch moves keep their spread order among themselves (stable sort)
-    ordered_moves = sorted(moves + prefetch, key=lambda m: (m.tier, m.ms_per_byte))
+    # merge by prefer's tier, then cost per byte, then first's tier; prefetch moves keep their spread order
+    # among themselves (stable sort)
+    ordered_moves = sorted(moves + prefetch, key=lambda m: (m.tier // apart, m.ms_per_byte, m.tier % apart))
     signatures = tuple(sigs[(m.position, m.tier)] if m.backend == "prefetch" else None for m in ordered_moves)
     return Order(tuple(ordered_moves), signatures, slots)
 
@@ -158,4 +172,29 @@ def span_placement(order: Order, taken: int, span: int | None) -> dict[int, dict
         for m in order.moves[:taken]:
             if m.position == span and m.unique:
                 out[span].update(dict.fromkeys(m.params, "prefetch"))
+    return out
+
+
+def candidate_prefers(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]],
+                      share: float = 0.1) -> list[Tiers]:
+    """The (prefer, first) tiers of the orders auto weighs: none; each kind holding at least ``share`` of the
+    eligible bytes prefetched first (a layer's MLP before, and apart from, its attention); and both with the
+    embedding kind's moves (an embedding, an LM head) before all others."""
+    by_kind: dict[str, int] = {}
+    total = 0
+    embedding = False
+    for position, params in eligible.items():
+        name = layers[position].name
+        for t in params:
+            kind = param_kind(name, t.name, t.kind)
+            total += t.nbytes
+            if kind == "embedding":
+                embedding = True
+            else:
+                by_kind[kind] = by_kind.get(kind, 0) + t.nbytes
+    large = sorted((k for k, n in by_kind.items() if total and n >= share * total), key=lambda k: (-by_kind[k], k))
+    firsts: list[tuple[str, ...]] = [()] + [(k,) for k in large]
+    out: list[Tiers] = [((), f) for f in firsts]
+    if embedding:
+        out += [(("embedding",), f) for f in firsts]
     return out

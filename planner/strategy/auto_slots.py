@@ -1,185 +1,150 @@
-"""strategy auto, the buffer slots: how many slots each prefix of the order of moves uses.
+"""strategy auto, the path: every plan one order of moves (planner/strategy/auto_order.py) may give, in path order.
 
-One slot less frees a slot's bytes (a shorter prefix fits, so more params stay resident) at a
-possible stall: with fewer slots a copy can start only later. So the slot count is chosen by
-predicted time, but as a fixed *path* through (slots, prefix) pairs whose prefixes never shrink:
-the plan for a budget is the first pair on the path that fits, so a larger budget takes a pair
-no later on the path, and no param moves from the GPU to the host because the budget grew.
+A plan of an order is a *step* (moves taken, buffer slots, spanning layer). For each prefix of the order
+the path holds each slot count from 1 to the order's most (``prefetch_step`` when given), never as many
+as the prefix prefetches layers but for 1 (that pool would hold every prefetched layer: no memory saved);
+and where a prefix past the last prefetch move reads a layer no other layer is like through UVA, the
+same with that layer prefetched *spanning* the slots (schemas/schedule.py: its buffers lie over the
+slots' bytes, so it costs only what it holds beyond them). Within a prefix the steps go by peak, the
+highest first. Last, when every eligible param may be read in place (backend auto, no kind held to
+prefetch), every eligible param on UVA: the most any plan moves, with no pool.
 
-The path uses 1 slot up to a switch prefix ``m_2``, 2 slots up to ``m_3``, and so on: ``m_S`` is
-the shortest prefix at which ``S`` slots predict a faster step than the path with fewer slots at
-the same peak (found by bisection: more slots pay off once enough layers are prefetched for
-copies to queue up). A slot count is tried only while the one before it paid off, up to the order's
-``slots``. After the last prefetch move the path lowers the slot count again before it takes the
-moves that follow (they cost more per byte than copying: an LM head read through UVA at prefill),
-so the smallest budgets still fit; each of those later prefixes may raise it again where more slots
-predict a faster step (the LM head on UVA frees room for a second slot). A pair with as many slots as prefetched layers (its pool holds every
-prefetched layer: no memory saved) is never on the path.
-
-Those later prefixes may also prefetch the layer they would read through UVA (an LM head) spanning the
-slots (schemas/schedule.py): its buffers lie over the slots' bytes, so it costs only what it holds
-beyond them. Each such option is a triple (slots, moves taken, spanning layer); at one prefix the path
-keeps the options no option of lower peak beats, listed fastest first.
+One slot less frees a slot's bytes (a shorter prefix fits: more params stay resident) at a possible
+stall; one more lets copies start earlier. ``fit.choose`` walks the path: the first step that fits and
+that no later step beats (predicted faster at no higher peak). So the slot count, the spanning layer and
+the prefix are chosen together by predicted time, and a larger budget never takes a later step: no
+param moves from the GPU to the host, and the predicted step never grows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from planner.strategy.auto_order import span_candidate
-from planner.strategy.order import Order, prefetched_layers
-from planner.strategy.peaks import peaks
-
-
-Step = tuple[int, int, "int | None"]  # (slots, moves taken, position of the layer spanning the slots or None)
+from planner.cost.placement import PlacementCost
+from planner.strategy.auto_order import span_candidate, span_placement
+from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
+from planner.strategy.order import Order, placement, prefetched_layers
+from planner.strategy.peaks import exact_pool, lower_peaks, peaks
+from schemas.spec import Layer
 
 
 @dataclass(frozen=True)
-class SlotPath:
-    steps: tuple[Step, ...]  # in path order
-    tables: dict[int, list[tuple[int, int]]]  # slots -> (peak bound, pinned bytes) per prefix
-    switches: dict[int, int]  # slots -> the first prefix that uses them (1 -> 0)
-    span_peaks: dict[Step, tuple[int, int]] = field(default_factory=dict)  # (peak, pinned) of steps with a span
-
-    def peak(self, slots: int, taken: int, span: int | None = None) -> tuple[int, int]:
-        if span is not None:
-            return self.span_peaks[(slots, taken, span)]
-        return self.tables[slots][taken]
+class Step:
+    taken: int  # moves of the order taken (of the all-UVA order for ``all_uva``)
+    slots: int
+    span: int | None = None  # the position of the layer prefetched spanning the slots
+    all_uva: bool = False  # every eligible param read in place through UVA
 
 
-def fixed_path(order: Order, total_bytes: int, slots: int, step_ms: Callable[..., float] | None = None,
-               span_pool: Callable[[int, int, int], int] | None = None) -> SlotPath:
-    """The path of a given slot count (offload.prefetch_step); with ``step_ms`` and ``span_pool``, the prefixes
-    after the last prefetch move may also span the slots (as in ``slot_path``)."""
-    n = len(order.moves)
-    tables = {slots: peaks(order, total_bytes, slots)}
-    if step_ms is None or span_pool is None:
-        return SlotPath(tuple((slots, i, None) for i in range(n + 1)), tables, {slots: 0})
-    last = _last_prefetch(order)
-    steps: list[Step] = [(slots, i, None) for i in range(last + 1)]
-    return _with_tail(order, steps, last, lambda taken: range(slots, slots + 1), tables, {slots: 0}, total_bytes,
-                      step_ms, span_pool)
+class AutoPath:
+    """The steps of ``order`` (``uva``: the all-UVA order, or None when some kind must be prefetched), their
+    reckoning (planner/strategy/peaks.py) and their speed (``cost``)."""
 
-
-def slot_path(order: Order, total_bytes: int, step_ms: Callable[..., float],
-              span_pool: Callable[[int, int, int], int] | None = None) -> SlotPath:
-    """The path for ``order``; ``step_ms(taken, slots, span=None)``: the predicted step of that pair;
-    ``span_pool(taken, slots, span)``: the exact bytes of the pool (an arena) with layer ``span`` spanning
-    the slots (None: no spanning options)."""
-    n = len(order.moves)
-    tables = {1: peaks(order, total_bytes, 1)}
-    layers = prefetched_layers(order)
-    switches = {1: 0}
-    current = [1] * (n + 1)  # slots per prefix so far
-
-    def first_fit(budget: int) -> tuple[int, int]:
+    def __init__(self, layers: Sequence[Layer], order: Order, total_bytes: int, cost: PlacementCost,
+                 slots: int | None, uva: Order | None):
+        self.layers, self.order, self.total, self.cost, self.uva = layers, order, total_bytes, cost, uva
+        n = len(order.moves)
+        prefetched = prefetched_layers(order)
+        counts = [slots] if slots is not None else list(range(1, max(1, order.slots) + 1))
+        self.counts = counts
+        self._upper = {s: peaks(order, total_bytes, s) for s in counts}
+        self._lower = {s: lower_peaks(order, total_bytes, s) for s in counts}
+        self._exact: dict[Step, int] = {}
+        self._ms: dict[Step, float] = {}
+        self._floor: dict[int, float] = {}
+        self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
+        steps: list[Step] = []
+        last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
         for taken in range(n + 1):
-            s = current[taken]
-            if tables[s][taken][0] <= budget:
-                return s, taken
-        return current[n], n
+            here = [s for s in counts if s == counts[0] or s < prefetched[taken]] if prefetched[taken] else counts[:1]
+            span = span_candidate(order, taken) if taken >= last else None  # once every prefetch move is taken
+            options = [Step(taken, s) for s in reversed(here)]  # the most slots, the highest peak, first
+            if span is not None:
+                self._span_bytes[taken] = sum(m.nbytes for m in order.moves[:taken] if m.position == span and m.unique)
+                options = sorted(options + [Step(taken, s, span) for s in reversed(here)],
+                                 key=lambda st: -self._upper_of(st))  # by peak (a spanning step's is exact)
+            steps += options
+        if uva is not None and uva.moves:
+            steps.append(Step(len(uva.moves), counts[0], all_uva=True))
+        self.steps = steps
+        self._uva_floor = self.cost.lower_ms(placement(uva, len(uva.moves))) if uva is not None and uva.moves else None
+        self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned, upper=self._upper_of, lower=self._lower_of)
+        self.speed = Speed(step_ms=self.step_ms, floor=self.floor, moves=lambda st: (st.all_uva, st.taken))
+        self._walks: dict[int | None, Walk] = {}
 
-    last = _last_prefetch(order)
-    for s in range(2, order.slots + 1):
-        tables[s] = peaks(order, total_bytes, s)
-        lo = max(switches[s - 1], next((i for i in range(last + 1) if layers[i] > s), last + 1))
-        if lo > last:
-            break
+    def choose(self, gpu_budget: int | None, cpu_budget: int | None) -> Chosen[Step] | NoFit[Step]:
+        """``fit.choose`` on this path (which steps are kept is worked out once per CPU budget)."""
+        if cpu_budget not in self._walks:
+            self._walks[cpu_budget] = Walk(self.steps, self.reckoning, cpu_budget, self.speed)
+        return self._walks[cpu_budget].choose(gpu_budget)
 
-        def pays(taken: int) -> bool:
-            other = first_fit(tables[s][taken][0])
-            return step_ms(taken, s) < step_ms(other[1], other[0])
+    def placed(self, st: Step) -> dict[int, dict[str, str]]:
+        if st.all_uva:
+            assert self.uva is not None
+            return placement(self.uva, st.taken)
+        return span_placement(self.order, st.taken, st.span)
 
-        if not pays(last):
-            break
-        hi = last  # pays(hi); find the first prefix in [lo, hi] that pays, as if paying were monotone
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if pays(mid):
-                hi = mid
+    def pinned(self, st: Step) -> int:
+        if st.all_uva:
+            return sum(m.nbytes for m in self.uva.moves)  # type: ignore[union-attr]
+        return self._upper[st.slots][st.taken][1]
+
+    def peak(self, st: Step) -> tuple[int, int]:
+        pinned = self.pinned(st)
+        if st not in self._exact:
+            if st.all_uva:
+                self._exact[st] = 0
+            elif st.span is None and self._lower[st.slots][st.taken] == self._upper[st.slots][st.taken][0]:
+                self._exact[st] = self._upper[st.slots][st.taken][0] - (self.total - pinned)  # the bounds meet
             else:
-                lo = mid + 1
-        switches[s] = hi
-        for taken in range(hi, last + 1):
-            current[taken] = s
-    steps: list[Step] = [(current[i], i, None) for i in range(last + 1)]
-    steps += [(s, last, None) for s in range(current[last] - 1, 0, -1)]
-    def counts(taken: int) -> range:
-        """A prefix after the last prefetch move: 1 slot up to the path's, never as many as its prefetched layers."""
-        return range(1, max(1, min(current[last], layers[taken] - 1)) + 1)
+                self._exact[st] = exact_pool(self.layers, self.placed(st), st.slots,
+                                             () if st.span is None else (st.span,))
+        return self.total - pinned + self._exact[st], pinned
 
-    return _with_tail(order, steps, last, counts, tables, switches, total_bytes, step_ms, span_pool)
+    def _upper_of(self, st: Step) -> int:
+        if st.all_uva or st.span is not None:
+            return self.peak(st)[0]
+        return self._upper[st.slots][st.taken][0]
 
+    def _lower_of(self, st: Step) -> int:
+        if st.all_uva:
+            return self.peak(st)[0]
+        lower = self._lower[st.slots][st.taken]
+        if st.span is None:
+            return lower
+        # the arena holds the slots (at least their bound) and, over them, the spanning layer's buffers
+        resident = self.total - self.pinned(st)
+        return resident + max(lower - resident, self._span_bytes[st.taken])
 
-def _last_prefetch(order: Order) -> int:
-    """The shortest prefix holding every prefetch move of ``order``."""
-    return max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
+    def step_ms(self, st: Step) -> float:
+        if st not in self._ms:
+            span = () if st.span is None else (st.span,)
+            self._ms[st] = self.cost.step_ms(self.placed(st), st.slots, span)
+        return self._ms[st]
 
+    def floor(self, st: Step) -> float:
+        """Under the predicted step of this step and of every later one: the order's moves up to here with the
+        layers no other layer is like left resident (each later step reads them through UVA or copies them:
+        no less work), and the all-UVA step's own bound."""
+        if st.all_uva:
+            return self._uva_floor  # type: ignore[return-value]
+        if st.taken not in self._floor:
+            placed: dict[int, dict[str, str]] = {}
+            for move in self.order.moves[:st.taken]:
+                if not move.unique:
+                    placed.setdefault(move.position, {}).update(dict.fromkeys(move.params, move.backend))
+            self._floor[st.taken] = self.cost.lower_ms(placed)
+        found = self._floor[st.taken]
+        return found if self._uva_floor is None else min(found, self._uva_floor)
 
-def _with_tail(order: Order, steps: list[Step], last: int, counts: Callable[[int], range],
-               tables: dict[int, list[tuple[int, int]]], switches: dict[int, int], total_bytes: int,
-               step_ms: Callable[..., float], span_pool: Callable[[int, int, int], int] | None) -> SlotPath:
-    """The path ``steps`` (up to prefix ``last``) followed by the prefixes after it: at each, the options of
-    ``counts(taken)`` slots, with and without the layer ``span_candidate`` names spanning them, on their
-    peak/time frontier; then the steps a spanning step beats dropped."""
-    tail = len(steps)
-    span_peaks: dict[Step, tuple[int, int]] = {}
-    for taken in range(last + 1, len(order.moves) + 1):
-        options = [(tables[s][taken][0], s, None) for s in counts(taken)]
-        span = span_candidate(order, taken) if span_pool is not None else None
-        if span is not None:
-            pinned = tables[counts(taken)[0]][taken][1]  # the moves' bytes: the same for every slot count
-            for s in counts(taken):
-                step = (s, taken, span)
-                span_peaks[step] = (total_bytes - pinned + span_pool(taken, s, span), pinned)
-                options.append((span_peaks[step][0], s, span))
-        steps += [(s, taken, sp) for s, sp in reversed(_frontier(taken, options, step_ms))]
-    path = SlotPath(tuple(steps), tables, switches, span_peaks)
-    return _drop_dominated(path, tail, step_ms) if span_peaks else path
+    def fits(self, st: Step, budget: int) -> bool:
+        """Does ``st`` peak within ``budget``? (its bounds first, the exact pool only between them)"""
+        if self._lower_of(st) > budget:
+            return False
+        return self._upper_of(st) <= budget or self.peak(st)[0] <= budget
 
-
-def _drop_dominated(path: SlotPath, tail: int, step_ms: Callable[..., float]) -> SlotPath:
-    """``path`` without the steps that a later step with a spanning layer beats at no higher peak (the LM
-    head spanning two slots may need less memory than keeping it resident on one slot, and be faster).
-    Dropping steps keeps the path's order, so a larger budget still never takes more moves. The tail (steps
-    from index ``tail``, after the last prefetch move: few) is walked whole; before it, back only while the
-    steps are at least as slow as the fastest spanning step: there, earlier steps take fewer moves and are
-    faster."""
-    spans: list[tuple[int, float]] = []  # (peak, step) of the spanning steps after the one looked at
-    dropped = set()
-    for i in range(len(path.steps) - 1, 0, -1):  # the first step (nothing moved) always stays
-        st = path.steps[i]
-        if st[2] is not None:
-            spans.append((path.peak(*st)[0], step_ms(st[1], st[0], st[2])))
-            continue
-        if not spans:
-            continue
-        t = step_ms(st[1], st[0], None)
-        if i < tail and t < min(u for _, u in spans):
-            break
-        peak = path.peak(*st)[0]
-        if any(p <= peak and u < t for p, u in spans):
-            dropped.add(i)
-    if not dropped:
-        return path
-    return replace(path, steps=tuple(st for i, st in enumerate(path.steps) if i not in dropped))
-
-
-def _frontier(taken: int, options: list[tuple[int, int, int | None]], step_ms: Callable[..., float]
-              ) -> list[tuple[int, int | None]]:
-    """The options (peak, slots, span) a prefix after the last prefetch move may use, lowest peak first:
-    the lowest, then each that predicts a faster step than every option of lower peak kept. Listed on the
-    path from the highest peak down, so the largest budget that fits takes the fastest; the moves taken
-    never shrink along the path, which keeps plans stable as the budget grows."""
-    options = sorted(options, key=lambda o: (o[0], o[1], o[2] is not None))
-    if len(options) == 1:
-        return [(options[0][1], options[0][2])]
-    kept = [(options[0][1], options[0][2])]
-    best = step_ms(taken, options[0][1], options[0][2])
-    for _, s, span in options[1:]:
-        t = step_ms(taken, s, span)
-        if t < best:
-            kept.append((s, span))
-            best = t
-    return kept
+    def first_with(self, slots: int, fits) -> Step | None:
+        """The first step without a spanning layer that uses ``slots`` and satisfies ``fits``."""
+        return next((st for st in self.steps if st.slots == slots and st.span is None and not st.all_uva
+                     and fits(st)), None)

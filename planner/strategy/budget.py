@@ -155,6 +155,27 @@ class _Path:
             self._ms[count] = cost.step_ms(self.placed(count), self.slots)
         return self._ms[count]
 
+    @cached_property
+    def _firsts(self) -> tuple[tuple[int, frozenset[str]], ...] | None:
+        """Per prefetched layer, the params of its first prefetch move; None when the order prefetches the
+        last layer (``PlacementCost.refill_floor`` does not hold then) or nothing."""
+        last = len(self.layers) - 1
+        out: dict[int, frozenset[str]] = {}
+        for move in self.order.moves:
+            if move.backend == "prefetch":
+                if move.position == last:
+                    return None
+                out.setdefault(move.position, frozenset(move.params))
+        return tuple(out.items()) or None
+
+    def floor(self, count: int, cost: PlacementCost) -> float:
+        """Under the predicted step of ``count`` ladder steps and of every later one on this backend."""
+        low = cost.lower_ms(self.placed(count))
+        if self._firsts is None:
+            return low
+        last = max((p for p, params in self.placed(count).items() if "prefetch" in params.values()), default=None)
+        return low if last is None else max(low, cost.refill_floor(last, self._firsts))
+
     def need(self, backend: str, count: int, peak: int) -> Need:
         return Need(backend, peak, self._layers[self.ends[count]])
 
@@ -189,7 +210,7 @@ def decide(layers: Sequence[Layer], lad: Ladder, *, total_bytes: int, gpu_budget
     def floor(st: tuple[int, str]) -> float:
         """Under every step from this ladder count on: the lower of the backends' lower bounds there."""
         if st[0] not in floors:
-            floors[st[0]] = min(cost.lower_ms(paths[b].placed(st[0])) for b in backends)
+            floors[st[0]] = min(paths[b].floor(st[0], cost) for b in backends)
         return floors[st[0]]
 
     speed = Speed(step_ms=lambda st: paths[st[1]].step_ms(st[0], cost), floor=floor, moves=lambda st: st[0])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 # why a plan of strategy budget or group is what it is (planner/words/build_notes.py words each)
 WHY = ("backend_none",  # backend none requested: nothing offloaded
-       "no_budget",  # no gpu_budget given (budget: nothing offloaded; group with backend auto: prefetch)
+       "no_budget",  # strategy budget without a gpu_budget: nothing offloaded
        "fits",  # the whole model fits the gpu_budget: nothing offloaded
        "group_empty",  # the group rule selects no layer with eligible params
        "requested",  # the backend was given

@@ -218,6 +218,7 @@ def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str,
     if any(item.mode != "eager" for _, item in workload.items()):
         return frozenset()
     by_name = {layer.name: layer for layer in layers if layer.moe is not None}
+    found = False
     for name, params in where.items():
         layer = by_name.get(name)
         if layer is None:
@@ -225,10 +226,17 @@ def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str,
         own = {t.name: t for t in layer.params}
         routed = [p for p, b in params.items() if b == "uva" and p in own
                   and param_kind(name, p, own[p].kind) == "routed_experts"]
+        if not routed:
+            continue
         # split by expert only where the params hold every expert (not a tensor-parallel rank's share of them)
-        if routed and all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
-            return frozenset({"routed_experts"})
-    return frozenset()
+        if not all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
+            return frozenset()
+        # and where auto put the experts module whole on UVA (its order may move a module's params apart)
+        parents = {p.rpartition(".")[0] for p in routed}
+        if len(parents) != 1 or set(per_expert(layer, parents.pop())) != set(routed):
+            return frozenset()
+        found = True
+    return frozenset({"routed_experts"}) if found else frozenset()
 
 
 def prefer_host(with_host_ms: float, without_ms: float) -> bool:

@@ -71,23 +71,24 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], budget: int | None
         positions = sorted({m.position for m in pf})
         names = join_names((layer_names[p] for p in positions), 8)
         kinds = sorted({k for m in pf for k in m.kinds})
-        whole = "prefetched whole" if not decision.prefer else "prefetched"
+        whole = "prefetched whole" if not (decision.prefer or decision.first) else "prefetched"
         out.append(f"auto: {len(positions)} layers {whole} ({', '.join(kinds)}; {format_bytes(sum(m.nbytes for m in pf))}), "
                    f"spread evenly: {names}; copying them costs less than reading them through UVA for this workload")
         out += _slot_notes(decision)
     out += _unique_notes(decision, layer_names)
     out += _span_notes(decision, layer_names)
-    if decision.prefer and decision.taken:
-        out.append(f"auto: offload.prefer orders the moves: {', then '.join(decision.prefer)}, then the other kinds; "
-                   "within each, the cheapest per byte first")
+    out += _order_notes(decision)
     left = len(decision.order.moves) - decision.taken
     if decision.all_uva:
-        out.append("auto: the budget is below the smallest prefetch buffer pool, so every eligible param is read in "
-                   "place through UVA (no buffers); a larger budget prefetches layers instead")
+        out.append("auto: every eligible param read in place through UVA (no buffers): the plan of the path that "
+                   "moves the most, taken when no plan moving less fits or predicts a faster step")
     elif decision.taken:
-        out.append(f"auto: the first {decision.taken} of {len(decision.order.moves)} moves in a fixed order (cheapest per "
-                   f"byte first) fit; a larger budget takes a shorter prefix of the same order, so no param moves from "
-                   f"the GPU to the host when the budget grows ({left} moves not needed)")
+        passed = (f"; {decision.passed} plans moving less fit too, but one moving more predicts a faster step at no "
+                  "higher peak" if decision.passed else "")
+        out.append(f"auto: {decision.taken} of {len(decision.order.moves)} moves of a fixed order taken, the first "
+                   f"plan of its path that fits and that no plan moving more beats{passed}; a larger budget takes no "
+                   f"later plan of the same path, so no param moves from the GPU to the host and the predicted step "
+                   f"never grows as the budget does ({left} moves not needed)")
     if decision.runner_up is not None:
         out.append(_runner_up(decision.runner_up))
     return out
@@ -112,9 +113,27 @@ def _slot_notes(decision: AutoDecision) -> list[str]:
     others = "; ".join(f"{_slots(o.slots)}: {o.step_ms:.1f} ms with {o.taken} moves" for o in decision.options)
     faster = [o for o in decision.options if o.step_ms < decision.step_ms]
     why = ("the fastest that fits" if not faster else
-           "more slots are taken only as the budget shrinks, so that a larger budget never moves a param to the host")
+           "a faster one would take a plan a smaller budget passes over, and a larger budget never moves a param "
+           "to the host")
     return [f"auto: {_slots(k)} chosen by predicted step ({decision.step_ms:.1f} ms with {decision.taken} moves; "
             f"{others}): {why}; one slot less frees a slot's bytes, one more lets copies start earlier"]
+
+
+def _order_notes(decision: AutoDecision) -> list[str]:
+    """Which order of moves, and why that one."""
+    if not decision.taken:
+        return []
+    tiers = f"{', then '.join(decision.prefer)}, then the other kinds" if decision.prefer else "every kind together"
+    if decision.given_prefer:
+        return [f"auto: offload.prefer orders the moves: {tiers}; within each, the cheapest per byte first"]
+    w = decision.weighed
+    if w is None:
+        return []
+    first = f", prefetching {', '.join(decision.first)} before the other kinds" if decision.first else ""
+    return [f"auto: the order of moves taking {tiers}{first} (within each, the cheapest per byte first), of "
+            f"{w.orders} orders weighed at budgets from the lowest peak to the whole model: its plans predict at "
+            f"most {100 * (w.worst - 1):.1f}% above the fastest order's at each; one order for every budget, so "
+            "that a larger budget never moves a param from the GPU to the host"]
 
 
 def _unique_notes(decision: AutoDecision, layer_names: Sequence[str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""The static GPU buffer pool of the prefetch offloader.
+"""The static GPU buffer pool of the prefetch offloader: its buffers on the GPU (the rule that sizes it:
+schemas/buffer_pool.py).
 
 Allocated once at apply time from the plan's ``buffer_pool``: per unique key
 (param name relative to its layer, shape, dtype, stride) one buffer per slot id the
