@@ -6,7 +6,7 @@ import pytest
 
 from dataclasses import replace
 
-from planner.cost.host_experts import cpu_max_tokens, split_work
+from planner.cost.host_experts import cpu_max_tokens, expected_max, split_work
 from planner.cost.timeline import simulate
 from planner.strategy.experts import balanced, plan_layer
 from schemas.hardware import load_hardware
@@ -44,7 +44,8 @@ def test_the_host_part_runs_beside_the_gpu_parts_and_joins():
     assert work.host_ms > 0 and 0 < work.beside_ms < work.gpu_ms  # the UVA part runs beside the host's thread
     assert work.synced_gpu_ms is None  # the issuing CPU does not wait for the host
     assert work.cpu_ms < work.host_ms  # issue time only: the host's experts are on their own thread
-    assert work.alone_ms() == pytest.approx(work.gpu_ms - work.beside_ms + max(work.beside_ms, work.host_ms))
+    assert max(work.beside_ms, work.host_ms) <= work.joined_ms <= 1.05 * max(work.beside_ms, work.host_ms)
+    assert work.alone_ms() == pytest.approx(work.gpu_ms - work.beside_ms + work.joined_ms)
     alone = split_work(layer(cpu=list(range(E))), 32, HW)
     assert alone.host_ms > work.host_ms  # twice the experts on the host, alone on host memory
 
@@ -57,8 +58,21 @@ def test_the_next_layers_issue_overlaps_the_host_and_the_stream_waits_for_it():
     # once: the next layers' issue time (2.4 ms each) is hidden behind the host's part, never added to it
     for host_ms in (work.host_ms, 3 * work.host_ms):
         w = replace(work, host_ms=host_ms)
-        per_layer = own + max(w.beside_ms, host_ms)
+        per_layer = own + max(w.joined_ms, host_ms)
         assert simulate([w] * 4, []).step_ms == pytest.approx(w.cpu_ms + 4 * per_layer - own)
+
+
+def test_with_few_tokens_the_layer_waits_for_the_part_the_routing_makes_slower():
+    """One token of a Mixtral-shaped layer (8 experts, top-2) split 4 / 4: it may pick both experts on one side."""
+    params = {"mlp.experts.gate_up_proj": PlanParam(shape=[8, 2 * 14336, 4096], dtype="bfloat16",
+                                                    bytes=8 * 2 * 14336 * 4096 * 2),
+              "mlp.experts.down_proj": PlanParam(shape=[8, 4096, 14336], dtype="bfloat16", bytes=8 * 4096 * 14336 * 2)}
+    split = ExpertSplit(params=list(params), uva=[0, 1, 2, 3], cpu=[4, 5, 6, 7])
+    mixtral = PlanLayer.model_construct(name="model.layers.0", params=params, offloaded=list(params), uva=[],
+                                        tied={}, moe=MoeSpec(experts=8, top_k=2), experts=split, prefetch=None)
+    work = split_work(mixtral, 1, HW)
+    assert work.joined_ms > 1.1 * max(work.beside_ms, work.host_ms)
+    assert expected_max(3.0, 0.0, 5.0, 0.0) == 5.0 and expected_max(4.0, 1.0, 4.0, 1.0) > 4.5
 
 
 def test_the_balanced_split_has_the_host_and_the_link_finish_together():

@@ -72,6 +72,32 @@ def _touched(q: Sequence[float], tokens: int) -> tuple[float, float]:
     return sum(1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q), tokens * sum(q)
 
 
+def _spread(q: Sequence[float], tokens: int) -> float:
+    """The standard deviation of how many of the experts are touched (each touched on its own chance)."""
+    return math.sqrt(sum(p * (1.0 - p) for p in (1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q)))
+
+
+def expected_max(a: float, sd_a: float, b: float, sd_b: float) -> float:
+    """E[max(A, B)] of independent normal A and B (Clark, 1961): the layer's experts end when the slower of the
+    host and the GPU's parts does, and with few tokens which one that is depends on the routing."""
+    theta = math.hypot(sd_a, sd_b)
+    if theta < 1e-12:
+        return max(a, b)
+    alpha = (a - b) / theta
+    cdf = 0.5 * (1.0 + math.erf(alpha / math.sqrt(2.0)))
+    pdf = math.exp(-0.5 * alpha * alpha) / math.sqrt(2.0 * math.pi)
+    return a * cdf + b * (1.0 - cdf) + theta * pdf
+
+
+def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
+    """The spread of ``gpu_part_ms`` over routings: its touched experts' count's, at its rate per expert."""
+    if not q:
+        return 0.0
+    touched, rows = _touched(q, tokens)
+    rate = hw.uva_gbps / hw.passes(rows / max(touched, 1e-9)) if uva else hw.gpu_mem_gbps
+    return _spread(q, tokens) * shape.nbytes / rate / 1e6
+
+
 def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
     """A GPU part: its touched experts from GPU memory, or over the link (``uva``)."""
     if not q:
@@ -84,14 +110,18 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     return fixed + max(flops / (hw.matmul_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 
 
+def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:
+    touched, rows = _touched(q, tokens)
+    return hw.host_gbps(rows / max(touched, 1e-9)) * (hw.host_link_share if link_busy else 1.0)
+
+
 def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, link_busy: bool) -> float:
     """The host's part: its touched experts' bytes or its flops, whichever takes longer, plus its fixed cost and
     the rows' trips over the link."""
     if not q:
         return 0.0
     touched, rows = _touched(q, tokens)
-    share = hw.host_link_share if link_busy else 1.0
-    rate = hw.host_gbps(rows / max(touched, 1e-9)) * share
+    rate = _host_rate(q, tokens, hw, link_busy)
     compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
     trips = tokens * shape.width * shape.itemsize * (1 + shape.top_k) / hw.h2d_gbps / 1e6
     return hw.host_call_us / 1e3 + compute + trips
@@ -116,8 +146,10 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     if not on_host:
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
+    parts_sd = math.hypot(gpu_part_sd(q["gpu"], tokens, shape, hw, False), gpu_part_sd(uva_q, tokens, shape, hw, True))
+    host_sd = _spread(q["cpu"], tokens) * shape.nbytes / _host_rate(q["cpu"], tokens, hw, bool(q["uva"])) / 1e6
     return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes, host_ms=host_ms,
-                     beside_ms=parts_ms)
+                     beside_ms=parts_ms, joined_ms=expected_max(parts_ms, parts_sd, host_ms, host_sd))
 
 
 def _memory_bound(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> bool:

@@ -96,7 +96,7 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
             reach = max(start + wx.gpu_ms - wx.beside_ms, cpu)
             host = max(reach, host) + wx.host_ms
             shared = 0.0
-            gpu = max(reach + wx.beside_ms, host)
+            gpu = max(reach + wx.joined_ms, host)
         elif wx.synced_gpu_ms is None:
             cpu += wx.cpu_ms
             shared = link.read(start, wx.uva_link_ms) if wx.uva_link_ms else 0.0

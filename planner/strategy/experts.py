@@ -212,7 +212,8 @@ def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str,
                 layers: Sequence[Layer]) -> frozenset[str]:
     """The kinds strategy auto tries on the host beside UVA: routed experts, where auto put some on UVA, the
     backend and the routed experts' backend are left to auto, and every workload runs eagerly (a CUDA graph
-    cannot capture the host's part)."""
+    cannot capture the host's part). Auto's finer units may have put only some of a module's params on UVA: the
+    trial places every experts module as one unit (``whole``), as the cpu backend given by the spec does."""
     if offload.backend != "auto" or "routed_experts" in (offload.backends or {}):
         return frozenset()
     if any(item.mode != "eager" for _, item in workload.items()):
@@ -226,16 +227,10 @@ def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str,
         own = {t.name: t for t in layer.params}
         routed = [p for p, b in params.items() if b == "uva" and p in own
                   and param_kind(name, p, own[p].kind) == "routed_experts"]
-        if not routed:
-            continue
         # split by expert only where the params hold every expert (not a tensor-parallel rank's share of them)
-        if not all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
+        if routed and not all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
             return frozenset()
-        # and where auto put the experts module whole on UVA (its order may move a module's params apart)
-        parents = {p.rpartition(".")[0] for p in routed}
-        if len(parents) != 1 or set(per_expert(layer, parents.pop())) != set(routed):
-            return frozenset()
-        found = True
+        found = found or bool(routed)
     return frozenset({"routed_experts"}) if found else frozenset()
 
 
