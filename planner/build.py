@@ -29,7 +29,7 @@ from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budge
 from planner.strategy import auto, budget, group
 from planner.strategy.auto import RunnerUp
 from planner.strategy.choice import Choice
-from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host
+from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host, trial_offload
 from planner.strategy.infeasible import Infeasible
 from planner.words import auto_notes, build_notes, memory_notes
 from planner.words.selection import params_desc
@@ -326,8 +326,8 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     host = host_to_try(m.offload, workload, decision.where, m.layers)
     if host:  # auto's own choice of the cpu backend: the host shares the experts auto put on UVA, if that is faster
         hybrid = replace(m, host=m.host | host)  # decided again with every experts module one unit
-        trial = auto.decide(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
-                            m.total_bytes, m.cost, whole=frozenset(hybrid.host))
+        trial = auto.decide(m.layers, m.shared, m.memory, trial_offload(m.offload, host), profile, workload,
+                            m.offload.prefetch_step, m.total_bytes, m.cost, whole=frozenset(hybrid.host))
         hybrid_notes = auto_notes.notes(trial, names, m.memory.gpu_budget, hybrid.host)
         alt = build(trial, hybrid_notes, hybrid)
         if prefer_host(alt.predictions.weighted_step_ms, chosen.predictions.weighted_step_ms):

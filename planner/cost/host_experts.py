@@ -6,7 +6,8 @@ A split layer runs its other params as any layer does (planner/cost/layer.py); i
 - uva experts: the same, their bytes read over the host link (``passes`` re-reads, ``uva_expert_call_ms``);
 - cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
   ``host_gbps(rows)`` (times ``host_link_share`` while the link reads host memory for this layer's uva
-  experts), or computes at ``host_tflops`` when that is slower, plus ``host_call_us``; the routed tokens'
+  experts) plus ``host_expert_us`` a touched expert, or computes at ``host_tflops`` when that is slower, plus
+  ``host_call_us``; the routed tokens'
   hidden states go to the host and the experts' rows (T·k of them) come back over the link.
 
 The runtime gives the host's part to a thread of its own and makes the stream wait for it (runtime/cpu_experts.py,
@@ -122,7 +123,8 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
         return 0.0
     touched, rows = _touched(q, tokens)
     rate = _host_rate(q, tokens, hw, link_busy)
-    compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
+    read = touched * (hw.host_expert_us / 1e3 + shape.nbytes / rate / 1e6)
+    compute = max(read, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
     trips = tokens * shape.width * shape.itemsize * (1 + shape.top_k) / hw.h2d_gbps / 1e6
     return hw.host_call_us / 1e3 + compute + trips
 
@@ -147,7 +149,8 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
     parts_sd = math.hypot(gpu_part_sd(q["gpu"], tokens, shape, hw, False), gpu_part_sd(uva_q, tokens, shape, hw, True))
-    host_sd = _spread(q["cpu"], tokens) * shape.nbytes / _host_rate(q["cpu"], tokens, hw, bool(q["uva"])) / 1e6
+    per_expert = hw.host_expert_us / 1e3 + shape.nbytes / _host_rate(q["cpu"], tokens, hw, bool(q["uva"])) / 1e6
+    host_sd = _spread(q["cpu"], tokens) * per_expert
     return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes, host_ms=host_ms,
                      beside_ms=parts_ms, joined_ms=expected_max(parts_ms, parts_sd, host_ms, host_sd))
 

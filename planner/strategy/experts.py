@@ -210,10 +210,10 @@ HOST_MARGIN = 0.03  # auto takes the cpu backend only when it predicts a step at
 
 def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str, Mapping[str, str]],
                 layers: Sequence[Layer]) -> frozenset[str]:
-    """The kinds strategy auto tries on the host beside UVA: routed experts, where auto put some on UVA, the
-    backend and the routed experts' backend are left to auto, and every workload runs eagerly (a CUDA graph
-    cannot capture the host's part). Auto's finer units may have put only some of a module's params on UVA: the
-    trial places every experts module as one unit (``whole``), as the cpu backend given by the spec does."""
+    """The kinds strategy auto tries on the host beside UVA: routed experts, where auto offloaded some (read
+    through UVA or prefetched), the backend and the routed experts' backend are left to auto, and every workload
+    runs eagerly (a CUDA graph cannot capture the host's part). The trial (``trial_offload``) places every
+    experts module as one unit on UVA, as the cpu backend given by the spec does, and the host shares them."""
     if offload.backend != "auto" or "routed_experts" in (offload.backends or {}):
         return frozenset()
     if any(item.mode != "eager" for _, item in workload.items()):
@@ -225,13 +225,18 @@ def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str,
         if layer is None:
             continue
         own = {t.name: t for t in layer.params}
-        routed = [p for p, b in params.items() if b == "uva" and p in own
+        routed = [p for p, b in params.items() if b in ("uva", "prefetch") and p in own
                   and param_kind(name, p, own[p].kind) == "routed_experts"]
         # split by expert only where the params hold every expert (not a tensor-parallel rank's share of them)
         if routed and not all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
             return frozenset()
         found = found or bool(routed)
     return frozenset({"routed_experts"}) if found else frozenset()
+
+
+def trial_offload(offload: OffloadSection, host: frozenset[str]) -> OffloadSection:
+    """``offload`` for auto's trial of the host: the kinds it shares read through UVA where offloaded."""
+    return offload.model_copy(update={"backends": {**(offload.backends or {}), **{k: "uva" for k in host}}})
 
 
 def prefer_host(with_host_ms: float, without_ms: float) -> bool:
