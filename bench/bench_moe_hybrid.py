@@ -2,7 +2,7 @@
 backend) and hot experts kept on the GPU from measured routing, against the plans that read every offloaded
 expert through UVA.
 
-    PYTHONPATH=. python bench/bench_moe_hybrid.py --out $OUT/moe-hybrid.jsonl     # the H200 run (about 5 min)
+    PYTHONPATH=. python bench/bench_moe_hybrid.py --out $OUT/moe-hybrid.jsonl     # the H200 run (3-4 min)
     python bench/bench_moe_hybrid.py --dry-run --out /tmp/moe-hybrid.jsonl          # tiny shapes on the CPU
 
 Models (transformers, random bf16 weights built on the GPU, the profile the bundled h200):
@@ -34,7 +34,9 @@ plan's rows also carry the host thread's time per layer in one forward (``host_m
 total) and, for decode at batch 32, how far its logits are from the resident model's (the model before apply)
 next to how far transformers' two expert implementations are from each other (``exactness``).
 
-``--cases decode32`` (and ``--only``) measure part of it: the whole run takes about 5 minutes on the H200.
+``--cases decode32`` (and ``--only``) measure part of it: ``--only qwen3_moe --only phimoe --cases decode32 --cases
+decode1`` took 87 s on the H200 (2026-12-01, bench/results/hybrid-h200-2026-12-01/); the whole run, prefill and
+the skewed part added, is expected at 3-4 minutes (not timed since these changes).
 
 Each row is a JSON line on stdout and in --out; rows have ``predicted_ms``, ``measured_ms`` and their ratio.
 """
