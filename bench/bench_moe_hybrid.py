@@ -2,7 +2,7 @@
 backend) and hot experts kept on the GPU from measured routing, against the plans that read every offloaded
 expert through UVA.
 
-    PYTHONPATH=. python bench/bench_moe_hybrid.py --out $OUT/moe-hybrid.jsonl     # the H200 run (about 5 min)
+    PYTHONPATH=. python bench/bench_moe_hybrid.py --out $OUT/moe-hybrid.jsonl     # the H200 run (3-4 min)
     python bench/bench_moe_hybrid.py --dry-run --out /tmp/moe-hybrid.jsonl          # tiny shapes on the CPU
 
 Models (transformers, random bf16 weights built on the GPU, the profile the bundled h200):
@@ -14,7 +14,8 @@ Models (transformers, random bf16 weights built on the GPU, the profile the bund
 Per model, uniform routing (the random routers), three plans that offload the routed experts only:
 ``uva`` (every offloaded expert read through UVA, as bench_cost's "experts on uva"), ``hybrid`` (``--backends
 routed_experts=cpu`` planned for a decode step at batch 32: each offloaded layer's experts shared between the host
-and the link) and ``auto`` (the default plan for a 2,048-token prefill); each measured at decode batch 32, prefill
+and the link) ``auto prefill`` (the default plan for a 2,048-token prefill, measured there) and ``auto decode32`` (the default
+plan for decode at batch 32, measured there: does auto take the hybrid where it is fastest?); each measured at decode batch 32, prefill
 2,048 and decode batch 1, eager (CUDA events around the forward, median), with the plan's prediction for the same
 workload and the distinct experts each layer's router touched.
 
@@ -25,6 +26,17 @@ non-expert bytes plus 25% of the expert bytes, ``uva`` against ``hot`` (``--rout
 the GPU, the rest through UVA) and ``hot+cpu`` (the rest shared with the host) at decode batch 1, eager and in CUDA
 graph replay (not ``hot+cpu``: its host part refuses capture), with the bytes each decode step reads over the link
 (the experts its routing touched that are not on the GPU, from a recording of that step).
+
+Before the models, the host's figures are measured on this machine as ``planner calibrate`` measures them
+(``runtime.calibrate_host``: a row ``host_figures``, against the bundled profile's, which every plan and prediction
+uses: they were fitted to the host's time in the forwards of the 2026-12-01 run on this machine kind). Each hybrid
+plan's rows also carry the host thread's time per layer in one forward (``host_ms_per_layer``: median and
+total) and, for decode at batch 32, how far its logits are from the resident model's (the model before apply)
+next to how far transformers' two expert implementations are from each other (``exactness``).
+
+``--cases decode32`` (and ``--only``) measure part of it: ``--only qwen3_moe --only phimoe --cases decode32 --cases
+decode1`` took 87 s on the H200 (2026-12-01, bench/results/hybrid-h200-2026-12-01/); the whole run, prefill and
+the skewed part added, is expected at 3-4 minutes (not timed since these changes).
 
 Each row is a JSON line on stdout and in --out; rows have ``predicted_ms``, ``measured_ms`` and their ratio.
 """
@@ -70,6 +82,7 @@ TINY_PHI = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden
                 num_key_value_heads=1, num_local_experts=8, num_experts_per_tok=2)
 BUDGETS = {"qwen3_moe": 12 * GB, "phimoe": 8 * GB}
 HOT_SHARE, HOT_TARGET = 0.2, 0.8
+CASES = ("decode32", "prefill", "decode1")
 
 
 class Bench:
@@ -80,13 +93,28 @@ class Bench:
         self.folder = Path(args.out).parent
         self.hw = load_hardware("h200")
         if self.dry:  # a fast host and a slow link, so that the tiny plans give the host experts and the run exercises it
-            self.hw = self.hw.model_copy(update={"host_call_us": 1.0, "host_dense_gbps": 500.0, "uva_gbps": 0.01,
+            self.hw = self.hw.model_copy(update={"host_call_us": 1.0, "host_expert_us": 0.0, "uva_gbps": 0.01,
                                                  "moe_block_cpu_us": 1.0, "host_expert_gbps": [RatePoint(tokens=1,
                                                                                                          gbps=500.0)]})
             torch.set_num_threads(1)  # tiny matmuls: threads only contend
         self.prefill = 48 if self.dry else 2048
         self.repeat = 1 if self.dry else 5
         self.warmup = 0 if self.dry else 2
+        self.cases = set(args.cases or CASES)
+
+    def calibrate_host(self) -> None:
+        """The host's figures measured here, beside the profile's (not in the dry run: its tiny models need the
+        fast host it sets)."""
+        if self.dry:
+            return
+        from runtime.calibrate_host import host_experts
+
+        def rounded(figures: dict) -> dict:
+            return {k: ([p.model_dump() for p in v] if isinstance(v, list) else round(v, 3)) for k, v in figures.items()}
+
+        figures = host_experts(self.device)
+        self.emit(host_figures=rounded(figures), profile_host_figures=rounded(
+            {k: getattr(self.hw, k) for k in figures}))
 
     def emit(self, **row) -> None:
         line = json.dumps(row, default=str)
@@ -127,6 +155,11 @@ class Bench:
     def measure(self, model_name: str, label: str, plan, model, config, cases, shares=None, graph: bool = False,
                 link: dict | None = None) -> None:
         """Apply ``plan``, time each case (name, input shape), remove."""
+        cases = [c for c in cases if c[0] in self.cases]
+        if not cases:
+            return
+        hybrid = any(layer.experts is not None and layer.experts.cpu for layer in plan.layers)
+        exact = self.exactness(model, config) if hybrid and any(c[0] == "decode32" for c in cases) else None
         t0 = time.perf_counter()
         handle = runtime.apply(plan, model, device=str(self.device), host_threads=1 if self.dry else None)
         applied_s = time.perf_counter() - t0
@@ -146,9 +179,34 @@ class Bench:
                            "experts_touched": self.touched(model, ids)}
                     if link is not None:
                         row["link_bytes_per_step"] = self.link_bytes(plan, model, ids, link)
+                    if hybrid and mode == "eager":
+                        row["host_ms_per_layer"] = host_times(model, ids)
+                    if exact is not None and name == "decode32":
+                        row["exactness"] = exact(model)
                     self.emit(**row)
         finally:
             handle.remove()
+
+    def exactness(self, model, config):
+        """The resident model's logits at decode batch 32 (before apply), and how far transformers' per-expert loop
+        is from its grouped kernel there; returns what compares an applied model's logits with them."""
+        ids = self.ids((32, 1), config.vocab_size, seed=5)
+        with torch.inference_mode():
+            ref = model(ids, use_cache=False).logits.float()
+            tolerance = None
+            if hasattr(model, "set_experts_implementation"):
+                model.set_experts_implementation("eager")
+                loop = model(ids, use_cache=False).logits.float()
+                model.set_experts_implementation("grouped_mm")
+                tolerance = round((loop - ref).abs().max().item(), 5)
+
+        def compare(applied) -> dict:
+            with torch.inference_mode():
+                out = applied(ids, use_cache=False).logits.float()
+            return {"max_abs_diff": round((out - ref).abs().max().item(), 5), "tolerance": tolerance,
+                    "top1_agree": round((out.argmax(-1) == ref.argmax(-1)).float().mean().item(), 4)}
+
+        return compare
 
     def touched(self, model, ids) -> dict:
         with record_routing(model) as recorder, torch.inference_mode():
@@ -184,11 +242,13 @@ class Bench:
         cases = [("decode32", (32, 1)), ("prefill", (1, self.prefill)), ("decode1", (1, 1))]
         plans = [("uva", self.plan(spec, budget, 32, backend="uva", **experts_only)),
                  ("hybrid", self.plan(spec, budget, 32, backends={"routed_experts": "cpu"}, **experts_only)),
-                 ("auto prefill", self.plan(spec, budget, self.prefill))]
+                 ("auto prefill", self.plan(spec, budget, self.prefill)),
+                 ("auto decode32", self.plan(spec, budget, 32))]
+        only = {"auto prefill": cases[1:2], "auto decode32": cases[:1]}
         for label, plan in plans:
             self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
                       gpu_budget=budget)
-            self.measure(kind, label, plan, model, config, cases if label != "auto prefill" else cases[1:2])
+            self.measure(kind, label, plan, model, config, only.get(label, cases))
         del model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -228,6 +288,31 @@ class Bench:
         del sample, model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def host_times(model, ids) -> dict:
+    """The host's time per split layer in one forward (the cpu backend's host_rows, on whichever thread runs it)."""
+    import runtime.cpu_experts as cpu_experts
+
+    real, times = cpu_experts.host_rows, []
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            times.append((time.perf_counter() - t0) * 1e3)
+
+    cpu_experts.host_rows = timed
+    try:
+        with torch.inference_mode():
+            model(ids, use_cache=False)
+        if ids.device.type == "cuda":
+            torch.cuda.synchronize(ids.device)
+    finally:
+        cpu_experts.host_rows = real
+    return {"layers": len(times), "median": round(statistics.median(times), 3) if times else None,
+            "total": round(sum(times), 3)}
 
 
 def histogram(stats) -> dict:
@@ -293,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--only", choices=["qwen3_moe", "phimoe", "skewed"], action="append")
+    ap.add_argument("--cases", choices=CASES, action="append", help="the workloads measured (default: all)")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))
@@ -300,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.emit(torch=torch.__version__, device=torch.cuda.get_device_name(bench.device)
                if bench.device.type == "cuda" else "cpu", profile=bench.hw.name, dry_run=bench.dry,
                date=time.strftime("%Y-%m-%d"))
+    bench.calibrate_host()
     for kind in ("qwen3_moe", "phimoe"):
         if kind in only:
             bench.uniform(kind)

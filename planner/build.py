@@ -29,7 +29,7 @@ from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budge
 from planner.strategy import auto, budget, group
 from planner.strategy.auto import RunnerUp
 from planner.strategy.choice import Choice
-from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host
+from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host, trial_offload
 from planner.strategy.infeasible import Infeasible
 from planner.words import auto_notes, build_notes, memory_notes
 from planner.words.selection import params_desc
@@ -312,7 +312,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                            m.total_bytes, m.cost, whole=frozenset(m.host))
     names = m.names
 
-    def build(notes: list[str], m: _Model) -> Plan:
+    def build(decision: auto.AutoDecision, notes: list[str], m: _Model) -> Plan:
         reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget, m.host)
         step = decision.slots if decision.prefetched else m.offload.prefetch_step
         chosen = m.placed(auto.assignment(decision, reason, notes, step, names), profile, workload)
@@ -322,14 +322,16 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
         return m.finished(result, profile, workload)
 
     notes = auto_notes.notes(decision, names, m.memory.gpu_budget, m.host)
-    chosen = build(notes, m)
+    chosen = build(decision, notes, m)
     host = host_to_try(m.offload, workload, decision.where, m.layers)
     if host:  # auto's own choice of the cpu backend: the host shares the experts auto put on UVA, if that is faster
-        hybrid = replace(m, host=m.host | host)
-        hybrid_notes = auto_notes.notes(decision, names, m.memory.gpu_budget, hybrid.host)
-        alt = build(hybrid_notes, hybrid)
+        hybrid = replace(m, host=m.host | host)  # decided again with every experts module one unit
+        trial = auto.decide(m.layers, m.shared, m.memory, trial_offload(m.offload, host), profile, workload,
+                            m.offload.prefetch_step, m.total_bytes, m.cost, whole=frozenset(hybrid.host))
+        hybrid_notes = auto_notes.notes(trial, names, m.memory.gpu_budget, hybrid.host)
+        alt = build(trial, hybrid_notes, hybrid)
         if prefer_host(alt.predictions.weighted_step_ms, chosen.predictions.weighted_step_ms):
-            m, notes, chosen = hybrid, hybrid_notes, alt
+            m, notes, chosen, decision = hybrid, hybrid_notes, alt, trial
     runner_up = _runner_up(spec, m, profile, workload, mem)
     if runner_up is None:
         return chosen

@@ -1,21 +1,29 @@
 """The host CPU's figures for the cpu backend (``planner calibrate``; schemas/hardware.py ``host_*``).
 
-The kernel measured is the one the backend runs: ``runtime.expert_math.host_rows`` over Qwen3-MoE-shaped experts
-(hidden 2048, width 768, bf16; 32 of them, 302 MB, so a pass takes tens of milliseconds), every expert seeing the
-same number of rows:
+Measured as the backend runs: ``runtime.expert_math.host_rows`` (the padded pass) on the backend's own host
+thread (``runtime.cpu_experts.HostWorker``, its thread count), over a host part of 64 of a layer's 128
+Qwen3-MoE-shaped experts (hidden 2048, width 768, bf16: 604 MB), each call routed afresh at random (top-8, as a
+decode step of that many tokens is), so that the rows each expert sees, the padding and the runs of touched
+experts vary from call to call as they do in a forward:
 
-- ``host_expert_gbps``: GB/s of expert weights the grouped kernel reads, at 1, 2 and 8 rows an expert;
-- ``host_dense_gbps``: the same for the dense pass (every token through every expert) at 4 tokens;
-- ``host_tflops``: the arithmetic rate at 256 rows an expert (compute-bound);
+- ``host_expert_us``: what a touched expert costs beyond its bytes, from a second part of 16 experts four times as
+  wide routed so that they see the same rows at 32 tokens (two sizes, two unknowns);
+- ``host_expert_gbps``: GB/s of the touched experts' weights beyond that, at 1, 8, 32 and 64 tokens (by the rows a
+  touched expert saw on average);
+- ``host_tflops``: the arithmetic rate at 4,096 tokens (compute-bound);
 - ``host_call_us``: a call over tiny experts (the sort, the copies, the Python) plus, on a GPU machine, the round
   trip of the routing to the host and the rows back;
-- ``host_link_share``: the rate at 2 rows an expert while a GPU kernel reads 2 GiB of pinned host memory through
-  UVA, as a share of the rate alone.
+- ``host_link_share``: the rate at 32 tokens while GPU kernels read pinned host memory through UVA, as a share of
+  the rate alone.
+
+A first version measured 32 experts each seeing exactly the same rows on the issuing thread: 54 GB/s at two rows
+on the H200's host, where a forward's host part ran at about 35 (bench/results/hybrid-h200-2026-12-01/).
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
@@ -26,7 +34,9 @@ from runtime.expert_math import Layout, host_rows, rows_dtype
 from runtime.uva import device_view
 from schemas.hardware_profile import RatePoint
 
-HIDDEN, WIDTH, EXPERTS, TOP_K = 2048, 768, 32, 8
+HIDDEN, WIDTH, EXPERTS, PART, TOP_K = 2048, 768, 128, 64, 8
+TOKENS = (1, 8, 32, 64)
+ROUTINGS = 6  # calls timed at each token count, each its own routing
 
 
 class _Experts(nn.Module):
@@ -51,23 +61,50 @@ def _wall_ms(fn: Callable[[], object], repeat: int = 5) -> float:
     return statistics.median(times)
 
 
-def _call(experts: int, hidden: int, width: int, rows: int, seed: int = 0, dense: bool = False) -> Callable[[], object]:
-    """One host call over ``experts`` experts, each seeing ``rows`` rows (the grouped kernel, or the dense pass)."""
-    g = torch.Generator().manual_seed(seed)
-    weights = {"gate_up_proj": (torch.randn(experts, 2 * width, hidden, generator=g) / 40).to(torch.bfloat16),
-               "down_proj": (torch.randn(experts, width, hidden, generator=g) / 40).to(torch.bfloat16)}  # the host's
-    tokens = max(1, rows * experts // TOP_K)
-    index = (torch.arange(tokens * TOP_K) % experts).view(tokens, TOP_K)
-    routing = torch.full((tokens, TOP_K), 1 / TOP_K, dtype=torch.bfloat16)
-    hidden_states = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16)
-    table = torch.arange(experts)
-    module, layout = _Experts(), Layout("gate_up_proj", True, False, False, True, False)
+class _Part:
+    """A host part of ``experts`` of ``total`` experts (the first ones), with random routings to call it with."""
 
-    def run() -> None:
-        out = torch.zeros(tokens * TOP_K, hidden, dtype=rows_dtype(hidden_states, routing))
-        host_rows(module, layout, weights, table, hidden_states, index, routing, out, dense=dense)
+    def __init__(self, experts: int, total: int, hidden: int, width: int, seed: int = 0) -> None:
+        self.g = torch.Generator().manual_seed(seed)
+        self.weights = {"gate_up_proj": (torch.randn(experts, 2 * width, hidden, generator=self.g) / 40).to(
+            torch.bfloat16), "down_proj": (torch.randn(experts, width, hidden, generator=self.g) / 40).to(
+            torch.bfloat16)}  # the host's layout
+        self.per_expert = (2 * width * hidden + width * hidden) * 2
+        self.experts, self.total, self.hidden = experts, total, hidden
+        self.table = torch.full((total,), experts, dtype=torch.long)
+        self.table[:experts] = torch.arange(experts)
+        self.module, self.layout = _Experts(), Layout("gate_up_proj", True, False, False, True, False)
 
-    return run
+    def calls(self, tokens: int, count: int) -> list[tuple[Callable[[], object], int, float]]:
+        """``count`` calls at ``tokens`` tokens: (the call, the bytes of the experts it touches, rows a touched
+        expert sees)."""
+        made = []
+        for _ in range(count):
+            index = torch.rand(tokens, self.total, generator=self.g).argsort(dim=-1)[:, :TOP_K]
+            routing = torch.softmax(torch.randn(tokens, TOP_K, generator=self.g), -1).to(torch.bfloat16)
+            hidden_states = torch.randn(tokens, self.hidden, generator=self.g).to(torch.bfloat16)
+            local = index[index < self.experts]
+            touched = int(torch.unique(local).numel())
+
+            def run(index=index, routing=routing, hidden_states=hidden_states) -> None:
+                out = torch.zeros(index.numel(), self.hidden, dtype=rows_dtype(hidden_states, routing))
+                host_rows(self.module, self.layout, self.weights, self.table, hidden_states, index, routing, out)
+
+            made.append((run, touched * self.per_expert, local.numel() / max(touched, 1)))
+        return made
+
+
+def _timed(part: _Part, calls: list[tuple[Callable[[], object], int, float]], fixed_ms: float) -> tuple[float, float, float]:
+    """(ms beyond the fixed cost, bytes read, experts touched) over the calls, each called once, after one call of
+    another routing."""
+    calls[0][0]()
+    ms = 0.0
+    for run, _, _ in calls[1:]:
+        t0 = time.perf_counter()
+        run()
+        ms += max((time.perf_counter() - t0) * 1e3 - fixed_ms, 1e-3)
+    nbytes = sum(b for _, b, _ in calls[1:])
+    return ms, nbytes, nbytes / part.per_expert
 
 
 def _round_trip_us(device: torch.device) -> float:
@@ -86,45 +123,79 @@ def _round_trip_us(device: torch.device) -> float:
     return _wall_ms(trip, repeat=20) * 1e3
 
 
-def _with_uva(device: torch.device, fn: Callable[[], object]) -> float | None:
-    """``fn``'s wall ms while GPU kernels read 2 GiB of pinned host memory through UVA (None without CUDA)."""
+def _with_uva(device: torch.device, fn: Callable[[], object]) -> object | None:
+    """``fn()`` while GPU kernels read 2 GiB of pinned host memory through UVA (None without CUDA)."""
     if device.type != "cuda":
         return None
     host = torch.full((2**30 // 8192, 8192), 0.001, dtype=torch.bfloat16).pin_memory()
     view = device_view(host, device)
     x = torch.randn(1, 8192, dtype=torch.bfloat16, device=device)
     torch.cuda.synchronize(device)
-    done = torch.cuda.Event()
-    for _ in range(4):
+    for _ in range(8):
         x @ view.T
-    done.record()
-    times = []
-    while not done.query():
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    torch.cuda.synchronize(device)
-    return statistics.median(times) if times else None
+    try:
+        return fn()
+    finally:
+        torch.cuda.synchronize(device)
+
+
+def _on_host_thread(fn: Callable[[], object]) -> object:
+    """``fn()`` on the backend's host thread (its thread count), as the runtime calls the host's part."""
+    from runtime.cpu_experts import HostWorker, host_threads
+
+    worker, done, result = HostWorker(max(1, host_threads() - 1)), threading.Event(), []
+
+    def job() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread
+            result.append(exc)
+        finally:
+            done.set()
+
+    worker.submit(job)
+    done.wait()
+    worker.close()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 def host_experts(device: torch.device) -> dict[str, object]:
-    """The ``host_*`` figures of a hardware profile, measured here."""
-    per_expert = 3 * WIDTH * HIDDEN * 2
-    fixed_ms = _wall_ms(_call(8, 64, 32, 1), repeat=9)
-    points, calls = [], {}
-    for rows in (1, 2, 8):
-        calls[rows] = _call(EXPERTS, HIDDEN, WIDTH, rows, seed=rows)
-        ms = max(_wall_ms(calls[rows]) - fixed_ms, 1e-3)
-        points.append(RatePoint(tokens=rows, gbps=round(EXPERTS * per_expert / ms / 1e6, 3)))
-    rows = 256
-    flops = 2.0 * rows * EXPERTS * 3 * WIDTH * HIDDEN
-    tflops = flops / max(_wall_ms(_call(EXPERTS, HIDDEN, WIDTH, rows), repeat=3) - fixed_ms, 1e-3) / 1e9
-    dense_ms = max(_wall_ms(_call(EXPERTS, HIDDEN, WIDTH, 1, dense=True)) - fixed_ms, 1e-3)
-    figures: dict[str, object] = {"host_expert_gbps": points, "host_tflops": tflops,
-                                  "host_dense_gbps": EXPERTS * per_expert / dense_ms / 1e6,
+    """The ``host_*`` figures of a hardware profile, measured here (on a GPU machine on the backend's host thread;
+    else on this thread, as the runtime computes there)."""
+    if device.type != "cuda":
+        return _figures(device)
+    return _on_host_thread(lambda: _figures(device))
+
+
+def _figures(device: torch.device) -> dict[str, object]:
+    small = _Part(8, 16, 64, 32, seed=1)
+    fixed_ms = statistics.median(_wall_ms(run, repeat=3) for run, _, _ in small.calls(4, 3))
+    part = _Part(PART, EXPERTS, HIDDEN, WIDTH)
+    # the time a touched expert costs beyond its bytes: experts 4x wider, routed so they see the same rows
+    wide = _Part(PART // 4, EXPERTS * 7 // 8, HIDDEN, 4 * WIDTH, seed=2)
+    ms_n, bytes_n, n_n = _timed(part, part.calls(32, ROUTINGS), fixed_ms)
+    ms_w, bytes_w, n_w = _timed(wide, wide.calls(32, ROUTINGS), fixed_ms)
+    det = n_n * bytes_w - n_w * bytes_n
+    expert_ms = max(0.0, (ms_n * bytes_w - ms_w * bytes_n) / det) if det else 0.0
+    points = []
+    for tokens in TOKENS:
+        calls = part.calls(tokens, ROUTINGS)
+        ms, nbytes, touched = _timed(part, calls, fixed_ms)
+        rows = statistics.mean(r for _, _, r in calls[1:])
+        points.append((rows, nbytes / max(ms - touched * expert_ms, 1e-3) / 1e6))
+    points.sort()
+    merged = [RatePoint(tokens=max(1, round(rows)), gbps=round(gbps, 3)) for rows, gbps in points]
+    merged = [p for i, p in enumerate(merged) if i == 0 or p.tokens > merged[i - 1].tokens]
+    big = part.calls(4096, 2)
+    flops = sum(2.0 * rows * (touched // part.per_expert) * 3 * WIDTH * HIDDEN for _, touched, rows in big[1:])
+    ms, _, _ = _timed(part, big, fixed_ms)
+    figures: dict[str, object] = {"host_expert_gbps": merged, "host_expert_us": expert_ms * 1e3,
+                                  "host_tflops": flops / ms / 1e9,
                                   "host_call_us": fixed_ms * 1e3 + _round_trip_us(device)}
-    busy = _with_uva(device, calls[2])
+    ms, nbytes, _ = _timed(part, part.calls(32, ROUTINGS), fixed_ms)
+    busy = _with_uva(device, lambda: _timed(part, part.calls(32, ROUTINGS), fixed_ms))
     if busy is not None:
-        alone = _wall_ms(calls[2])
-        figures["host_link_share"] = min(1.0, max(0.05, (alone - fixed_ms) / max(busy - fixed_ms, 1e-3)))
+        figures["host_link_share"] = min(1.0, max(0.05, (busy[1] / busy[0]) / (nbytes / ms)))
     return figures

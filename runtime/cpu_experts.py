@@ -9,18 +9,27 @@ is replaced (an instance attribute, removed again by ``restore``) by ``SplitForw
    event is recorded;
 2. the GPU parts (gpu, uva) are launched: ``runtime.expert_math.part_rows``, grouped matmuls that read no
    value back;
-3. the host waits for the event only, computes its experts (``host_rows``: one ``torch.nn.functional.
-   grouped_mm`` per projection over the routed pairs, torch's oneDNN kernels, as many threads as the
-   process may use) while the GPU runs its parts, and copies its rows back;
+3. on a GPU whose streams can wait on a flag in host memory (``runtime.stream_wait``): the stream is told to
+   wait for the host's rows, their copy to the GPU is queued behind that wait, and the host's part goes to
+   ``HostWorker``, one thread of the process that waits for the event, computes the experts (``host_rows``:
+   the padded pass, torch's oneDNN batched matmuls, every CPU of the process's affinity but one: that one is
+   left to the thread issuing the forward) into the pinned rows and raises the flag. The issuing thread never
+   waits: it goes on to the next layers' kernels, so their Python and launches overlap the host's matmuls, and
+   per layer the GPU's UVA reads and the host's part run at once, joined by the stream's wait. Elsewhere (no
+   flag waits, or the CPU as device) the issuing thread itself waits for the event and computes;
 4. the parts' rows are added (disjoint: exact) and each token's k choices summed once.
 
-Why torch's ``grouped_mm`` on the host and not a CPU MoE library (kt-kernel): measured on the H200's host
-(bench/probe_cpu_experts.py, bench/results/probe-cpu-experts-h200.jsonl) it reads expert weights at 31-32 GB/s
-at 8-128 tokens (a per-expert loop 17-20 GB/s), one call per projection and layer, on the weights' own
-layout; kt-kernel is not installed here nor on the GPU machine (no network), wants its own packed copy of
-the weights and a build for the host's AMX, and would have to be carried. Above a call size the host is the
-slower one (2,048 tokens: 298 ms a layer, compute-bound): ``cpu_max_tokens`` then sends the cpu experts to
-the GPU through UVA (their host memory is pinned), so a prefill runs as the UVA plan does.
+An error in the host's thread still raises the flag (the stream goes on with rows left zero) and is raised by the
+next call of any split layer of the plan.
+
+Why torch's batched matmul on the host and not a CPU MoE library (kt-kernel): measured on the H200's host
+(bench/probe_hybrid_step.py, bench/results/hybrid-h200-2026-12-01/) the padded pass reads 48 experts' weights at
+53 GB/s at 32 and 64 tokens (torch's grouped_mm 36-41, a per-expert loop 17-20 in bench/probe_cpu_experts.py),
+one call per projection and run of touched experts, on the weights' own layout; kt-kernel is not installed here
+nor on the GPU machine (no network), wants its own packed copy of the weights and a build for the host's AMX,
+and would have to be carried. Above a call size the host is the slower one (2,048 tokens: 298 ms a layer with
+the grouped kernel, compute-bound): ``cpu_max_tokens`` then sends the cpu experts to the GPU through UVA (their host memory is
+pinned), so a prefill runs as the UVA plan does.
 
 CUDA graphs: the host's part is not captured (no host function is launched on the stream): a capture that
 reaches a layer whose host computes experts raises ``HostExpertsCaptureError`` naming the backend; splits
@@ -36,6 +45,8 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -45,6 +56,7 @@ from torch import nn
 from runtime.errors import ApplyError
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, rows_dtype
 from runtime.pinned import HostArena, pack
+from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
 from runtime.tensors import TensorRef, resolve
 from runtime.uva import UvaOffloader, device_view
 from schemas import Plan, PlanLayer
@@ -66,6 +78,40 @@ def host_threads() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+class HostWorker:
+    """The thread that computes the host's experts of every split layer of one applied plan, in call order."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.error: BaseException | None = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[[], None]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="host-experts", daemon=True)
+            self._thread.start()
+        self._jobs.put(job)
+
+    def _run(self) -> None:
+        torch.set_num_threads(self.threads)  # this thread's team; the caller's setting is restored at remove
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def check(self) -> None:
+        """Raise the first error a job met (once)."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise ApplyError(f"the host's part of a split experts layer failed ({CPU_BACKEND}): {error!r}") from error
+
+    def close(self) -> None:
+        """Finish the jobs queued (each waits for the GPU only) and end the thread."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
 
 
 def _module_path(split_params: list[str]) -> tuple[str, list[str]]:
@@ -140,6 +186,8 @@ class SplitForward:
     host: _Part | None = None  # the experts the host computes
     host_on_gpu: _Part | None = None  # the same, read through UVA by GPU kernels (calls over max_tokens)
     max_tokens: int | None = None
+    worker: HostWorker | None = None  # the host's thread, where the stream can wait for it (step 3)
+    flag: HostFlag | ThreadFlag | None = None
 
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                  *args, **kwargs) -> torch.Tensor:
@@ -155,7 +203,7 @@ class SplitForward:
                           top_k_weights)
             rows = r if rows is None else rows + r
         if staged is not None:
-            r = self._host_rows(*staged)
+            r = self._host_async(*staged) if self.worker is not None else self._host_rows(*staged)
             if r is not None:
                 rows = r if rows is None else rows + r
         if rows is None:  # no pair reached any expert (the host's part held them all and none was routed)
@@ -163,6 +211,8 @@ class SplitForward:
         return join_rows(rows, tokens, hidden_states.dtype)
 
     def _to_host(self, hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor):
+        if self.worker is not None:
+            self.worker.check()
         if self.device.type != "cuda":
             return hidden, index, weights, None
         if torch.cuda.is_current_stream_capturing():
@@ -189,6 +239,32 @@ class SplitForward:
                          out):
             return None
         return out.to(self.device, non_blocking=True) if pinned else out
+
+    def _host_async(self, hidden, index, weights, event) -> torch.Tensor:
+        """Step 3 on the host's thread: the stream waits for the flag, then copies the rows the thread wrote."""
+        cuda = self.device.type == "cuda"
+        out = torch.empty(index.numel(), hidden.shape[-1], dtype=rows_dtype(hidden, weights), pin_memory=cuda)
+        count = self.flag.next()
+        inference = torch.is_inference_mode_enabled()
+
+        def job() -> None:
+            try:
+                if event is not None:
+                    event.synchronize()
+                with torch.inference_mode(inference), torch.no_grad():
+                    out.zero_()
+                    host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index,
+                              weights, out)
+            except BaseException as exc:  # noqa: BLE001 - raised by the next call; the stream must go on
+                out.zero_()
+                if self.worker.error is None:
+                    self.worker.error = exc
+            finally:
+                self.flag.raise_to(count)
+
+        self.worker.submit(job)
+        self.flag.wait(count, torch.cuda.current_stream(self.device) if cuda else None)
+        return out.to(self.device, non_blocking=True)
 
 
 @dataclass(eq=False)
@@ -225,6 +301,7 @@ class ExpertSplits:
     forwards: list[tuple[nn.Module, object]] = field(default_factory=list)  # (module, its own forward attribute)
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
+    worker: HostWorker | None = None
 
     def build(self, plan: Plan, model: nn.Module, pin: bool) -> None:
         """Split every layer with ``experts`` (``split_problems`` found nothing). On failure what was done stays
@@ -235,6 +312,12 @@ class ExpertSplits:
         if any(layer.experts is not None and layer.experts.cpu for layer in plan.layers):
             self.threads = torch.get_num_threads()
             torch.set_num_threads(self.host_threads or host_threads())
+
+    def _worker(self) -> HostWorker | None:
+        """The host's thread, made once, where the device's streams can wait on host flags (else None)."""
+        if self.worker is None and flag_waits(self.device):
+            self.worker = HostWorker(self.host_threads or max(1, host_threads() - 1))
+        return self.worker
 
     def _split_layer(self, layer: PlanLayer, model: nn.Module, pin: bool) -> None:
         split = layer.experts
@@ -287,7 +370,9 @@ class ExpertSplits:
             host = part("cpu", same, torch.device("cpu"))
             if split.cpu_max_tokens is not None:
                 host_on_gpu = part("cpu", uva_view, self.device)
-        forward = SplitForward(module, layout, self.device, gpu_parts, host, host_on_gpu, split.cpu_max_tokens)
+        worker = self._worker() if host is not None else None
+        forward = SplitForward(module, layout, self.device, gpu_parts, host, host_on_gpu, split.cpu_max_tokens,
+                               worker, new_flag(self.device) if worker is not None else None)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT)))
         module.forward = torch.compiler.disable(forward) if host is not None else forward
 
@@ -295,6 +380,9 @@ class ExpertSplits:
         """Every split param back in one tensor of its own shape, stride, dtype and device (bit-identical), the
         experts modules' own forwards back, the host memory released. Returns what could not be done."""
         problems: list[str] = []
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
         while self.forwards:
             module, previous = self.forwards.pop()
             if previous is _ABSENT:

@@ -36,16 +36,20 @@ class UvaPoint(StrictModel):
 
 
 class RatePoint(StrictModel):
-    """A rate at a number of rows: the host's grouped expert kernel, GB/s of expert weights it reads when
-    each expert it computes sees ``tokens`` rows."""
+    """A rate at a number of rows: the host's expert kernel, GB/s of expert weights it reads when each expert it
+    computes sees ``tokens`` rows."""
 
     tokens: PositiveCount
     gbps: Rate
 
 
-# the host CPU of the H200 machine (16 cores, AMX), torch 2.11's grouped_mm in bf16 over Qwen3-MoE experts
-# (bench/results/probe-cpu-experts-h200.jsonl): 24.5 GB/s at one row an expert, 32 GB/s from two rows on
-H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=24.5), RatePoint(tokens=2, gbps=32.0)]
+# the host CPU of the H200 machine (16 cores, AMX): the padded pass (torch.bmm in bf16) on the backend's host thread
+# in the forwards of bench/results/hybrid-h200-2026-12-01/moe-hybrid-decode.jsonl, at decode 32 beside the UVA part:
+# Qwen3-MoE (64 host experts, 56 touched, 528 MB) 15.7 ms a layer, Phi-3.5-MoE (8, 7.9 touched, 1.24 GB) 27.2 ms;
+# less the call's fixed 0.42 ms, t = touched x 74 us + bytes / 47 GB/s fits both; 47 GB/s beside UVA is 55 alone
+# at the 0.85 share; at one row (Phi-3.5-MoE decode 1: one 157 MB expert in 4.4 ms) about 40
+H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=40.0), RatePoint(tokens=2, gbps=55.0)]
+H200_HOST_EXPERT_US = 74.0
 
 
 class HardwareProfile(StrictModel):
@@ -87,15 +91,19 @@ class HardwareProfile(StrictModel):
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
     host_expert_gbps: list[RatePoint] = Field(
         default_factory=lambda: list(H200_HOST_EXPERTS), min_length=1,
-        description="the cpu backend: GB/s of expert weights the host CPU's grouped kernel reads, by the rows each "
+        description="the cpu backend: GB/s of expert weights the host CPU's padded pass reads, by the rows each "
         "expert sees; linear between points (default: the H200 machine's host)")
-    host_dense_gbps: Rate = Field(default=59.0, description="the cpu backend: GB/s of expert weights the host's dense "
-                                  "pass reads (every token through every expert, few tokens; schemas/plan_experts.py)")
+    host_expert_us: Microseconds = Field(
+        default=H200_HOST_EXPERT_US, description="the cpu backend: the host's time per expert its call touches beyond "
+        "reading the expert's bytes (its share of the batched matmuls' calls and padding), microseconds")
     host_tflops: Tflops = Field(default=0.52, description="the cpu backend: the host's bf16 rate on the experts' "
                                 "matmuls once compute-bound (many rows an expert), TFLOP/s")
     host_call_us: Microseconds = Field(default=250.0, description="the cpu backend: host time of one layer's call "
                                        "beyond its matmuls (routing read back, sort, copies), microseconds")
-    host_link_share: Share = Field(default=0.71, description="the cpu backend: the host kernel's rate while GPU "
+    # the padded pass at 32 tokens beside a GPU kernel reading 2 GiB through UVA: 7.6 -> 9.8 ms (48 experts),
+    # 14.2 -> 16.1 ms (64); the UVA read kept 47.5 of its 50.7 GB/s (probe-hybrid-step.jsonl); planner calibrate
+    # on the same machine kind: 0.92
+    host_link_share: Share = Field(default=0.85, description="the cpu backend: the host kernel's rate while GPU "
                                    "kernels read host memory through UVA, as a share of its rate alone")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")

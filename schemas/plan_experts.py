@@ -93,19 +93,6 @@ class ExpertSplit(StrictModel):
         return len(self.uva) + len(self.cpu)
 
 
-# How the host computes its experts, a rule the runtime follows and the cost model predicts with: the dense pass
-# (every token through every expert of the host's part, the routing weights zeroing what was not routed) reads
-# each expert once in two large matmuls (59 GB/s of weights at 32 tokens on the H200's host, against 32 GB/s for
-# the grouped kernel over the touched experts); it is taken while few tokens touch most of the part's experts.
-DENSE_MAX_TOKENS = 32
-DENSE_MIN_TOUCHED = 0.5
-
-
-def dense_pass(tokens: int, touched: float, experts: int) -> bool:
-    """Whether the host's part runs the dense pass at ``tokens`` tokens touching ``touched`` of its experts."""
-    return tokens <= DENSE_MAX_TOKENS and touched >= DENSE_MIN_TOUCHED * experts
-
-
 def host_bytes(param_bytes: int, experts: int, split: ExpertSplit) -> int:
     """Bytes of a split param that live in host memory: its host experts' slices."""
     return param_bytes // experts * split.host

@@ -34,6 +34,10 @@ def test_the_dry_run_writes_every_row(tmp_path):
         hybrid = [r for r in measured if r["model"] == model and r["plan"] == "hybrid"]
         assert {r["workload"] for r in hybrid} == {"decode32", "prefill", "decode1"}
         assert all(r["backend"] == "cpu" for r in hybrid)  # the dry run's profile gives the host experts
+        assert all(r["host_ms_per_layer"]["layers"] > 0 for r in hybrid)  # the host computed in every workload
+        exact = next(r["exactness"] for r in hybrid if r["workload"] == "decode32")
+        assert exact["max_abs_diff"] <= exact["tolerance"] + 1e-6 and exact["top1_agree"] >= 0.99
+        assert (model, "auto decode32") in plans
     assert all(r["predicted_ms"] > 0 and r["measured_ms"] > 0 for r in measured)
     skewed = [r for r in measured if r["model"] == "qwen3_moe skewed"]
     assert {r["plan"] for r in skewed} == {"uva", "hot", "hot+cpu"}

@@ -9,6 +9,8 @@ On a CPU-only machine every part runs on the CPU, which still exercises the spli
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -42,7 +44,7 @@ def test_split_experts_match_the_resident_model(arch):
     model = make_moe(arch, implementation="grouped_mm")  # transformers' default
     ids = torch.randint(0, model.config.vocab_size, (PROMPTS, POSITIONS), generator=torch.Generator().manual_seed(1))
     ref = _logits(model, ids)
-    step = _logits(model, ids[:, :1])  # a decode step of 8 tokens: the host's dense pass
+    step = _logits(model, ids[:, :1])  # a decode step of 8 tokens
     model.set_experts_implementation("eager")
     tolerance = (_logits(model, ids) - ref).abs().max().item()  # two implementations of the same experts
     model.set_experts_implementation("grouped_mm")
@@ -68,6 +70,48 @@ def _assert_same(model, snap):
         assert torch.equal(now[k], v) and now[k].stride() == stride and now[k].device == device, k
 
 
+@pytest.fixture
+def threaded(monkeypatch):
+    """The host's part on its own thread, as on a GPU whose streams wait on host flags (on the CPU the issuing
+    thread itself waits for the flag)."""
+    monkeypatch.setattr(cpu_experts, "flag_waits", lambda device: True)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_hosts_own_thread_computes_what_the_issuing_thread_does(arch, monkeypatch):
+    model = make_moe(arch, implementation="grouped_mm")
+    ids = torch.randint(0, model.config.vocab_size, (4, 6), generator=torch.Generator().manual_seed(2))
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1):
+        inline = [_logits(model, ids), _logits(model, ids[:, :1])]
+    monkeypatch.setattr(cpu_experts, "flag_waits", lambda device: True)
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+        assert handle._splits.worker is not None
+        with torch.inference_mode():  # the thread computes in the caller's mode
+            threaded = [_logits(model, ids), _logits(model, ids[:, :1])]
+    assert all(torch.equal(a, b) for a, b in zip(threaded, inline))
+    assert not any(t.name == "host-experts" for t in threading.enumerate())  # remove ended the thread
+
+
+def test_an_error_on_the_hosts_thread_is_raised_by_the_next_call(monkeypatch, threaded):
+    model = make_moe("qwen3_moe")
+    snap = _snapshot(model)
+    ids = torch.randint(0, model.config.vocab_size, (2, 3), generator=torch.Generator().manual_seed(4))
+    handle = runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected host failure")
+
+    monkeypatch.setattr(cpu_experts, "host_rows", fail)
+    # the first layer's job fails, its flag is raised all the same (a stream would go on); the second layer's
+    # call raises it
+    with pytest.raises(runtime.ApplyError, match="host's part of a split experts layer failed.*injected"):
+        _logits(model, ids)
+    monkeypatch.undo()
+    handle.remove()
+    _assert_same(model, snap)
+    assert not any(t.name == "host-experts" for t in threading.enumerate())
+
+
 def test_remove_restores_bit_identically_and_state_dict_is_truthful():
     model = make_moe("qwen3_moe")
     snap = _snapshot(model)
@@ -84,7 +128,7 @@ def test_remove_restores_bit_identically_and_state_dict_is_truthful():
 
 def test_only_host_experts_and_a_layer_left_whole():
     model = make_moe("mixtral", implementation="grouped_mm")
-    ids = torch.randint(0, 512, (4, 9))  # 36 tokens: the grouped kernel (the dense pass takes 32 at most)
+    ids = torch.randint(0, 512, (4, 9))
     ref = _logits(model, ids)
     plan = split_plan(model, places=lambda n: {"cpu": list(range(n))}, layers=(1,))
     assert plan.summary.backend == "cpu" and plan.layers[1].experts is None

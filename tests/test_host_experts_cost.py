@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from planner.cost.host_experts import cpu_max_tokens, split_work
+from dataclasses import replace
+
+from planner.cost.host_experts import cpu_max_tokens, expected_max, split_work
+from planner.cost.timeline import simulate
+from planner.strategy.experts import balanced, plan_layer
 from schemas.hardware import load_hardware
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
-from schemas.spec_layers import MoeSpec
+from schemas.spec_layers import Layer, MoeSpec, Tensor
+from schemas.workload import Workload, WorkloadItem
 
 E, K = 128, 8
 HW = load_hardware("h200")
@@ -36,10 +41,51 @@ def test_hot_experts_that_take_the_tokens_cut_the_link_time():
 
 def test_the_host_part_runs_beside_the_gpu_parts_and_joins():
     work = split_work(layer(uva=list(range(64)), cpu=list(range(64, E))), 32, HW)
-    assert work.synced_gpu_ms is not None and work.synced_gpu_ms > 0 and work.synced_cpu_ms > 0
-    assert work.cpu_ms > work.synced_cpu_ms  # issue time first, then the host's experts
+    assert work.host_ms > 0 and 0 < work.beside_ms < work.gpu_ms  # the UVA part runs beside the host's thread
+    assert work.synced_gpu_ms is None  # the issuing CPU does not wait for the host
+    assert work.cpu_ms < work.host_ms  # issue time only: the host's experts are on their own thread
+    assert max(work.beside_ms, work.host_ms) <= work.joined_ms <= 1.05 * max(work.beside_ms, work.host_ms)
+    assert work.alone_ms() == pytest.approx(work.gpu_ms - work.beside_ms + work.joined_ms)
     alone = split_work(layer(cpu=list(range(E))), 32, HW)
-    assert alone.synced_cpu_ms > work.synced_cpu_ms  # twice the experts on the host, alone on host memory
+    assert alone.host_ms > work.host_ms  # twice the experts on the host, alone on host memory
+
+
+def test_the_next_layers_issue_overlaps_the_host_and_the_stream_waits_for_it():
+    work = split_work(layer(uva=list(range(64)), cpu=list(range(64, E))), 32, HW)
+    own = work.gpu_ms - work.beside_ms  # the layer's own kernels, before the experts
+    assert work.cpu_ms > own
+    # the first layer waits for its issue; after it each layer is its own kernels, then the host and the link at
+    # once: the next layers' issue time (2.4 ms each) is hidden behind the host's part, never added to it
+    for host_ms in (work.host_ms, 3 * work.host_ms):
+        w = replace(work, host_ms=host_ms)
+        per_layer = own + max(w.joined_ms, host_ms)
+        assert simulate([w] * 4, []).step_ms == pytest.approx(w.cpu_ms + 4 * per_layer - own)
+
+
+def test_with_few_tokens_the_layer_waits_for_the_part_the_routing_makes_slower():
+    """One token of a Mixtral-shaped layer (8 experts, top-2) split 4 / 4: it may pick both experts on one side."""
+    params = {"mlp.experts.gate_up_proj": PlanParam(shape=[8, 2 * 14336, 4096], dtype="bfloat16",
+                                                    bytes=8 * 2 * 14336 * 4096 * 2),
+              "mlp.experts.down_proj": PlanParam(shape=[8, 4096, 14336], dtype="bfloat16", bytes=8 * 4096 * 14336 * 2)}
+    split = ExpertSplit(params=list(params), uva=[0, 1, 2, 3], cpu=[4, 5, 6, 7])
+    mixtral = PlanLayer.model_construct(name="model.layers.0", params=params, offloaded=list(params), uva=[],
+                                        tied={}, moe=MoeSpec(experts=8, top_k=2), experts=split, prefetch=None)
+    work = split_work(mixtral, 1, HW)
+    assert work.joined_ms > 1.1 * max(work.beside_ms, work.host_ms)
+    assert expected_max(3.0, 0.0, 5.0, 0.0) == 5.0 and expected_max(4.0, 1.0, 4.0, 1.0) > 4.5
+
+
+def test_the_balanced_split_has_the_host_and_the_link_finish_together():
+    params = tuple(Tensor(name, shape, "bfloat16", None, False, 2 * E * shape[1] * shape[2], "routed_experts")
+                   for name, shape in (("mlp.experts.gate_up_proj", (E, 1536, 2048)),
+                                       ("mlp.experts.down_proj", (E, 2048, 768))))
+    spec_layer = Layer("model.layers.0", 0, params, moe=MoeSpec(experts=E, top_k=K))
+    whole = ExpertSplit(params=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"], cpu=list(range(E)))
+    split = balanced(spec_layer, whole, HW, Workload({"step": WorkloadItem(tokens=32)}))
+    assert 0 < len(split.cpu) < E and len(split.cpu) + len(split.uva) == E
+    work = split_work(plan_layer(spec_layer, split), 32, HW)
+    one_expert = 3 * 768 * 2048 * 2 / (HW.uva_gbps * 1e6)  # an expert's bytes over the link, ms
+    assert abs(work.host_ms - work.beside_ms) <= 2 * one_expert + HW.host_call_us / 1e3
 
 
 @pytest.mark.parametrize("tokens", [1, 32, 2048])
@@ -48,7 +94,7 @@ def test_above_cpu_max_tokens_the_gpu_reads_the_host_experts(tokens):
     limit = cpu_max_tokens(layer(**places), HW)
     assert limit is not None and 32 <= limit < 2048  # the host is bound by reading its experts up to there
     work = split_work(layer(**places, cpu_max_tokens=limit), tokens, HW)
-    assert (work.synced_gpu_ms is not None) == (tokens <= limit)
+    assert (work.host_ms > 0) == (tokens <= limit)
 
 
 def test_a_split_layer_keeps_its_attention_over_the_context():

@@ -4,17 +4,20 @@ A split layer runs its other params as any layer does (planner/cost/layer.py); i
 
 - gpu experts: a grouped matmul over the touched ones, from GPU memory;
 - uva experts: the same, their bytes read over the host link (``passes`` re-reads, ``uva_expert_call_ms``);
-- cpu experts: the host CPU reads the touched experts' bytes at ``host_gbps(rows)`` (times
-  ``host_link_share`` while the link reads host memory for this layer's uva experts), or computes at
-  ``host_tflops`` when that is slower, plus ``host_call_us``; where few tokens touch most of its experts it
-  reads all of them once at ``host_dense_gbps`` instead (the dense pass, ``schemas.plan_experts.dense_pass``); the routed tokens' hidden states go to the host
-  and the experts' rows (T·k of them) come back over the link.
+- cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
+  ``host_gbps(rows)`` (times ``host_link_share`` while the link reads host memory for this layer's uva
+  experts) plus ``host_expert_us`` a touched expert, or computes at ``host_tflops`` when that is slower, plus
+  ``host_call_us``; the routed tokens'
+  hidden states go to the host and the experts' rows (T·k of them) come back over the link.
 
-The host waits until the GPU has reached the experts (the copies to the host follow everything before them),
-then computes while the GPU runs its parts; the layer ends when both have finished: the timeline's mid-layer
-wait (``LayerWork.synced_*``). Above ``cpu_max_tokens`` tokens the cpu experts are read through UVA by the
-GPU instead. Routing is uniform (each expert picked by a token with chance k/E) unless measured routing gives
-each expert its own chance (``shares``: planner/strategy/experts.py, schemas/routing.py).
+The runtime gives the host's part to a thread of its own and makes the stream wait for it (runtime/cpu_experts.py,
+runtime/stream_wait.py): the host starts when the stream has run the layer's own kernels (the copies to the host
+follow them), computes while the GPU runs its parts, and the layer ends when both have finished; the thread that
+issues the forward does not wait, so the next layers' issue time overlaps the host's part
+(``LayerWork.host_ms`` / ``beside_ms``: planner/cost/timeline.py). The split that makes a layer fastest makes the
+host and the GPU's parts finish together. Above ``cpu_max_tokens`` tokens the cpu experts are read through UVA
+by the GPU instead. Routing is uniform (each expert picked by a token with chance k/E) unless measured routing
+gives each expert its own chance (``shares``: planner/strategy/experts.py, schemas/routing.py).
 
 CUDA graph replay cannot capture the host's part: a workload in mode graph is predicted as if the host part
 ran between captured graphs (torch.compile without CUDA graphs); the runtime refuses the capture.
@@ -30,7 +33,7 @@ from planner.cost.block import ONE, Sequences
 from planner.cost.layer import LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
-from schemas.plan_experts import ExpertSplit, dense_pass
+from schemas.plan_experts import ExpertSplit
 
 PART_LAUNCHES = 12  # kernels one part of a split forward issues (sort, grouped matmuls, gate, weights, rows)
 MAX_TOKENS_SEARCHED = 1 << 20
@@ -71,6 +74,32 @@ def _touched(q: Sequence[float], tokens: int) -> tuple[float, float]:
     return sum(1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q), tokens * sum(q)
 
 
+def _spread(q: Sequence[float], tokens: int) -> float:
+    """The standard deviation of how many of the experts are touched (each touched on its own chance)."""
+    return math.sqrt(sum(p * (1.0 - p) for p in (1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q)))
+
+
+def expected_max(a: float, sd_a: float, b: float, sd_b: float) -> float:
+    """E[max(A, B)] of independent normal A and B (Clark, 1961): the layer's experts end when the slower of the
+    host and the GPU's parts does, and with few tokens which one that is depends on the routing."""
+    theta = math.hypot(sd_a, sd_b)
+    if theta < 1e-12:
+        return max(a, b)
+    alpha = (a - b) / theta
+    cdf = 0.5 * (1.0 + math.erf(alpha / math.sqrt(2.0)))
+    pdf = math.exp(-0.5 * alpha * alpha) / math.sqrt(2.0 * math.pi)
+    return a * cdf + b * (1.0 - cdf) + theta * pdf
+
+
+def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
+    """The spread of ``gpu_part_ms`` over routings: its touched experts' count's, at its rate per expert."""
+    if not q:
+        return 0.0
+    touched, rows = _touched(q, tokens)
+    rate = hw.uva_gbps / hw.passes(rows / max(touched, 1e-9)) if uva else hw.gpu_mem_gbps
+    return _spread(q, tokens) * shape.nbytes / rate / 1e6
+
+
 def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
     """A GPU part: its touched experts from GPU memory, or over the link (``uva``)."""
     if not q:
@@ -83,18 +112,20 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     return fixed + max(flops / (hw.matmul_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 
 
+def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:
+    touched, rows = _touched(q, tokens)
+    return hw.host_gbps(rows / max(touched, 1e-9)) * (hw.host_link_share if link_busy else 1.0)
+
+
 def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, link_busy: bool) -> float:
     """The host's part: its touched experts' bytes or its flops, whichever takes longer, plus its fixed cost and
     the rows' trips over the link."""
     if not q:
         return 0.0
     touched, rows = _touched(q, tokens)
-    share = hw.host_link_share if link_busy else 1.0
-    if dense_pass(tokens, touched, len(q)):  # all the part's bytes once, at a rate measured at its largest call
-        compute = len(q) * shape.nbytes / (hw.host_dense_gbps * share) / 1e6
-    else:
-        rate = hw.host_gbps(rows / max(touched, 1e-9)) * share
-        compute = max(touched * shape.nbytes / rate / 1e6, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
+    rate = _host_rate(q, tokens, hw, link_busy)
+    read = touched * (hw.host_expert_us / 1e3 + shape.nbytes / rate / 1e6)
+    compute = max(read, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
     trips = tokens * shape.width * shape.itemsize * (1 + shape.top_k) / hw.h2d_gbps / 1e6
     return hw.host_call_us / 1e3 + compute + trips
 
@@ -102,8 +133,8 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
 def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Sequence[float] | None = None,
                seqs: Sequences = ONE) -> LayerWork:
     """The work of a layer with ``experts``: its other params as planner/cost/layer.py costs them (its attention
-    over the context of ``seqs`` included), its parts as above, the host's part after a mid-layer wait and
-    joined at the layer's end."""
+    over the context of ``seqs`` included), its parts as above, the host's part on its own thread beside the
+    GPU's parts, joined at the layer's end."""
     split = layer.experts
     shape = ExpertShape.of(layer)
     by_expert = set(split.params)
@@ -120,8 +151,11 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     if not on_host:
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
-    return LayerWork(base.gpu_ms + parts_ms, issue_ms + host_ms, base.copy_ms, base.copy_bytes,
-                     synced_gpu_ms=parts_ms, synced_cpu_ms=host_ms)
+    parts_sd = math.hypot(gpu_part_sd(q["gpu"], tokens, shape, hw, False), gpu_part_sd(uva_q, tokens, shape, hw, True))
+    per_expert = hw.host_expert_us / 1e3 + shape.nbytes / _host_rate(q["cpu"], tokens, hw, bool(q["uva"])) / 1e6
+    host_sd = _spread(q["cpu"], tokens) * per_expert
+    return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes, host_ms=host_ms,
+                     beside_ms=parts_ms, joined_ms=expected_max(parts_ms, parts_sd, host_ms, host_sd))
 
 
 def _memory_bound(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> bool:

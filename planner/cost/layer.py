@@ -54,6 +54,24 @@ class LayerWork:
     # the part of it read after the mid-layer wait: what the copy stream shares the link with
     uva_link_ms: float = 0.0
     synced_uva_link_ms: float = 0.0
+    # the host CPU's own thread (the cpu backend's experts): it starts when the compute stream has run the
+    # layer's gpu_ms less beside_ms, runs beside the stream's last beside_ms, and the stream waits for it at
+    # the layer's end, joined_ms after it reached the experts (the expected larger of the two over routings);
+    # the CPU issuing the forward does not wait for it
+    host_ms: float = 0.0
+    beside_ms: float = 0.0
+    joined_ms: float = 0.0
+
+    def alone_ms(self) -> float:
+        """The layer's time by itself: its GPU work, with the mid-layer wait or the host's thread joined, or the
+        CPU's issuing if longer."""
+        if self.host_ms:
+            gpu = self.gpu_ms - self.beside_ms + max(self.joined_ms, self.host_ms)
+        elif self.synced_gpu_ms is not None:
+            gpu = self.gpu_ms - self.synced_gpu_ms + max(self.synced_gpu_ms, self.synced_cpu_ms)
+        else:
+            gpu = self.gpu_ms
+        return max(gpu, self.cpu_ms)
 
 
 def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:

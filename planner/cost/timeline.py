@@ -6,7 +6,9 @@ is done; a prefetched layer also waits for its copy-done event; the copies trigg
 layer x wait for an event recorded on the compute stream just before x and for the copy
 stream to be free; the forward ends when the compute stream has joined the copy stream and
 the CPU has issued everything; a layer that reads a result back mid-layer (an eager MoE block's
-routing) makes the CPU wait for the GPU there. Walking the layers in order and taking the latest of each
+routing) makes the CPU wait for the GPU there; a layer whose experts the host computes (the cpu backend) runs
+them on a fourth clock, the host's own thread, which starts when the stream reaches them and which the stream
+waits for at the layer's end. Walking the layers in order and taking the latest of each
 node's inputs computes that graph's critical path in one pass: the step time. The slack
 shows up as stalls (compute waiting for a copy) and idle link time.
 
@@ -73,7 +75,7 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
     done: set[int] = set()  # layers whose copy this forward issues for this forward
     times = [LayerTime() for _ in range(n)]
     link = Link(share)
-    cpu = gpu = 0.0
+    cpu = gpu = host = 0.0
     stall_total = shared_total = 0.0
     for x in range(n):
         here = max(gpu, cpu)  # the event recorded on the compute stream just before layer x
@@ -89,7 +91,13 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
                 stall_total += ready - start
                 start = ready
         wx = work[x]
-        if wx.synced_gpu_ms is None:
+        if wx.host_ms:  # the host's thread: from when the stream reaches the experts, joined at the layer's end
+            cpu += wx.cpu_ms
+            reach = max(start + wx.gpu_ms - wx.beside_ms, cpu)
+            host = max(reach, host) + wx.host_ms
+            shared = 0.0
+            gpu = max(reach + wx.joined_ms, host)
+        elif wx.synced_gpu_ms is None:
             cpu += wx.cpu_ms
             shared = link.read(start, wx.uva_link_ms) if wx.uva_link_ms else 0.0
             gpu = max(start + wx.gpu_ms + shared, cpu)

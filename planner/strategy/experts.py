@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from planner.assemble import Assignment
 from planner.cost.host_experts import cpu_max_tokens, split_work
-from planner.cost.layer import LayerWork, profile_for
+from planner.cost.layer import profile_for
 from planner.errors import PlanningError
 from planner.kinds import param_kind
 from planner.words.experts_notes import host_limits, hot_note
@@ -85,13 +85,6 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
                    notes=assignment.notes + tuple(notes))
 
 
-def _layer_ms(work: LayerWork) -> float:
-    """A layer's time alone: its GPU work, the host's part joined, or the CPU's issuing if longer."""
-    gpu = work.gpu_ms if work.synced_gpu_ms is None else \
-        work.gpu_ms - work.synced_gpu_ms + max(work.synced_gpu_ms, work.synced_cpu_ms)
-    return max(gpu, work.cpu_ms)
-
-
 def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Workload,
              shares: Sequence[float] | None = None) -> ExpertSplit:
     """``split`` with its cpu experts cut back to the count (the least used first) that gives the layer its least
@@ -106,9 +99,8 @@ def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Wo
         cpu = sorted(pool[:count])
         cand = split.model_copy(update={"cpu": cpu, "uva": sorted(set(split.uva) | set(pool[count:])),
                                         "cpu_max_tokens": limit if cpu else None})
-        ms = sum(item.weight / total * _layer_ms(split_work(plan_layer(layer, cand), item.rows,
-                                                            profile_for(hw, item.mode), shares))
-                 for _, item in items)
+        ms = sum(item.weight / total * split_work(plan_layer(layer, cand), item.rows, profile_for(hw, item.mode),
+                                                  shares).alone_ms() for _, item in items)
         if best is None or ms < best[0] - 1e-9:
             best = (ms, cand)
     return best[1]
@@ -218,9 +210,10 @@ HOST_MARGIN = 0.03  # auto takes the cpu backend only when it predicts a step at
 
 def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str, Mapping[str, str]],
                 layers: Sequence[Layer]) -> frozenset[str]:
-    """The kinds strategy auto tries on the host beside UVA: routed experts, where auto put some on UVA, the
-    backend and the routed experts' backend are left to auto, and every workload runs eagerly (a CUDA graph
-    cannot capture the host's part)."""
+    """The kinds strategy auto tries on the host beside UVA: routed experts, where auto offloaded some (read
+    through UVA or prefetched), the backend and the routed experts' backend are left to auto, and every workload
+    runs eagerly (a CUDA graph cannot capture the host's part). The trial (``trial_offload``) places every
+    experts module as one unit on UVA, as the cpu backend given by the spec does, and the host shares them."""
     if offload.backend != "auto" or "routed_experts" in (offload.backends or {}):
         return frozenset()
     if any(item.mode != "eager" for _, item in workload.items()):
@@ -232,19 +225,18 @@ def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str,
         if layer is None:
             continue
         own = {t.name: t for t in layer.params}
-        routed = [p for p, b in params.items() if b == "uva" and p in own
+        routed = [p for p, b in params.items() if b in ("uva", "prefetch") and p in own
                   and param_kind(name, p, own[p].kind) == "routed_experts"]
-        if not routed:
-            continue
         # split by expert only where the params hold every expert (not a tensor-parallel rank's share of them)
-        if not all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
+        if routed and not all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
             return frozenset()
-        # and where auto put the experts module whole on UVA (its order may move a module's params apart)
-        parents = {p.rpartition(".")[0] for p in routed}
-        if len(parents) != 1 or set(per_expert(layer, parents.pop())) != set(routed):
-            return frozenset()
-        found = True
+        found = found or bool(routed)
     return frozenset({"routed_experts"}) if found else frozenset()
+
+
+def trial_offload(offload: OffloadSection, host: frozenset[str]) -> OffloadSection:
+    """``offload`` for auto's trial of the host: the kinds it shares read through UVA where offloaded."""
+    return offload.model_copy(update={"backends": {**(offload.backends or {}), **{k: "uva" for k in host}}})
 
 
 def prefer_host(with_host_ms: float, without_ms: float) -> bool:

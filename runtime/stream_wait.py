@@ -1,0 +1,126 @@
+"""A CUDA stream that waits for a host thread: a 32-bit flag in pinned host memory, ``cuStreamWaitValue32``.
+
+The cpu backend's host part runs on a thread of its own (runtime/cpu_experts.py); the GPU must not read its rows
+before they are written, and the Python thread issuing the forward must not wait for them either (it would stop
+issuing the next layers' kernels while the host computes). So the stream itself waits: ``HostFlag.wait`` puts on
+the stream a wait until the flag reaches the next count, and the host thread raises the flag to that count when
+its rows are written. The driver's stream memory operations are reached through ctypes (``libcuda``), so no
+compiled extension is needed; ``flag_waits(device)`` says whether they work here (the runtime falls back to the
+host part on the issuing thread, with the wait on the host, where they do not).
+
+Measured on the H200 machine (bench/results/hybrid-h200-2026-12-01/probe-hybrid-step.jsonl): a wait released by
+a host thread 50 ms later ended after 50.7 ms and the copy queued behind it read what the thread had written;
+200 waits answered one by one took about 0.1 ms each beyond the thread's sleeps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import lru_cache
+
+import torch
+
+log = logging.getLogger("runtime")
+
+_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - value) >= 0, so a wrapping count still works
+_MASK = 0xFFFFFFFF
+
+
+@lru_cache(maxsize=1)
+def _driver_wait() -> Callable[..., int] | None:
+    """cuStreamWaitValue32 of the CUDA driver, or None where there is none."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    for name in ("cuStreamWaitValue32_v2", "cuStreamWaitValue32"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            return fn
+    return None
+
+
+class HostFlag:
+    """A 32-bit count in pinned host memory that streams wait on and a host thread raises."""
+
+    def __init__(self) -> None:
+        fn = _driver_wait()
+        if fn is None:
+            raise RuntimeError("the CUDA driver's cuStreamWaitValue32 is not available")
+        self._fn = fn
+        self._flag = torch.zeros(1, dtype=torch.int32).pin_memory()
+        self._cell = ctypes.c_uint32.from_address(self._flag.data_ptr())
+        self._count = 0
+
+    def next(self) -> int:
+        """The count the next wait is for."""
+        self._count = (self._count + 1) & _MASK
+        return self._count
+
+    def wait(self, count: int, stream: torch.cuda.Stream | None) -> None:
+        """Put on ``stream`` a wait until the flag reaches ``count`` (raised before or after: either works)."""
+        rc = self._fn(ctypes.c_void_p(stream.cuda_stream), ctypes.c_uint64(self._flag.data_ptr()),
+                      ctypes.c_uint32(count), _GEQ)
+        if rc != 0:
+            raise RuntimeError(f"cuStreamWaitValue32 failed with CUresult {rc}")
+
+    def raise_to(self, count: int) -> None:
+        """Release the waits up to ``count`` (an aligned 32-bit store: the GPU sees it whole)."""
+        self._cell.value = count
+
+
+class ThreadFlag:
+    """``HostFlag`` for a device without streams (the CPU): the caller itself waits until the count is raised."""
+
+    def __init__(self) -> None:
+        self._done = threading.Condition()
+        self._raised = 0
+        self._count = 0
+
+    def next(self) -> int:
+        self._count += 1
+        return self._count
+
+    def wait(self, count: int, stream: None = None) -> None:
+        with self._done:
+            self._done.wait_for(lambda: self._raised >= count)
+
+    def raise_to(self, count: int) -> None:
+        with self._done:
+            self._raised = count
+            self._done.notify_all()
+
+
+def new_flag(device: torch.device) -> HostFlag | ThreadFlag:
+    """The flag a split layer on ``device`` waits on."""
+    return HostFlag() if device.type == "cuda" else ThreadFlag()
+
+
+def flag_waits(device: torch.device) -> bool:
+    """Whether a stream on ``device`` can wait on a ``HostFlag`` here (tried on a stream of its own: raised
+    before the wait, so a working wait ends at once; a broken one leaves only that stream blocked)."""
+    if device.type != "cuda":
+        return False
+    try:
+        flag = HostFlag()
+        stream = torch.cuda.Stream(device)
+        flag.raise_to(flag.next())
+        flag.wait(1, stream)
+        done = torch.cuda.Event()
+        done.record(stream)
+        deadline = time.perf_counter() + 2.0
+        while not done.query():
+            if time.perf_counter() > deadline:
+                log.warning("a stream waiting on a host flag did not see it: the host computes experts in step")
+                return False
+            time.sleep(0.001)
+        return True
+    except Exception as exc:  # noqa: BLE001 - any failure means "not here"
+        log.debug("stream waits on host flags unavailable: %s", exc)
+        return False

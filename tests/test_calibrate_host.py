@@ -1,0 +1,50 @@
+"""runtime/calibrate_host.py on tiny experts: the figures it measures, as the backend's host thread runs them."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from runtime import calibrate_host  # noqa: E402
+from schemas.hardware import load_hardware  # noqa: E402
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setattr(calibrate_host, "HIDDEN", 64)
+    monkeypatch.setattr(calibrate_host, "WIDTH", 32)
+    monkeypatch.setattr(calibrate_host, "TOKENS", (1, 8, 32))
+    monkeypatch.setattr(calibrate_host, "ROUTINGS", 3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_figures_make_a_profile(tiny):
+    figures = calibrate_host.host_experts(torch.device("cpu"))
+    points = figures["host_expert_gbps"]
+    assert [p.tokens for p in points] == sorted({p.tokens for p in points}) and points[0].tokens == 1
+    assert all(p.gbps > 0 for p in points) and figures["host_expert_us"] >= 0 and figures["host_tflops"] > 0
+    assert "host_link_share" not in figures  # no GPU: no UVA reads to share the host's memory with
+    profile = load_hardware("h200").model_copy(update=figures)
+    assert profile.host_gbps(1.0) == points[0].gbps
+
+
+def test_a_part_s_calls_route_at_random_and_report_what_they_touch():
+    part = calibrate_host._Part(4, 16, 16, 8)
+    calls = part.calls(3, 5)
+    assert len(calls) == 5 and all(0 <= b <= 4 * part.per_expert and b % part.per_expert == 0 for _, b, _ in calls)
+    ms, nbytes, touched = calibrate_host._timed(part, calls, 0.0)
+    assert ms > 0 and nbytes == sum(b for _, b, _ in calls[1:]) and touched == nbytes / part.per_expert
+
+
+def test_the_host_thread_returns_and_raises_what_the_call_does():
+    assert calibrate_host._on_host_thread(lambda: 7) == 7
+
+    def fail():
+        raise ValueError("on the host thread")
+
+    with pytest.raises(ValueError, match="on the host thread"):
+        calibrate_host._on_host_thread(fail)
