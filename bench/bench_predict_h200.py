@@ -27,8 +27,9 @@ row per plan and workload (predicted and measured ms and their ratio, with calib
 block's CPU time measured on the model; the plan's link bound: its copied bytes at the copy rate plus its UVA
 bytes at the read rate; the plan's file under ``plans/``, which bench/replay_predict.py reads), for prefetch
 plans at decode one ``timeline`` row (one more forward with the runtime's copy statistics: each copy's and
-each stall's start and end from the forward's start, late copies, the host time; beside the predicted copy
-windows), skipped plans, and two summaries (how many within 10%, by each prediction). ``--time-budget``
+each stall's start and end from the forward's start, late copies, the host time, and per decoder block when
+the host issued it and when the GPU could start it; beside the predicted copy windows), skipped plans, and two
+summaries (how many within 10%, by each prediction). ``--time-budget``
 (default 260 s from the start) skips what would start later, each model getting its share of what is
 left, so the whole run ends within 5 minutes.
 """
@@ -239,7 +240,8 @@ def warm_up(model, config, workload: Workload, device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def model_cpu(model, config, workload: Workload, device: torch.device, hw: HardwareProfile) -> tuple[dict, HardwareProfile]:
+def model_cpu(model, config, workload: Workload, device: torch.device,
+              hw: HardwareProfile) -> tuple[dict, HardwareProfile]:
     """The host time of an eager decode step of the resident model, per decoder block and outside them, and
     ``hw`` with the block figure of this model's kind (``block_cpu_us``, or ``moe_block_cpu_us`` for an MoE)
     taken from it instead of calibrate's tiny models."""
@@ -273,13 +275,26 @@ def model_cpu(model, config, workload: Workload, device: torch.device, hw: Hardw
     return row, hw.model_copy(update={key: round(per_block, 3)})
 
 
-def copy_timeline(handle, run, device: torch.device) -> dict | None:
+def copy_timeline(handle, run, blocks, device: torch.device) -> dict | None:
     """One more forward of an applied prefetch plan with the runtime's copy statistics on: each copy's start and
     end and each stall's, in ms from the forward's start on the compute stream, the bytes copied, the late
-    copies, and the host time of the forward; None for a plan without prefetched layers or off a GPU."""
+    copies, the host time of the forward, and per block of ``blocks`` when the host issued it and when the GPU
+    could start it (an event recorded after the runtime's own hooks: after its wait for the block's copy);
+    None for a plan without prefetched layers or off a GPU."""
     offloader = handle.offloader
     if device.type != "cuda" or not hasattr(offloader, "history") or not offloader.layers:
         return None
+    marks: list[tuple[float, object]] = []
+
+    def mark(_module, _args) -> None:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        marks.append((time.perf_counter(), event))
+
+    from runtime.stats import ForwardStats
+
+    hooks = [b.register_forward_pre_hook(mark) for b in blocks]
+    offloader.current = ForwardStats()  # late copies of the timed forwards are counted with stats off too
     offloader.collect_stats = True
     try:
         with torch.inference_mode():
@@ -295,9 +310,13 @@ def copy_timeline(handle, run, device: torch.device) -> dict | None:
         forward = offloader.history[-1] if offloader.history else None
     finally:
         offloader.collect_stats = False
+        for h in hooks:
+            h.remove()
     if forward is None:
         return None
-    return dict(windows(forward, start), step_ms=round(start.elapsed_time(end), 3), host_ms=round(host_ms, 3))
+    blocks_at = [[round((t - t0) * 1e3, 3), round(start.elapsed_time(e), 3)] for t, e in marks]
+    return dict(windows(forward, start), step_ms=round(start.elapsed_time(end), 3), host_ms=round(host_ms, 3),
+                blocks=blocks_at)
 
 
 def predicted_windows(plan, hw: HardwareProfile, tokens: int) -> list[list]:
@@ -403,7 +422,12 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                     print(f"{kind:5} {case.label:52} {name:8} predicted {p.step_ms:9.2f} ms  measured {ms:9.2f} ms  "
                           f"x{p.step_ms / ms:5.3f}  ({p.bound}; CPU from the model x{q.step_ms / ms:5.3f})", flush=True)
                     if item.tokens <= 32:  # where the copies and the CPU's issue overlap: the timeline as it ran
-                        seen = copy_timeline(handle, lambda: model(ids, use_cache=False), device)
+                        try:
+                            seen = copy_timeline(handle, lambda: model(ids, use_cache=False), blocks_of(model), device)
+                        except Exception as err:  # noqa: BLE001 - a diagnostic never costs the measurements
+                            out.row(type="timeline_error", model=kind, plan=case.label, workload=name,
+                                    error=f"{type(err).__name__}: {err}")
+                            seen = None
                         if seen is not None:
                             out.row(type="timeline", model=kind, plan=case.label, workload=name,
                                     predicted=predicted_windows(plan, hw, item.tokens), **seen)
