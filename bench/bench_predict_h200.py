@@ -228,20 +228,20 @@ def blocks_of(model) -> torch.nn.ModuleList:
     return max(lists, key=len)
 
 
-def warm_up(model, config, workload: Workload, device: torch.device) -> None:
-    """WARMUP untimed forwards of every workload on the model as built (nothing applied), so that no plan is
+def warm_up(model, config, workload: Workload, device: torch.device, times: int = WARMUP) -> None:
+    """``times`` untimed forwards of every workload on the model as built (nothing applied), so that no plan is
     the first to pay for lazy initialisation (kernels loaded, library heuristics, the allocator's pool)."""
     with torch.inference_mode():
         for name, item in workload.items():
             ids = inputs(name, item.tokens, config.vocab_size, device)
-            for _ in range(WARMUP):
+            for _ in range(times):
                 model(ids, use_cache=False)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def model_cpu(model, config, workload: Workload, device: torch.device,
-              hw: HardwareProfile) -> tuple[dict, HardwareProfile]:
+def model_cpu(model, config, workload: Workload, device: torch.device, hw: HardwareProfile,
+              repeat: int = 5) -> tuple[dict, HardwareProfile]:
     """The host time of an eager decode step of the resident model, per decoder block and outside them, and
     ``hw`` with the block figure of this model's kind (``block_cpu_us``, or ``moe_block_cpu_us`` for an MoE)
     taken from it instead of calibrate's tiny models."""
@@ -250,24 +250,19 @@ def model_cpu(model, config, workload: Workload, device: torch.device,
     name, item = next((n, i) for n, i in workload.items() if i.tokens == 1)
     ids = inputs(name, item.tokens, config.vocab_size, device)
 
+    walls: list[float] = []
+
     def forward():
+        t0 = time.perf_counter()
         model(ids, use_cache=False)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        walls.append((time.perf_counter() - t0) * 1e6)
 
     blocks = blocks_of(model)
     with torch.inference_mode():
-        per_block = block_cpu_us(blocks, forward)
-        gc.collect()
-        gc.disable()
-        try:
-            walls = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                forward()
-                walls.append((time.perf_counter() - t0) * 1e6)
-        finally:
-            gc.enable()
+        per_block = block_cpu_us(blocks, forward, repeat=repeat, warmup=1 if repeat > 1 else 0)
+    walls = walls[-repeat:]  # the timed forwards' (block_cpu_us holds the garbage collector off in them)
     key = "moe_block_cpu_us" if getattr(config, "num_experts", None) else "block_cpu_us"
     row = {"type": "cpu", "figure": key, "calibrate_us": getattr(hw, key), "model_us": round(per_block, 3),
            "blocks": len(blocks), "forward_us": round(statistics.median(walls), 1),
@@ -384,8 +379,8 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
     model, config = build_model(kind, args.dry_run, device)
     spec = runtime.describe(model, name=kind)
     total = sum(layer.nbytes for layer in spec.model.expanded())
-    warm_up(model, config, workload, device)
-    cpu_row, model_hw = model_cpu(model, config, workload, device, hw)
+    warm_up(model, config, workload, device, 0 if args.dry_run else WARMUP)  # a dry run checks the logic only
+    cpu_row, model_hw = model_cpu(model, config, workload, device, hw, 1 if args.dry_run else 5)
     out.row(model=kind, **cpu_row)
     print(f"{kind:5} CPU per block: {cpu_row['model_us']:.1f} us on the model, {cpu_row['calibrate_us']:.1f} us "
           f"from calibrate; {cpu_row['outside_blocks_us']:.1f} us a decode step outside the blocks", flush=True)

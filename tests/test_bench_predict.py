@@ -58,22 +58,20 @@ def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path):
     assert all(r["measured_ms"] > 0 and r["ratio"] == pytest.approx(r["predicted_ms"] / r["measured_ms"], abs=1e-4)
                for r in rows)
     assert lines[-1]["plans"] == 2 and lines[-1]["pairs"] == 6
-
-
-def test_a_dry_run_saves_its_plans_and_the_replay_predicts_them_again(tmp_path):
+    assert [s["ratio"] for s in lines if s["type"] == "summary"] == ["ratio", "ratio_model_cpu"]
+    cpu = {c["model"]: c for c in lines if c["type"] == "cpu"}
+    assert {m: (c["figure"], c["blocks"]) for m, c in cpu.items()} == {"llama": ("block_cpu_us", 8),
+                                                                       "moe": ("moe_block_cpu_us", 6)}
+    assert all(c["model_us"] > 0 for c in cpu.values())
+    assert [r["plan_file"] for r in rows[::3]] == ["llama-00.plan.yaml", "moe-00.plan.yaml"]
+    assert all((tmp_path / "plans" / r["plan_file"]).exists() for r in rows)
+    # the replay reads the saved plans: with the run's profile, the run's predictions again
     import replay_predict
 
-    assert bench.main(["--dry-run", "--device", "cpu", "--out", str(tmp_path), "--limit", "2", "--only", "llama"]) == 0
-    lines = [json.loads(line) for line in (tmp_path / "predict-h200.jsonl").read_text().splitlines()]
-    cpu = [line for line in lines if line["type"] == "cpu"]
-    assert [c["figure"] for c in cpu] == ["block_cpu_us"] and cpu[0]["blocks"] == 8 and cpu[0]["model_us"] > 0
-    rows = [line for line in lines if line["type"] == "row"]
-    assert {r["plan_file"] for r in rows} == {"llama-00.plan.yaml", "llama-01.plan.yaml"}
-    assert all((tmp_path / "plans" / r["plan_file"]).exists() for r in rows)
-    assert [s["ratio"] for s in lines if s["type"] == "summary"] == ["ratio", "ratio_model_cpu"]
     again = replay_predict.replay(tmp_path / "predict-h200.jsonl")
-    assert [(r["plan"], r["workload"]) for r in again] == [(r["plan"], r["workload"]) for r in rows]
-    assert all(r["after_ms"] == r["before_ms"] for r in again)  # the saved plans, the run's profile: the same
+    assert [(r["model"], r["plan"], r["workload"]) for r in again] == [(r["model"], r["plan"], r["workload"])
+                                                                       for r in rows]
+    assert all(r["after_ms"] == r["before_ms"] for r in again)
     assert replay_predict.tally(again, "after") == replay_predict.tally(again, "before")
 
 
