@@ -7,18 +7,29 @@ One process. First ``planner calibrate``'s measurements on this GPU (a pinned co
 both at once on two streams among them: the link row), whose profile then predicts every plan. Then per
 model, random bf16 weights built on the GPU from the bundled Hugging Face configs (examples/configs/):
 Llama-3-8B (32 layers, 16.06 GB) and Qwen3-30B-A3B cut to its first 12 of 48 layers (15.6 GB: 128 experts,
-top-8), so both fit a few minutes of pinning and timing. Each plan of ``PLANS`` is made with ``planner.plan``
-(or ``--from-vllm``) from ``runtime.describe`` of the model, for decode (1 token), decode32 (32 sequences of
-one token) and prefill (one sequence of 2,048 tokens) at once, applied, timed per workload (CUDA events,
-eager, ``use_cache=False``, the median of 3 after a warm-up), and removed. Budgets are shares of the model's
-bytes (0.5: 8 GB on Llama). The plans: every strategy, UVA and prefetch mixed in one plan by kind (user
-``--backends`` and ``auto``'s own), prefill with few layers offloaded (group 8/1: 4 of 32), MoE experts on
-UVA and prefetched, and vLLM's flags.
+top-8), so both fit a few minutes of pinning and timing. Before a model's first plan, every workload runs
+WARMUP times untimed on the model as built (the first plan measured no longer pays for lazy set-up: the
+run of 2026-12-01 measured the resident Qwen3-MoE, its first plan, at 2.27 ms a block where its later plans
+with eight resident blocks took at most 1.4), and the host time of each decoder block in a decode step is
+measured on the resident model (``runtime.calibrate.block_cpu_us``). Each plan of ``PLANS`` is made with
+``planner.plan`` (or ``--from-vllm``) from ``runtime.describe`` of the model, for decode (1 token), decode32
+(32 sequences of one token) and prefill (one sequence of 2,048 tokens) at once, saved, applied, timed per
+workload (CUDA events, eager, ``use_cache=False``, the median of 3 after a warm-up, the garbage collector
+held off), and removed. Budgets are shares of the model's bytes (0.5: 8 GB on Llama). The plans: every
+strategy, UVA and prefetch mixed in one plan by kind (user ``--backends`` and ``auto``'s own), prefill with
+few layers offloaded (group 8/1: 4 of 32), MoE experts on UVA and prefetched, vLLM's flags, and the resident
+model once more at the end (the same step as at the start, or the start was still warming up).
 
 Output: one JSON line per measurement in ``$OUT/predict-h200.jsonl`` (``--out`` or the ``OUT`` variable;
-default bench/results/predict-h200-DATE/), also printed: the environment, the link, one row per plan and
-workload (predicted and measured ms, their ratio, the plan's link bound: its copied bytes at the copy rate
-plus its UVA bytes at the read rate), skipped plans, and a summary (how many within 10%). ``--time-budget``
+default bench/results/predict-h200-DATE/), also printed: the environment, the link, per model the CPU row
+(a block's host time on the model and from calibrate, and a decode step's host time outside the blocks), one
+row per plan and workload (predicted and measured ms and their ratio, with calibrate's profile and with the
+block's CPU time measured on the model; the plan's link bound: its copied bytes at the copy rate plus its UVA
+bytes at the read rate; the plan's file under ``plans/``, which bench/replay_predict.py reads), for prefetch
+plans at decode one ``timeline`` row (one more forward with the runtime's copy statistics: each copy's and
+each stall's start and end from the forward's start, late copies, the host time, and per decoder block when
+the host issued it and when the GPU could start it; beside the predicted copy windows), skipped plans, and two
+summaries (how many within 10%, by each prediction). ``--time-budget``
 (default 260 s from the start) skips what would start later, each model getting its share of what is
 left, so the whole run ends within 5 minutes.
 """
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -43,7 +55,9 @@ import torch  # noqa: E402
 import planner  # noqa: E402
 import runtime  # noqa: E402
 from planner.cost.layer import layers_work  # noqa: E402
+from planner.cost.predict import predict, timeline  # noqa: E402
 from planner.errors import InfeasibleError, PlannerError  # noqa: E402
+from schemas import dump_model  # noqa: E402
 from schemas.hardware import HardwareProfile, load_hardware  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
@@ -112,6 +126,7 @@ PLANS = [
     Case("llama", "vllm group 8/2 step 2", vllm="--offload-group-size 8 --offload-num-in-group 2 --offload-prefetch-step 2"),
     Case("llama", "vllm group 7/1 step 3 (2 of 4 alone in a slot)",
          vllm="--offload-group-size 7 --offload-num-in-group 1 --offload-prefetch-step 3"),
+    Case("llama", "no offload, again", options=dict(backend="none")),  # the first plan measured once more, last
     # Qwen3-MoE shape
     Case("moe", "no offload", options=dict(backend="none")),
     Case("moe", "experts on uva, 0.5", 0.5, dict(strategy="budget", backend="uva", kinds=["routed_experts"])),
@@ -136,7 +151,9 @@ PLANS = [
     Case("moe", "vllm --cpu-offload-gb 4 experts", vllm="--cpu-offload-gb 4 --cpu-offload-params experts"),
     Case("moe", "vllm group 4/1 step 2 experts",
          vllm="--offload-group-size 4 --offload-num-in-group 1 --offload-prefetch-step 2 --offload-params experts"),
+    Case("moe", "no offload, again", options=dict(backend="none")),
 ]
+WARMUP = 3  # untimed forwards of each workload on the resident model, before a model's first plan
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -187,16 +204,136 @@ def inputs(name: str, tokens: int, vocab: int, device: torch.device) -> torch.Te
 
 def step_ms(fn, device: torch.device) -> float:
     """Median ms of ``fn``: CUDA events on a GPU (runtime.calibrate's timer) after one warm-up, 3 timings (1
-    for a step slower than SLOW_STEP_MS); elsewhere (a dry run) one call on the wall clock."""
-    with torch.inference_mode():
-        if device.type == "cuda":
-            from runtime.calibrate import gpu_ms
+    for a step slower than SLOW_STEP_MS); elsewhere (a dry run) one call on the wall clock. The garbage
+    collector is held off while it times (a collection of the model's build would land in a CPU-bound step)."""
+    gc.collect()
+    gc.disable()
+    try:
+        with torch.inference_mode():
+            if device.type == "cuda":
+                from runtime.calibrate import gpu_ms
 
-            first = gpu_ms(fn, repeat=1, warmup=1)
-            return first if first > SLOW_STEP_MS else gpu_ms(fn, repeat=3, warmup=0)
+                first = gpu_ms(fn, repeat=1, warmup=1)
+                return first if first > SLOW_STEP_MS else gpu_ms(fn, repeat=3, warmup=0)
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
+    finally:
+        gc.enable()
+
+
+def blocks_of(model) -> torch.nn.ModuleList:
+    """The model's decoder blocks: its longest ModuleList."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return max(lists, key=len)
+
+
+def warm_up(model, config, workload: Workload, device: torch.device, times: int = WARMUP) -> None:
+    """``times`` untimed forwards of every workload on the model as built (nothing applied), so that no plan is
+    the first to pay for lazy initialisation (kernels loaded, library heuristics, the allocator's pool)."""
+    with torch.inference_mode():
+        for name, item in workload.items():
+            ids = inputs(name, item.tokens, config.vocab_size, device)
+            for _ in range(times):
+                model(ids, use_cache=False)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def model_cpu(model, config, workload: Workload, device: torch.device, hw: HardwareProfile,
+              repeat: int = 5) -> tuple[dict, HardwareProfile]:
+    """The host time of an eager decode step of the resident model, per decoder block and outside them, and
+    ``hw`` with the block figure of this model's kind (``block_cpu_us``, or ``moe_block_cpu_us`` for an MoE)
+    taken from it instead of calibrate's tiny models."""
+    from runtime.calibrate import block_cpu_us
+
+    name, item = next((n, i) for n, i in workload.items() if i.tokens == 1)
+    ids = inputs(name, item.tokens, config.vocab_size, device)
+
+    walls: list[float] = []
+
+    def forward():
         t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
+        model(ids, use_cache=False)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        walls.append((time.perf_counter() - t0) * 1e6)
+
+    blocks = blocks_of(model)
+    with torch.inference_mode():
+        per_block = block_cpu_us(blocks, forward, repeat=repeat, warmup=1 if repeat > 1 else 0)
+    walls = walls[-repeat:]  # the timed forwards' (block_cpu_us holds the garbage collector off in them)
+    key = "moe_block_cpu_us" if getattr(config, "num_experts", None) else "block_cpu_us"
+    row = {"type": "cpu", "figure": key, "calibrate_us": getattr(hw, key), "model_us": round(per_block, 3),
+           "blocks": len(blocks), "forward_us": round(statistics.median(walls), 1),
+           "outside_blocks_us": round(statistics.median(walls) - per_block * len(blocks), 1)}
+    return row, hw.model_copy(update={key: round(per_block, 3)})
+
+
+def copy_timeline(handle, run, blocks, device: torch.device) -> dict | None:
+    """One more forward of an applied prefetch plan with the runtime's copy statistics on: each copy's start and
+    end and each stall's, in ms from the forward's start on the compute stream, the bytes copied, the late
+    copies, the host time of the forward, and per block of ``blocks`` when the host issued it and when the GPU
+    could start it (an event recorded after the runtime's own hooks: after its wait for the block's copy);
+    None for a plan without prefetched layers or off a GPU."""
+    offloader = handle.offloader
+    if device.type != "cuda" or not hasattr(offloader, "history") or not offloader.layers:
+        return None
+    marks: list[tuple[float, object]] = []
+
+    def mark(_module, _args) -> None:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        marks.append((time.perf_counter(), event))
+
+    from runtime.stats import ForwardStats
+
+    hooks = [b.register_forward_pre_hook(mark) for b in blocks]
+    offloader.current = ForwardStats()  # late copies of the timed forwards are counted with stats off too
+    offloader.collect_stats = True
+    try:
+        with torch.inference_mode():
+            start = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            start.record()
+            run()
+            host_ms = (time.perf_counter() - t0) * 1e3
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+        forward = offloader.history[-1] if offloader.history else None
+    finally:
+        offloader.collect_stats = False
+        for h in hooks:
+            h.remove()
+    if forward is None:
+        return None
+    blocks_at = [[round((t - t0) * 1e3, 3), round(start.elapsed_time(e), 3)] for t, e in marks]
+    return dict(windows(forward, start), step_ms=round(start.elapsed_time(end), 3), host_ms=round(host_ms, 3),
+                blocks=blocks_at)
+
+
+def predicted_windows(plan, hw: HardwareProfile, tokens: int) -> list[list]:
+    """The cost model's copy window and stall per prefetched layer of one forward: [layer, copy start, copy end,
+    stall] in ms from the forward's start (None: no copy of it in the forward)."""
+    def ms(t: float | None) -> float | None:
+        return None if t is None else round(t, 3)
+
+    return [[layer.name, ms(lt.copy_start), ms(lt.copy_end), ms(lt.stall)]
+            for layer, lt in zip(plan.layers, timeline(plan, hw, tokens).layers) if layer.prefetch is not None]
+
+
+def windows(forward, start) -> dict:
+    """A forward's copy statistics (runtime/stats.py's ForwardStats: events per copy and per stall) as ms from
+    the ``start`` event: [layer, start, end, bytes] per copy, [layer, start, end] per stall."""
+
+    def at(event) -> float | None:
+        return None if event is None else round(start.elapsed_time(event), 3)
+
+    return {"bytes": forward.bytes, "late_copies": forward.late_copies,
+            "copies": [[name, at(a), at(b), n] for name, a, b, n in forward.copies],
+            "stalls": [[name, at(a), at(b)] for name, a, b in forward.stalls]}
 
 
 def make_plan(case: Case, spec, total: int, hw: HardwareProfile, workload: Workload):
@@ -237,36 +374,58 @@ class Writer:
         self.file.close()
 
 
-def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Writer, deadline: float) -> list[dict]:
+def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Writer, deadline: float,
+              folder: Path) -> list[dict]:
     model, config = build_model(kind, args.dry_run, device)
     spec = runtime.describe(model, name=kind)
     total = sum(layer.nbytes for layer in spec.model.expanded())
+    warm_up(model, config, workload, device, 0 if args.dry_run else WARMUP)  # a dry run checks the logic only
+    cpu_row, model_hw = model_cpu(model, config, workload, device, hw, 1 if args.dry_run else 5)
+    out.row(model=kind, **cpu_row)
+    print(f"{kind:5} CPU per block: {cpu_row['model_us']:.1f} us on the model, {cpu_row['calibrate_us']:.1f} us "
+          f"from calibrate; {cpu_row['outside_blocks_us']:.1f} us a decode step outside the blocks", flush=True)
+    plans = folder / "plans"
+    plans.mkdir(exist_ok=True)
     rows = []
-    for case in cases:
+    for i, case in enumerate(cases):
         if time.perf_counter() > deadline:
             out.row(type="skipped", model=kind, plan=case.label, reason="time budget")
             print(f"{kind:5} {case.label:52} skipped (time budget)", flush=True)
             continue
         try:
             plan, note = make_plan(case, spec, total, hw, workload)
+            plan_file = f"{kind}-{i:02d}.plan.yaml"
+            (plans / plan_file).write_text(dump_model(plan))
             predicted = {p.workload: p for p in plan.predictions.workloads}
-            with runtime.apply(plan, model, device=str(device)):
+            on_model = {p.workload: p for p in predict(plan, model_hw, workload).workloads}
+            with runtime.apply(plan, model, device=str(device)) as handle:
                 for name, item in workload.items():
                     ids = inputs(name, item.tokens, config.vocab_size, device)
                     ms = step_ms(lambda: model(ids, use_cache=False), device)
-                    p = predicted[name]
-                    row = {"type": "row", "model": kind, "plan": case.label, "note": note,
+                    p, q = predicted[name], on_model[name]
+                    row = {"type": "row", "model": kind, "plan": case.label, "note": note, "plan_file": plan_file,
                            "backend": plan.summary.backend, "strategy": plan.summary.strategy,
                            "gpu_budget": plan.summary.gpu_budget_bytes, "peak_gpu_bytes": plan.summary.peak_gpu_bytes,
                            "offloaded_bytes": plan.summary.offloaded_bytes,
                            "offloaded_layers": plan.summary.offloaded_layers, "prefetch_step": plan.summary.prefetch_step,
                            "workload": name, "tokens": item.tokens, "predicted_ms": p.step_ms,
                            "measured_ms": round(ms, 3), "ratio": round(p.step_ms / ms, 4), "bound": p.bound,
+                           "predicted_model_cpu_ms": q.step_ms, "ratio_model_cpu": round(q.step_ms / ms, 4),
                            "link_bound_ms": round(link_bound_ms(plan, item.tokens, hw), 3)}
                     out.row(**row)
                     rows.append(row)
                     print(f"{kind:5} {case.label:52} {name:8} predicted {p.step_ms:9.2f} ms  measured {ms:9.2f} ms  "
-                          f"x{p.step_ms / ms:5.3f}  ({p.bound})", flush=True)
+                          f"x{p.step_ms / ms:5.3f}  ({p.bound}; CPU from the model x{q.step_ms / ms:5.3f})", flush=True)
+                    if item.tokens <= 32:  # where the copies and the CPU's issue overlap: the timeline as it ran
+                        try:
+                            seen = copy_timeline(handle, lambda: model(ids, use_cache=False), blocks_of(model), device)
+                        except Exception as err:  # noqa: BLE001 - a diagnostic never costs the measurements
+                            out.row(type="timeline_error", model=kind, plan=case.label, workload=name,
+                                    error=f"{type(err).__name__}: {err}")
+                            seen = None
+                        if seen is not None:
+                            out.row(type="timeline", model=kind, plan=case.label, workload=name,
+                                    predicted=predicted_windows(plan, hw, item.tokens), **seen)
         except (PlannerError, RuntimeError, ValueError) as err:
             out.row(type="error", model=kind, plan=case.label, error=f"{type(err).__name__}: {err}",
                     trace=traceback.format_exc(limit=3))
@@ -277,15 +436,17 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
     return rows
 
 
-def summary(rows: list[dict]) -> dict:
-    ratios = [r["ratio"] for r in rows]
-    within = [r for r in rows if abs(r["ratio"] - 1) <= 0.10]
+def summary(rows: list[dict], key: str = "ratio") -> dict:
+    """How many pairs and plans are predicted within 10%, by ``key`` (ratio: with calibrate's profile;
+    ratio_model_cpu: with the CPU per block measured on the model)."""
+    ratios = [r[key] for r in rows]
+    within = [r for r in rows if abs(r[key] - 1) <= 0.10]
     plans = {(r["model"], r["plan"]) for r in rows}
-    plans_within = {key for key in plans if all(abs(r["ratio"] - 1) <= 0.10 for r in rows if (r["model"], r["plan"]) == key)}
-    return {"type": "summary", "plans": len(plans), "pairs": len(rows), "pairs_within_10pct": len(within),
-            "plans_all_within_10pct": len(plans_within),
+    plans_within = {p for p in plans if all(abs(r[key] - 1) <= 0.10 for r in rows if (r["model"], r["plan"]) == p)}
+    return {"type": "summary", "ratio": key, "plans": len(plans), "pairs": len(rows),
+            "pairs_within_10pct": len(within), "plans_all_within_10pct": len(plans_within),
             "median_ratio": round(statistics.median(ratios), 4) if ratios else None,
-            "worst": sorted(({"model": r["model"], "plan": r["plan"], "workload": r["workload"], "ratio": r["ratio"]}
+            "worst": sorted(({"model": r["model"], "plan": r["plan"], "workload": r["workload"], "ratio": r[key]}
                              for r in rows), key=lambda r: -abs(r["ratio"] - 1))[:8]}
 
 
@@ -311,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                     sum_of_alone_ms=link["copy_ms"] + link["read_ms"])
             print(f"link: copy {link['copy_ms']:.1f} ms, UVA read {link['read_ms']:.1f} ms, both {link['both_ms']:.1f} ms "
                   f"({hw.link_shared_gbps:.1f} GB/s together)", flush=True)
-            (folder / "predict-h200.profile.yaml").write_text(__import__("schemas").dump_model(hw))
+            (folder / "predict-h200.profile.yaml").write_text(dump_model(hw))
         out.row(type="profile", profile=hw.model_dump(), seconds=round(time.perf_counter() - start, 1))
         workload = DRY_WORKLOADS if args.dry_run else WORKLOADS
         kinds = [args.only] if args.only else list(MODELS)
@@ -320,11 +481,12 @@ def main(argv: list[str] | None = None) -> int:
             left = args.time_budget - (time.perf_counter() - start)
             deadline = time.perf_counter() + left / (len(kinds) - i)  # each model its share of what is left
             cases = [c for c in PLANS if c.model == kind][:args.limit]
-            rows += run_model(kind, cases, args, device, hw, workload, out, deadline)
-        result = summary(rows)
-        result["seconds"] = round(time.perf_counter() - start, 1)
-        out.row(**result)
-        print(json.dumps(result), flush=True)
+            rows += run_model(kind, cases, args, device, hw, workload, out, deadline, folder)
+        for key in ("ratio", "ratio_model_cpu"):
+            result = summary(rows, key)
+            result["seconds"] = round(time.perf_counter() - start, 1)
+            out.row(**result)
+            print(json.dumps(result), flush=True)
     finally:
         out.close()
     return 0

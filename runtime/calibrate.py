@@ -3,8 +3,10 @@ matmul and eager-PyTorch CPU costs, in well under a minute.
 
 Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU issue) timings:
 - ``h2d_gbps``: pinned host -> GPU copies of 256 MiB;
-- ``uva_gbps``, ``uva_passes``: ``x @ W.T`` with an 8192x8192 weight read through a UVA view of
-  pinned host memory, at 1 ... 4096 tokens; passes = bytes read (time x UVA rate) / weight bytes;
+- ``uva_gbps``, ``uva_call_ms``, ``uva_passes``: ``x @ W.T`` with an 8192x8192 weight read through a UVA view
+  of pinned host memory, at 1 ... 4096 tokens, and at 1 token with a 1024x4096 one: the line through the two
+  1-token reads gives the rate and the fixed time a matmul pays beyond its bytes; passes = bytes read
+  ((time - fixed) x UVA rate) / weight bytes;
 - ``link_shared_gbps``: a 1 GiB pinned copy on one stream and a 1-token matmul reading another 1 GiB
   weight through UVA on a second stream, started together: 2 GiB / the time until both are done (the
   copy engine and UVA reads share the one host link: docs/DESIGN.md, "Cost model");
@@ -33,7 +35,7 @@ import datetime
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -131,6 +133,19 @@ def shared_link(device: torch.device) -> dict[str, object]:
     return {"link_shared_gbps": 2 * n / both / 1e6, "raw_link": raw}
 
 
+SMALL_UVA = (1024, 4096)  # a small matrix read through UVA (Llama-3-8B's key projection): the fixed cost's witness
+
+
+def uva_line(big_bytes: int, big_ms: float, small_bytes: int, small_ms: float) -> tuple[float, float]:
+    """(GB/s, fixed ms) of a UVA read taking ``fixed + bytes / rate``, through two measured reads (the big one's
+    rate alone when the small one is not slower per byte: no fixed cost to find)."""
+    if big_ms <= small_ms or big_bytes <= small_bytes:
+        return big_bytes / big_ms / 1e6, 0.0
+    gbps = (big_bytes - small_bytes) / (big_ms - small_ms) / 1e6
+    fixed = small_ms - small_bytes / gbps / 1e6
+    return (gbps, fixed) if fixed > 0.0 else (big_bytes / big_ms / 1e6, 0.0)
+
+
 def matmuls(device: torch.device) -> dict[str, object]:
     dim = 8192
     w_host = torch.randn(dim, dim, dtype=torch.bfloat16).pin_memory()
@@ -142,12 +157,17 @@ def matmuls(device: torch.device) -> dict[str, object]:
         x = torch.randn(t, dim, dtype=torch.bfloat16, device=device)
         uva_ms[t] = gpu_ms(lambda x=x: x @ w_uva.T, repeat=5)
         resident_ms[t] = gpu_ms(lambda x=x: x @ w_gpu.T)
-    uva_gbps = nbytes / uva_ms[1] / 1e6
-    points = [UvaPoint(tokens=t, passes=round(max(1.0, uva_ms[t] * uva_gbps * 1e6 / nbytes), 3)) for t in TOKENS]
+    s_host = torch.randn(*SMALL_UVA, dtype=torch.bfloat16).pin_memory()
+    s_uva = device_view(s_host, device)
+    x = torch.randn(1, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
+    small_ms = gpu_ms(lambda: x @ s_uva.T)
+    uva_gbps, fixed = uva_line(nbytes, uva_ms[1], s_host.numel() * s_host.element_size(), small_ms)
+    points = [UvaPoint(tokens=t, passes=round(max(1.0, (uva_ms[t] - fixed) * uva_gbps * 1e6 / nbytes), 3))
+              for t in TOKENS]
     big = TOKENS[-1]
-    return {"uva_gbps": uva_gbps, "uva_passes": points, "gpu_mem_gbps": nbytes / resident_ms[1] / 1e6,
-            "matmul_tflops": 2 * big * dim * dim / resident_ms[big] / 1e9,
-            "raw_uva_ms": uva_ms, "raw_gpu_ms": resident_ms}
+    return {"uva_gbps": uva_gbps, "uva_call_ms": fixed, "uva_passes": points,
+            "gpu_mem_gbps": nbytes / resident_ms[1] / 1e6, "matmul_tflops": 2 * big * dim * dim / resident_ms[big] / 1e9,
+            "raw_uva_ms": dict(uva_ms, small=small_ms), "raw_gpu_ms": resident_ms}
 
 
 def cpu_costs(device: torch.device) -> dict[str, float]:
@@ -203,6 +223,42 @@ def model_cpu_costs(device: torch.device) -> dict[str, object]:
     figures["moe_sync"] = looped
     figures["expert_cpu_us"] = max(0.0, (forward_ms(moe_model(20, 6)) - sparse[20]) / 20 / 4 * 1e3) if looped else 0.0
     return figures
+
+
+def block_cpu_us(blocks: Sequence[torch.nn.Module], forward: Callable[[], object], repeat: int = 5,
+                 warmup: int = 2) -> float:
+    """Host microseconds one of ``blocks`` takes in an eager ``forward()`` of the model that holds them: from
+    its forward pre-hook to its forward hook, the median over blocks and runs (the garbage collector held off).
+    ``block_cpu_us`` and ``moe_block_cpu_us`` measured on the model itself rather than on
+    ``model_cpu_costs``'s tiny ones: on a forward the GPU keeps up with (a decode step of a resident model),
+    a block's host time is the time the CPU takes to issue it."""
+    times: list[float] = []
+    started: dict[int, float] = {}
+
+    def before(module, _args) -> None:
+        started[id(module)] = time.perf_counter()
+
+    def after(module, _args, _out) -> None:
+        times.append((time.perf_counter() - started.pop(id(module))) * 1e6)
+
+    hooks = [h for b in blocks for h in (b.register_forward_pre_hook(before), b.register_forward_hook(after))]
+    try:
+        for _ in range(warmup):
+            forward()
+        times.clear()
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(repeat):
+                forward()
+        finally:
+            gc.enable()
+    finally:
+        for h in hooks:
+            h.remove()
+    if not times:
+        raise ValueError("block_cpu_us: no block ran in the forward")
+    return statistics.median(times)
 
 
 def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:

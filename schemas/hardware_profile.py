@@ -89,6 +89,10 @@ class HardwareProfile(StrictModel):
     uva_expert_call_ms: Milliseconds = Field(
         default=0.0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
+    uva_call_ms: Milliseconds = Field(
+        default=0.0, description="fixed GPU time of one dense matmul whose weight is read through UVA, beyond its "
+        "bytes at uva_gbps (the read's ramp and tail: what a matmul of one weight loses against uva_gbps, which a "
+        "large read measures), milliseconds")
     host_expert_gbps: list[RatePoint] = Field(
         default_factory=lambda: list(H200_HOST_EXPERTS), min_length=1,
         description="the cpu backend: GB/s of expert weights the host CPU's padded pass reads, by the rows each "

@@ -58,3 +58,51 @@ def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path):
     assert all(r["measured_ms"] > 0 and r["ratio"] == pytest.approx(r["predicted_ms"] / r["measured_ms"], abs=1e-4)
                for r in rows)
     assert lines[-1]["plans"] == 2 and lines[-1]["pairs"] == 6
+    assert [s["ratio"] for s in lines if s["type"] == "summary"] == ["ratio", "ratio_model_cpu"]
+    cpu = {c["model"]: c for c in lines if c["type"] == "cpu"}
+    assert {m: (c["figure"], c["blocks"]) for m, c in cpu.items()} == {"llama": ("block_cpu_us", 8),
+                                                                       "moe": ("moe_block_cpu_us", 6)}
+    assert all(c["model_us"] > 0 for c in cpu.values())
+    assert [r["plan_file"] for r in rows[::3]] == ["llama-00.plan.yaml", "moe-00.plan.yaml"]
+    assert all((tmp_path / "plans" / r["plan_file"]).exists() for r in rows)
+    # the replay reads the saved plans: with the run's profile, the run's predictions again
+    import replay_predict
+
+    again = replay_predict.replay(tmp_path / "predict-h200.jsonl")
+    assert [(r["model"], r["plan"], r["workload"]) for r in again] == [(r["model"], r["plan"], r["workload"])
+                                                                       for r in rows]
+    assert all(r["after_ms"] == r["before_ms"] for r in again)
+    assert replay_predict.tally(again, "after") == replay_predict.tally(again, "before")
+
+
+def test_the_timeline_row_reads_the_copy_and_stall_events_from_the_forward_start():
+    from runtime.stats import ForwardStats
+
+    class At:  # an event at a time, as CUDA events give elapsed times
+        def __init__(self, ms):
+            self.ms = ms
+
+        def elapsed_time(self, other):
+            return other.ms - self.ms
+
+    forward = ForwardStats(bytes=30, copies=[("l.3", At(2.0), At(9.5), 10), ("l.7", At(9.5), At(17.0), 20)],
+                           stalls=[("l.3", At(4.0), At(9.6))], late_copies=1)
+    seen = bench.windows(forward, At(1.0))
+    assert seen == {"bytes": 30, "late_copies": 1, "copies": [["l.3", 1.0, 8.5, 10], ["l.7", 8.5, 16.0, 20]],
+                    "stalls": [["l.3", 3.0, 8.6]]}
+
+
+def test_the_blocks_are_the_longest_module_list():
+    model, _ = bench.build_model("moe", True, torch.device("meta"))
+    assert len(bench.blocks_of(model)) == 6 and bench.blocks_of(model) is model.model.layers
+
+
+def test_the_predicted_windows_are_the_timeline_s_per_prefetched_layer():
+    model, _ = bench.build_model("llama", True, torch.device("meta"))
+    spec = runtime.describe(model, name="llama")
+    hw = load_hardware("h200")
+    plan = bench.planner.plan(spec, hardware=hw, workload=bench.DRY_WORKLOADS, strategy="group", group_size=4,
+                              num_in_group=1, backend="prefetch", prefetch_step=1)
+    seen = bench.predicted_windows(plan, hw, 1)
+    assert [w[0] for w in seen] == ["model.layers.3", "model.layers.7"]
+    assert all(w[1] is not None and w[2] > w[1] and w[3] >= 0 for w in seen)  # each copied once a forward

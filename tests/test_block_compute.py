@@ -123,3 +123,31 @@ def test_calibrate_measures_both_figures_on_a_tiny_block():
     figures = block_compute(torch.device("cpu"), 1e-3, 1.0, shape=(64, 160, 4, 2, 16), tokens=16, timer=wall)
     assert set(figures) == {"attention_tflops", "elementwise_bytes"}
     assert figures["attention_tflops"] > 0 and figures["elementwise_bytes"] >= 0
+
+
+def test_block_cpu_us_times_each_block_from_its_pre_hook_to_its_hook(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import itertools
+
+    import runtime.calibrate as calibrate
+
+    blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+    head = torch.nn.Linear(4, 4)
+    x = torch.zeros(1, 4)
+    calls = []
+
+    def forward():
+        calls.append(1)
+        y = x
+        for block in blocks:
+            y = block(y)
+        return head(y)
+
+    ticks = itertools.count()
+    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: next(ticks) * 1e-3)  # a clock of 1 ms a read
+    assert calibrate.block_cpu_us(blocks, forward, repeat=4, warmup=1) == pytest.approx(1000.0)  # 1 read apart
+    assert len(calls) == 5  # the warm-up, then the timed forwards
+    assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)  # its hooks are gone
+    with pytest.raises(ValueError, match="no block ran"):
+        calibrate.block_cpu_us([head.__class__(4, 4)], forward, repeat=1, warmup=0)
+    assert not head._forward_hooks

@@ -105,6 +105,32 @@ def test_uva_matmul_at_1_and_4096_tokens():
     assert resident.gpu_ms == pytest.approx(max(flops_ms, 2e6 / 1000e9 * 1e3))
 
 
+def test_a_uva_matmul_pays_the_fixed_call_time_off_the_link():
+    hw = HW.model_copy(update={"uva_call_ms": 0.25, "uva_expert_call_ms": 0.5})
+    layer = _layer({"mlp.up_proj.weight": [1000, 1000], "norm.weight": [1000]}, offloaded=["mlp.up_proj.weight"])
+    on_uva = layer.model_copy(update={"uva": list(layer.offloaded)})
+    plain, paid = layer_work(on_uva, 1, HW), layer_work(on_uva, 1, hw)
+    assert paid.gpu_ms == pytest.approx(plain.gpu_ms + 0.25)  # one matrix read through UVA: one fixed time
+    assert paid.uva_link_ms == pytest.approx(plain.uva_link_ms) == pytest.approx(4.0)  # the link moves bytes only
+    assert layer_work(layer, 1, hw).gpu_ms == pytest.approx(layer_work(layer, 1, HW).gpu_ms)  # prefetched: none
+    experts = _layer({"mlp.experts.gate_up_proj": [8, 100, 100]}, offloaded=["mlp.experts.gate_up_proj"],
+                     moe=MoeSpec(experts=8, top_k=2))
+    grouped = experts.model_copy(update={"uva": list(experts.offloaded)})
+    assert layer_work(grouped, 1, hw).gpu_ms == pytest.approx(layer_work(grouped, 1, HW).gpu_ms + 0.5)
+
+
+def test_the_uva_line_through_two_reads_gives_the_rate_and_the_fixed_time():
+    from runtime.calibrate import uva_line
+
+    # 0.1 ms + bytes at 50 GB/s: 134 MB in 2.784 ms, 8 MB in 0.2678 ms
+    big, small = 134_217_728, 8_388_608
+    gbps, fixed = uva_line(big, 0.1 + big / 50e6, small, 0.1 + small / 50e6)
+    assert gbps == pytest.approx(50.0) and fixed == pytest.approx(0.1)
+    # a small read no slower per byte than the big one: no fixed time, the big read's rate
+    assert uva_line(big, big / 50e6, small, small / 55e6) == (pytest.approx(50.0), 0.0)
+    assert uva_line(big, 1.0, small, 2.0) == (pytest.approx(big / 1e6), 0.0)
+
+
 def test_prefetch_layer_copies_every_offloaded_byte():
     layer = _layer({"mlp.up_proj.weight": [1000, 1000], "norm.weight": [1000]}, offloaded=["mlp.up_proj.weight"])
     work = layer_work(layer, 1, HW)

@@ -19,7 +19,7 @@ from schemas.io import load_model, parse_text
 from schemas.fields import GBPS, GIB, MICROSECONDS, MILLISECONDS, PASSES, Quantity, SHARE, TFLOPS
 
 FIGURES = ("h2d_gbps", "uva_gbps", "gpu_mem_gbps", "matmul_tflops", "launch_us", "block_cpu_us",
-           "moe_block_cpu_us", "expert_cpu_us", "copy_call_us", "uva_expert_call_ms")
+           "moe_block_cpu_us", "expert_cpu_us", "copy_call_us", "uva_expert_call_ms", "uva_call_ms")
 ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
     [1e-300, 5e-324, 1e308, -0.0, 1e-3, 1e6, 1e6 * (1 + 1e-15), 86400e3, 86400e6])
 

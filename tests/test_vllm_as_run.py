@@ -142,6 +142,33 @@ def test_the_runtime_leaves_a_lone_layer_in_its_slot():
     assert all(f["bytes_copied"] == moved and f["late_copies"] == 0 for f in forwards[-2:])
 
 
+def test_the_bench_s_group_7_1_step_3_copies_two_layers_a_forward_on_the_cpu():
+    """bench_predict_h200's "vllm group 7/1 step 3" on 32 layers (6, 13, 20, 27; 3 slots: 13 and 20 alone in
+    theirs): each forward copies 27 (before layer 7) and 6 (before layer 28, for the next forward), in that
+    order, and nothing else: the H200 measured it as if four copies a forward, the runtime issues two."""
+    torch = pytest.importorskip("torch")
+    import runtime
+    from models import LlamaConfig, make_llama
+
+    model = make_llama(LlamaConfig(vocab=64, dim=16, layers=32, heads=2, kv_heads=1, hidden=32))
+    spec = runtime.describe(model, name="tiny-llama")
+    plan = plan_of(spec, "--offload-group-size 7 --offload-num-in-group 1 --offload-prefetch-step 3")
+    prefetched = {layer.name: layer for layer in plan.layers if layer.prefetch is not None}
+    assert {n: (p.prefetch.slot, p.prefetch.once) for n, p in prefetched.items()} == {
+        "model.layers.6": (0, False), "model.layers.13": (1, True), "model.layers.20": (2, True),
+        "model.layers.27": (0, False)}
+    ids = torch.randint(0, 60, (1, 3), generator=torch.Generator().manual_seed(2))
+    want = copy.deepcopy(model)(ids)
+    with runtime.apply(plan, model, device="cpu", stats=True) as handle:
+        for _ in range(3):
+            assert torch.equal(model(ids), want)
+        forwards = handle.offloader.forward_stats()
+    layer_bytes = prefetched["model.layers.6"].offloaded_bytes
+    for forward in forwards[-2:]:
+        assert [name for name, *_ in forward.copies] == ["model.layers.27", "model.layers.6"]
+        assert forward.bytes == 2 * layer_bytes and forward.late_copies == 0
+
+
 # --- the order of --cpu-offload-gb ------------------------------------------------------------------------
 # vllm/model_executor/offloader/uva.py, UVAOffloader._maybe_offload_to_cpu:
 #     for name, p in module.named_parameters():

@@ -5,7 +5,8 @@ and how: a param in the layer's ``uva`` list is read over the host link, another
 is copied into a slot by the prefetch stream) and a hardware profile:
 
 - a matrix (2-D or more) is a matmul: ``max(2·T·numel / matmul rate, bytes / memory rate)``;
-  through UVA the bytes come over the host link instead, read ``passes(T)`` times;
+  through UVA the bytes come over the host link instead, read ``passes(T)`` times, and the matmul pays
+  a fixed ``uva_call_ms`` besides (the read's ramp and tail, which a small matrix feels most);
 - an embedding table is a lookup: T rows are read;
 - a vector (norm weight, bias) or a quantization scale is read once;
 - routed experts: a layer with ``moe`` (E experts, top-k) touches on average
@@ -132,7 +133,7 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
     passes = hw.passes(rows) if link else 1.0
-    fixed = hw.uva_expert_call_ms if (link and role == "routed") else 0.0
+    fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
     read = nbytes * passes / rate / 1e6
     return fixed + max(flops / (hw.matmul_tflops * 1e9), read), read if link else 0.0
 
