@@ -161,6 +161,8 @@ def auto_ms(spec: SpecFile, budget: int, workload: Workload, cost: PlacementCost
         plan = planner.plan(spec, gpu_budget=budget, workload=workload)
     except InfeasibleError:
         return None, "infeasible"
+    if any(layer.experts is not None for layer in plan.layers):  # the host computes experts: the plan's own
+        return plan.predictions.weighted_step_ms, plan.summary.backend_reason  # prediction (PlacementCost has no host)
     placed = {i: {p: "uva" if p in layer.uva else "prefetch" for p in layer.offloaded}
               for i, layer in enumerate(plan.layers) if layer.offloaded}
     span = [i for i, layer in enumerate(plan.layers) if layer.prefetch is not None and layer.prefetch.span]
