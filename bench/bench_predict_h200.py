@@ -68,13 +68,15 @@ WORKLOADS = Workload({"decode": WorkloadItem(tokens=1), "decode32": WorkloadItem
 DRY_WORKLOADS = Workload({"decode": WorkloadItem(tokens=1), "decode32": WorkloadItem(tokens=4),
                           "prefill": WorkloadItem(tokens=16)})
 # model -> (bundled config, its overrides on the H200, the tiny overrides of a dry run)
+_TINY_IDS = dict(bos_token_id=None, eos_token_id=None)  # the real ids lie outside a tiny vocabulary
 MODELS = {
     "llama": ("llama-3-8b", {}, dict(hidden_size=64, intermediate_size=160, num_hidden_layers=8,
-                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16)),
+                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16,
+                                     **_TINY_IDS)),
     "moe": ("qwen3-30b-a3b", dict(num_hidden_layers=12),
             dict(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, vocab_size=256, num_experts=16, num_experts_per_tok=4,
-                 moe_intermediate_size=32)),
+                 moe_intermediate_size=32, **_TINY_IDS)),
 }
 SLOW_STEP_MS = 400.0  # a step slower than this is timed once after one warm-up
 
@@ -181,9 +183,9 @@ def build_model(kind: str, dry: bool, device: torch.device):
     import transformers
 
     name, overrides, tiny = MODELS[kind]
-    config = transformers.AutoConfig.from_pretrained(CONFIGS / name)
-    for key, value in (tiny if dry else overrides).items():
-        setattr(config, key, value)
+    data = json.loads((CONFIGS / name / "config.json").read_text())
+    data.update(tiny if dry else overrides)  # before the config is made: what it derives (layer types) follows
+    config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     old = torch.get_default_dtype()
