@@ -411,7 +411,7 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                            "offloaded_bytes": plan.summary.offloaded_bytes,
                            "offloaded_layers": plan.summary.offloaded_layers, "prefetch_step": plan.summary.prefetch_step,
                            "workload": name, "tokens": item.tokens, "predicted_ms": p.step_ms,
-                           "measured_ms": round(ms, 3), "ratio": round(p.step_ms / ms, 4), "bound": p.bound,
+                           "measured_ms": round(ms, 6), "ratio": round(p.step_ms / ms, 4), "bound": p.bound,
                            "predicted_model_cpu_ms": q.step_ms, "ratio_model_cpu": round(q.step_ms / ms, 4),
                            "link_bound_ms": round(link_bound_ms(plan, item.tokens, hw), 3)}
                     out.row(**row)
