@@ -30,6 +30,7 @@ import runtime  # noqa: E402
 from planner.errors import InfeasibleError  # noqa: E402
 from planner.cost.layer import touched_experts  # noqa: E402
 from runtime.calibrate import gpu_ms  # noqa: E402
+from runtime.timing import wall_ms  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
@@ -52,14 +53,7 @@ def timer(device: torch.device, fn, repeat: int, warmup: int) -> float:
         gc.collect()
         if device.type == "cuda":
             return gpu_ms(fn, repeat=repeat, warmup=warmup)
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        return wall_ms(fn, repeat, warmup)
 
 
 def random_model(cls, config, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:

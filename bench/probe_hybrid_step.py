@@ -33,6 +33,7 @@ from torch import nn  # noqa: E402
 from runtime import cpu_experts  # noqa: E402
 from runtime.cpu_experts import SplitForward, _Part, _table  # noqa: E402
 from runtime.expert_math import Layout, host_rows, part_rows, rows_dtype  # noqa: E402
+from runtime.timing import wall_ms  # noqa: E402
 from runtime.uva import device_view  # noqa: E402
 
 E, H, I, K = 128, 2048, 768, 8
@@ -58,13 +59,7 @@ class Stub(nn.Module):
 
 
 def wall(fn, reps=7):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+    return wall_ms(fn, reps)
 
 
 def routing(tokens, g):

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from runtime.calibrate_host import host_experts
+from runtime.timing import wall_ms
 from runtime.uva import device_view
 from schemas.hardware_profile import HardwareProfile, UvaPoint
 
@@ -63,23 +64,9 @@ def gpu_ms(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> float
 
 
 def _wall_ms(fn: Callable[[], object], repeat: int = 15, warmup: int = 3) -> float:
-    """CPU-bound wall time: the median of ``repeat`` runs (as the benchmarks report), with the
-    garbage collector held off."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-    finally:
-        gc.enable()
-    return statistics.median(times)
+    """CPU-bound wall time: the median of ``repeat`` runs (as the benchmarks report), each waited for on the
+    GPU, with the garbage collector held off."""
+    return wall_ms(fn, repeat, warmup, sync=torch.cuda.synchronize, hold_gc=True)
 
 
 def link(device: torch.device) -> dict[str, float]:

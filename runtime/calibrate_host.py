@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from runtime.expert_math import Layout, host_rows, rows_dtype
+from runtime.timing import wall_ms
 from runtime.uva import device_view
 from schemas.hardware_profile import RatePoint
 
@@ -49,16 +50,6 @@ class _Experts(nn.Module):
     def _apply_gate(self, a: torch.Tensor) -> torch.Tensor:
         gate, up = a.chunk(2, dim=-1)
         return self.act_fn(gate) * up
-
-
-def _wall_ms(fn: Callable[[], object], repeat: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 class _Part:
@@ -120,7 +111,7 @@ def _round_trip_us(device: torch.device) -> float:
         torch.cuda.current_stream(device).synchronize()
         dev.copy_(back, non_blocking=True)
 
-    return _wall_ms(trip, repeat=20) * 1e3
+    return wall_ms(trip, repeat=20) * 1e3
 
 
 def _with_uva(device: torch.device, fn: Callable[[], object]) -> object | None:
@@ -171,7 +162,7 @@ def host_experts(device: torch.device) -> dict[str, object]:
 
 def _figures(device: torch.device) -> dict[str, object]:
     small = _Part(8, 16, 64, 32, seed=1)
-    fixed_ms = statistics.median(_wall_ms(run, repeat=3) for run, _, _ in small.calls(4, 3))
+    fixed_ms = statistics.median(wall_ms(run, repeat=3) for run, _, _ in small.calls(4, 3))
     part = _Part(PART, EXPERTS, HIDDEN, WIDTH)
     # the time a touched expert costs beyond its bytes: experts 4x wider, routed so they see the same rows
     wide = _Part(PART // 4, EXPERTS * 7 // 8, HIDDEN, 4 * WIDTH, seed=2)

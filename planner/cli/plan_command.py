@@ -10,7 +10,7 @@ for a budget given without a unit), or a plan the planner made that is not valid
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from planner.cli.errors import InternalError
@@ -155,25 +155,25 @@ def _size(value: str | None, flag: str) -> int | None:
 
 def _kv_cache(value: str | None) -> Any:
     """--kv-cache SIZE|auto: bytes, or "auto" (the rule of memory.kv_cache, schemas.sizes.size_or_auto)."""
-    if value is None:
-        return None
-    from schemas.errors import InputError
     from schemas.sizes import size_or_auto
 
-    try:
-        return size_or_auto(value)
-    except ValueError as err:
-        raise InputError(f"--kv-cache: {err}") from None
+    return _parsed(value, "--kv-cache", size_or_auto)
 
 
 def _dtype(value: str | None, flag: str) -> str | None:
+    from schemas.dtypes import canonical_dtype
+
+    return _parsed(value, flag, canonical_dtype)
+
+
+def _parsed(value: str | None, flag: str, parse: Callable[[str], Any]) -> Any:
+    """``parse(value)``, its ValueError as the flag's input error; None stays None."""
     if value is None:
         return None
-    from schemas.dtypes import canonical_dtype
     from schemas.errors import InputError
 
     try:
-        return canonical_dtype(value)
+        return parse(value)
     except ValueError as err:
         raise InputError(f"{flag}: {err}") from None
 

@@ -170,10 +170,11 @@ class _Path:
 
     def floor(self, count: int, cost: PlacementCost) -> float:
         """Under the predicted step of ``count`` ladder steps and of every later one on this backend."""
-        low = cost.lower_ms(self.placed(count))
+        placed = self.placed(count)
+        low = cost.lower_ms(placed)
         if self._firsts is None:
             return low
-        last = max((p for p, params in self.placed(count).items() if "prefetch" in params.values()), default=None)
+        last = max((p for p, params in placed.items() if "prefetch" in params.values()), default=None)
         return low if last is None else max(low, cost.refill_floor(last, self._firsts))
 
     def need(self, backend: str, count: int, peak: int) -> Need:
