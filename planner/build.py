@@ -29,7 +29,7 @@ from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budge
 from planner.strategy import auto, budget, group
 from planner.strategy.auto import RunnerUp
 from planner.strategy.choice import Choice
-from planner.strategy.experts import host_to_try, keep_hot, link_view, prefer_host, to_host, trial_offload
+from planner.strategy.experts import host_to_try, keep_hot, link_view, to_host
 from planner.strategy.infeasible import Infeasible
 from planner.words import auto_notes, build_notes, memory_notes
 from planner.words.selection import params_desc
@@ -48,6 +48,7 @@ class _Model:
     offload: OffloadSection
     cost: PlacementCost  # the predicted step of a placement, for the hardware and workload planned for
     host: frozenset[str] = frozenset()  # kinds the host computes (offload.backends cpu; placed as uva)
+    host_optional: bool = False  # auto's trial of the host: only where it is faster (strategy/experts.py)
     routing: RoutingStats | None = None  # measured routing (planner plan --routing)
     routing_ref: RoutingRef | None = None
 
@@ -58,14 +59,15 @@ class _Model:
     def placed(self, assignment: Assignment, profile: HardwareProfile, workload: Workload) -> Assignment:
         """A strategy's assignment with its host kinds shared between the host and the link and, with measured
         routing, the most used experts kept on the GPU (planner/strategy/experts.py)."""
-        chosen = to_host(assignment, self.layers, self.host, profile, workload)
+        chosen = to_host(assignment, self.layers, self.host, profile, workload, self.host_optional)
         if self.routing is None:
             return chosen
 
         def peak(a: Assignment) -> int:
             return assemble(self.layers, a, model_name="peak", spec_sha256="0" * 64, checked=False).summary.peak_gpu_bytes
 
-        return keep_hot(chosen, self.layers, self.shares, self.memory.gpu_budget, self.host, profile, workload,
+        host = frozenset() if self.host_optional else self.host  # the trial's host keeps the layers it took
+        return keep_hot(chosen, self.layers, self.shares, self.memory.gpu_budget, host, profile, workload,
                         peak).assignment
 
     def finished(self, plan: Plan, profile: HardwareProfile, workload: Workload) -> Plan:
@@ -74,6 +76,12 @@ class _Model:
         if self.routing_ref is not None:
             update["summary"] = plan.summary.model_copy(update={"routing": self.routing_ref})
         return plan.model_copy(update=update)
+
+    def cost_with(self) -> PlacementCost:
+        """The placement cost with the host's kinds (placed as UVA) priced as the plan runs them."""
+        if not self.host:
+            return self.cost
+        return PlacementCost(self.layers, *self.cost.given, host=frozenset(self.host), optional=self.host_optional)
 
     @property
     def by_kind(self) -> bool:
@@ -308,37 +316,30 @@ def _where(m: _Model, c: Choice) -> dict[str, dict[str, str]]:
 def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload, mem: PlanMemory,
                gpu_budget: int | None) -> Plan:
     """strategy auto (planner/strategy/auto.py), with the best plan of the budget strategy as the runner-up."""
+    trial = host_to_try(m.offload, workload, m.layers, m.shared) if not m.host else frozenset()
+    if trial:  # auto's own choice of the cpu backend: the host shares the experts where that is faster
+        m = replace(m, host=trial, host_optional=True)
     decision = auto.decide(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
-                           m.total_bytes, m.cost, whole=frozenset(m.host))
+                           m.total_bytes, m.cost_with(), whole=frozenset() if trial else frozenset(m.host),
+                           trial=trial)
     names = m.names
-
-    def build(decision: auto.AutoDecision, notes: list[str], m: _Model) -> Plan:
-        reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget, m.host)
-        step = decision.slots if decision.prefetched else m.offload.prefetch_step
-        chosen = m.placed(auto.assignment(decision, reason, notes, step, names), profile, workload)
-        result = assemble(m.layers, chosen, model_name=spec.model.name,
-                          spec_sha256=spec_sha256(spec), gpu_budget=gpu_budget,
-                          cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind, memory=mem)
-        return m.finished(result, profile, workload)
-
-    notes = auto_notes.notes(decision, names, m.memory.gpu_budget, m.host)
-    chosen = build(decision, notes, m)
-    host = host_to_try(m.offload, workload, decision.where, m.layers)
-    if host:  # auto's own choice of the cpu backend: the host shares the experts auto put on UVA, if that is faster
-        hybrid = replace(m, host=m.host | host)  # decided again with every experts module one unit
-        trial = auto.decide(m.layers, m.shared, m.memory, trial_offload(m.offload, host), profile, workload,
-                            m.offload.prefetch_step, m.total_bytes, m.cost, whole=frozenset(hybrid.host))
-        hybrid_notes = auto_notes.notes(trial, names, m.memory.gpu_budget, hybrid.host)
-        alt = build(trial, hybrid_notes, hybrid)
-        if prefer_host(alt.predictions.weighted_step_ms, chosen.predictions.weighted_step_ms):
-            m, notes, chosen, decision = hybrid, hybrid_notes, alt, trial
+    step = decision.slots if decision.prefetched else m.offload.prefetch_step
+    placed = m.placed(auto.assignment(decision, "", (), step, names), profile, workload)
+    position = {layer.name: layer.index for layer in m.layers}
+    host_at = frozenset(position[name] for name, split in placed.experts.items() if split.cpu or not trial)
+    reason = auto_notes.reason(decision, workload, profile.name, m.memory.gpu_budget, m.host, host_at)
+    notes = auto_notes.notes(decision, names, m.memory.gpu_budget, m.host, host_at)
+    result = assemble(m.layers, replace(placed, reason=reason, notes=tuple(notes) + placed.notes),
+                      model_name=spec.model.name, spec_sha256=spec_sha256(spec), gpu_budget=gpu_budget,
+                      cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind, memory=mem)
+    chosen = m.finished(result, profile, workload)
     runner_up = _runner_up(spec, m, profile, workload, mem)
     if runner_up is None:
         return chosen
     # the runner-up's note goes after auto's own notes (the schedule's follow them); nothing else changes
     ours = chosen.predictions.weighted_step_ms if chosen.predictions else 0.0
     with_runner_up = auto_notes.notes(replace(decision, runner_up=replace(runner_up, ours_ms=ours)), names,
-                                      m.memory.gpu_budget, m.host)
+                                      m.memory.gpu_budget, m.host, host_at)
     summary_notes = with_runner_up + chosen.summary.notes[len(notes):]
     return chosen.model_copy(update={"summary": chosen.summary.model_copy(update={"notes": summary_notes})})
 

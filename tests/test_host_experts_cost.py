@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from planner.cost.host_experts import cpu_max_tokens, expected_max, split_work
 from planner.cost.timeline import simulate
-from planner.strategy.experts import balanced, plan_layer
+from planner.cost.host_split import balanced, plan_layer
 from schemas.hardware import load_hardware
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit

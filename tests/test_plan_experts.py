@@ -169,3 +169,60 @@ def test_tensor_parallel_ranks_keep_their_share_of_the_experts_off_the_host():
     with pytest.raises(PlanningError, match="under tensor parallelism a rank holds a share of the experts"):
         planner.plan_ranks(qwen3_like(), 2, gpu_budget=2 * 10**9, workload=_decode(32),
                            backends={"routed_experts": "cpu"})
+
+
+def _where(spec, plan):
+    from planner.layers import build_graph, layers_in_order
+
+    layers = layers_in_order(build_graph(spec.model.expanded()))
+    index = {layer.name: layer.index for layer in layers}
+    where = {}
+    for lay in plan.layers:
+        params = {p: "uva" if p in lay.uva else "prefetch" for p in lay.offloaded}
+        if lay.experts is not None:  # the strategies place a shared experts module as UVA params
+            params.update(dict.fromkeys(lay.experts.params, "uva"))
+        if params:
+            where[index[lay.name]] = params
+    return layers, where
+
+
+@pytest.mark.parametrize("budget", [2 * 10**9, 3 * 10**9, 4 * 10**9])
+@pytest.mark.parametrize("backends", [None, {"routed_experts": "cpu"}])
+def test_the_search_prices_the_host_as_the_plan_predicts_it(budget, backends):
+    """The placement cost the search walks prices a layer the host shares exactly as the finished plan's
+    prediction does (the same split, the same timeline), with auto's trial and with the cpu backend given."""
+    from planner.cost.placement import PlacementCost
+    from schemas.hardware import load_hardware
+
+    spec, workload = qwen3_like(), _decode(32)
+    plan = planner.plan(spec, gpu_budget=budget, workload=workload, backends=backends)
+    assert any(layer.experts is not None and layer.experts.cpu for layer in plan.layers)
+    layers, where = _where(spec, plan)
+    cost = PlacementCost(layers, load_hardware("h200"), workload, host=frozenset({"routed_experts"}),
+                         optional=backends is None)
+    assert cost.step_ms(where, plan.summary.prefetch_step or 1) == pytest.approx(
+        plan.predictions.weighted_step_ms, abs=1e-3)
+
+
+@pytest.mark.parametrize("tokens", [1, 32, 512])
+def test_the_floor_of_a_path_with_the_host_is_under_every_later_step(tokens):
+    """``AutoPath.floor`` (where auto's walk stops looking for a faster later step) stays a lower bound when the
+    host may take experts: a layer's part is the least of it as placed and with its experts on the host."""
+    from planner.build import _model
+    from planner.cost.placement import PlacementCost
+    from planner.layers import eligible_params
+    from planner.strategy.auto_order import build_order
+    from planner.strategy.auto_slots import AutoPath
+    from schemas.hardware import load_hardware
+
+    spec, workload, hw = qwen3_like(4), _decode(tokens), load_hardware("h200")
+    m = _model(spec, spec.memory, spec.offload, hw, workload)
+    eligible = {layer.index: eligible_params(layer, None, m.shared.get(layer.name, set()), None)
+                for layer in m.layers}
+    for whole in (frozenset(), frozenset({"routed_experts"})):
+        cost = PlacementCost(m.layers, hw, workload, host=frozenset({"routed_experts"}), optional=True)
+        order = build_order(m.layers, eligible, hw, workload, None, {"routed_experts": "uva"}, None, (), whole=whole)
+        path = AutoPath(m.layers, order, m.total_bytes, cost, None, None)
+        ms = [path.step_ms(st) for st in path.steps]
+        for i, st in enumerate(path.steps):
+            assert path.floor(st) <= min(ms[i:]) * (1 + 1e-9)

@@ -4,6 +4,12 @@ assembling a plan: the same per-layer costs (planner/cost/layer.py) and the same
 
 Layers with equal names up to their numbers, equal params and equal ties share their per-param
 times (a 1,000-layer stack of one block is costed once per workload).
+
+With ``host`` (kinds the host computes: the cpu backend, placed as UVA params), a layer whose params of those
+kinds read through UVA are one experts module is priced as the plan will run it: the host and the link sharing
+its experts with the split of least predicted time (planner/cost/host_split.py, planner/cost/host_experts.py);
+``optional`` (auto's trial of the host): only where that split gives the host some experts, the layer otherwise
+read through UVA as without ``host``.
 """
 
 from __future__ import annotations
@@ -11,13 +17,16 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from itertools import accumulate
 
-from planner.kinds import name_key
+from planner.kinds import name_key, param_kind
 from planner.cost.block import Sequences, sequences_of
+from planner.cost.host_experts import split_work
+from planner.cost.host_split import HOST_MARGIN, balanced, whole_split
 from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
 from planner.cost.link import link_share
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware_profile import HardwareProfile
-from schemas.plan_content import PlanParam
+from schemas.plan_content import PlanLayer, PlanParam
+from schemas.plan_experts import ExpertSplit
 from schemas.schedule import schedule
 from schemas.spec_layers import Layer
 from schemas.workload import Workload
@@ -26,8 +35,10 @@ from schemas.workload import Workload
 class PlacementCost:
     """Predicted weighted step time of placements of ``layers`` on ``hw`` for ``workload``."""
 
-    def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload):
-        self.layers = layers
+    def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload,
+                 host: frozenset[str] = frozenset(), optional: bool = False):
+        self.layers, self.host, self.optional = layers, host, optional
+        self.given = (hw, workload)  # the profile and workload it prices for
         items = workload.items()
         total = sum(item.weight for _, item in items)
         self.tokens = [(item.rows, item.weight / total, item.mode, sequences_of(item, name)) for name, item in items]
@@ -55,6 +66,9 @@ class PlacementCost:
         self._sums: dict[tuple, tuple[float, float]] = {}  # per workload item: the resident (GPU, CPU) ms
         self._resident_ms: float | None = None  # the weighted step with nothing offloaded
         self._before: dict[tuple, tuple[list[float], list[float]]] = {}  # per item: resident GPU, CPU ms before each layer
+        self._host_splits: dict[tuple, ExpertSplit | None] = {}  # (class, UVA params) -> the host's split, if any
+        self._host_units: dict[int, frozenset[str]] = {}  # class -> its params of the host's kinds
+        self._least: dict[tuple, tuple[list[float], list[float]]] = {}  # per item: least GPU, CPU ms of each layer
 
     def _layer_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
                     copied: frozenset) -> LayerWork:
@@ -69,8 +83,34 @@ class PlacementCost:
                 moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
                 times = self._times[(cls, tokens, mode, seqs)] = layer_times(layer.name, self._params[cls], moe,
                                                                              tokens, hw, seqs)
-            work = self._work[key] = placed_work(*times, on_uva, copied, hw)
+            split = self._host_split(position, on_uva) if self.host else None
+            if split is None:
+                work = self._work[key] = placed_work(*times, on_uva, copied, hw)
+            else:
+                work = self._work[key] = split_work(self._split_layer(position, split, on_uva, copied), tokens, hw,
+                                                    None, seqs)
         return work
+
+    def _host_split(self, position: int, on_uva: frozenset) -> ExpertSplit | None:
+        """The split of the layer's experts between the host and the link when ``on_uva`` holds one experts module
+        of the host's kinds (the same ``balanced`` split the plan gets: planner/strategy/experts.py)."""
+        key = (self._class[position], on_uva)
+        if key not in self._host_splits:
+            layer = self.layers[position]
+            whole = whole_split(layer, on_uva, self.host)
+            split = None if whole is None else balanced(layer, whole, *self.given,
+                                                        margin=HOST_MARGIN if self.optional else 0.0)
+            self._host_splits[key] = None if split is None or (self.optional and not split.cpu) else split
+        return self._host_splits[key]
+
+    def _split_layer(self, position: int, split: ExpertSplit, on_uva: frozenset, copied: frozenset) -> PlanLayer:
+        """The layer as its plan holds it: its experts split, its other offloaded params read or copied."""
+        layer = self.layers[position]
+        params = dict(self._params[self._class[position]])
+        moved = on_uva | copied | set(split.params)
+        return PlanLayer.model_construct(name=layer.name, params=params, moe=layer.moe, experts=split,
+                                         offloaded=[p for p in params if p in moved],
+                                         uva=[p for p in params if p in on_uva and p not in split.params])
 
     def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = ()) -> float:
         """Weighted predicted step (ms) with ``where``: position -> param -> backend; ``slots`` buffer slots;
@@ -104,6 +144,8 @@ class PlacementCost:
         when its params move, and the forward's end never comes earlier for more work). Adding a move never
         lowers it (a UVA read is no faster than a GPU read, a copy adds link time), so along an order it
         never decreases."""
+        if self.host:
+            return self._lower_with_host(where)
         if self._resident_ms is None:
             self._resident_ms = self.step_ms({}, 1)
         total = 0.0
@@ -123,6 +165,48 @@ class PlacementCost:
                 copy += work.copy_ms if work.copy_bytes else 0.0
             total += share * max(gpu, cpu, copy)
         return max(total, self._resident_ms)
+
+    def _lower_with_host(self, where: Mapping[int, Mapping[str, str]]) -> float:
+        """``lower_ms`` where the host may compute experts: each layer's part is the least of its placement as
+        given and of it with its params of the host's kinds moved to the host (any later step of a path has one
+        of the two, or more moved besides), and the stream's part of a host layer runs until its join; no
+        floor at the resident step (the host is not assumed slower than the GPU's own memory)."""
+        total = 0.0
+        for tokens, share, mode, seqs in self.tokens:
+            key = (tokens, mode, seqs)
+            least = self._least.get(key)
+            if least is None:
+                none: frozenset[str] = frozenset()
+                parts = [self._least_of(i, tokens, mode, seqs, none, none) for i in range(len(self.layers))]
+                least = self._least[key] = ([g for g, _, _ in parts], [c for _, c, _ in parts])
+            gpu, cpu = sum(least[0]), sum(least[1])
+            copy = 0.0
+            for i, params in where.items():
+                g, c, k = self._least_of(i, tokens, mode, seqs, *self._split(params))
+                gpu += g - least[0][i]
+                cpu += c - least[1][i]
+                copy += k
+            total += share * max(gpu, cpu, copy)
+        return total
+
+    def _least_of(self, i: int, tokens: int, mode: str, seqs: Sequences, uva: frozenset,
+                  copied: frozenset) -> tuple[float, float, float]:
+        """(compute stream, CPU, copy stream) least ms of layer ``i`` placed so or with its host kinds on the host."""
+        options = [self._layer_work(i, tokens, mode, seqs, uva, copied)]
+        units = self._units(i)
+        if units and not units <= uva:
+            options.append(self._layer_work(i, tokens, mode, seqs, uva | units, copied - units))
+        return (min(w.gpu_ms - w.beside_ms + w.joined_ms if w.host_ms else w.gpu_ms for w in options),
+                min(w.cpu_ms for w in options), min(w.copy_ms if w.copy_bytes else 0.0 for w in options))
+
+    def _units(self, i: int) -> frozenset[str]:
+        """Layer ``i``'s params of the host's kinds (empty unless they are one experts module)."""
+        cls = self._class[i]
+        if cls not in self._host_units:
+            layer = self.layers[i]
+            names = frozenset(t.name for t in layer.params if param_kind(layer.name, t.name, t.kind) in self.host)
+            self._host_units[cls] = names if whole_split(layer, names, self.host) is not None else frozenset()
+        return self._host_units[cls]
 
     def refill_floor(self, last: int, firsts: Sequence[tuple[int, frozenset[str]]]) -> float:
         """A lower bound on ``step_ms(where, slots)`` for every placement (no span) whose last prefetched layer is at

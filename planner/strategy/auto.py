@@ -21,6 +21,7 @@ from planner.errors import InfeasibleError
 from planner.layers import eligible_params
 from planner.strategy.auto_order import Tiers, build_order, candidate_prefers
 from planner.strategy.auto_slots import AutoPath, Step
+from planner.strategy.experts import trial_offload
 from planner.strategy.fit import Chosen, NoFit, first_fit
 from planner.strategy.infeasible import Infeasible, Need
 from planner.strategy.order import Order, by_name
@@ -94,29 +95,41 @@ class AutoDecision:
 
 def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: MemorySection, offload: OffloadSection,
            hw: HardwareProfile, workload: Workload, step: int | None, total_bytes: int,
-           cost: PlacementCost, whole: frozenset[str] = frozenset()) -> AutoDecision:
+           cost: PlacementCost, whole: frozenset[str] = frozenset(),
+           trial: frozenset[str] = frozenset()) -> AutoDecision:
     """The auto plan's placement (raises InfeasibleError when no step fits the budgets).
 
     ``step``: the slot count the spec gives (offload.prefetch_step), else None: chosen by cost; ``whole``: kinds
-    a layer moves as one unit (auto_order.build_order)."""
+    a layer moves as one unit (auto_order.build_order); ``trial``: kinds auto tries on the host
+    (``experts.host_to_try``; ``cost`` prices them so): the orders are weighed also with those kinds held to
+    UVA, where the host can share them."""
     eligible = {layer.index: eligible_params(layer, offload.params, shared.get(layer.name, set()), offload.kinds)
                 for layer in layers}
     only = offload.backend if offload.backend in ("prefetch", "uva") else None
-    forced = dict(offload.backends or {})
     given = offload.prefer is not None
     if memory.gpu_budget is not None and total_bytes <= memory.gpu_budget:
-        order = build_order(layers, eligible, hw, workload, step, forced, only, tuple(offload.prefer or ()),
-                            whole=whole)
+        order = build_order(layers, eligible, hw, workload, step, dict(offload.backends or {}), only,
+                            tuple(offload.prefer or ()), whole=whole)
         return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None,
                             prefer=tuple(offload.prefer or ()), given_prefer=given)
-    uva = build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=whole) if only is None else None
-    if uva is not None and any(sig is not None for sig in uva.signatures):
-        uva = None  # a kind held to prefetch (offload.backends): no plan reads every param in place
+    variants = [offload] + ([trial_offload(offload, trial)] if trial else [])
     tiers: list[Tiers] = [(tuple(offload.prefer or ()), ())] if given else candidate_prefers(layers, eligible)
-    paths = {t: AutoPath(layers, build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=whole),
-                         total_bytes, cost, step, uva) for t in tiers}
-    kept, weighed = _keep(paths, memory.cpu_budget, total_bytes) if len(paths) > 1 else (tiers[0], None)
-    prefer, first = kept
+    paths: dict[tuple[Tiers, int], AutoPath] = {}
+    seen: set[tuple] = set()
+    for v, chosen in enumerate(variants):
+        forced = dict(chosen.backends or {})
+        units = whole | trial if v else whole  # the trial's kinds move a layer's experts module as one unit
+        uva = build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=units) if only is None else None
+        if uva is not None and any(sig is not None for sig in uva.signatures):
+            uva = None  # a kind held to prefetch (offload.backends): no plan reads every param in place
+        for t in tiers:
+            order = build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=units)
+            if v and tuple(order.moves) in seen:
+                continue  # holding the trial's kinds to UVA changed nothing in this order
+            seen.add(tuple(order.moves))
+            paths[(t, v)] = AutoPath(layers, order, total_bytes, cost, step, uva)
+    kept, weighed = _keep(paths, memory.cpu_budget, total_bytes) if len(paths) > 1 else (next(iter(paths)), None)
+    (prefer, first), _ = kept
     path = paths[kept]
     found = path.choose(memory.gpu_budget, memory.cpu_budget)
     if isinstance(found, NoFit):

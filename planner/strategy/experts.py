@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from planner.assemble import Assignment
-from planner.cost.host_experts import cpu_max_tokens, split_work
-from planner.cost.layer import profile_for
+from planner.cost.host_split import HOST_MARGIN, balanced, per_expert, whole_split
 from planner.errors import PlanningError
 from planner.kinds import param_kind
+from planner.layers import eligible_params
 from planner.words.experts_notes import host_limits, hot_note
 from schemas.hardware import HardwareProfile
-from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
 from schemas.spec import Layer, OffloadSection
 from schemas.workload import Workload
@@ -46,23 +45,12 @@ def link_view(offload: OffloadSection) -> tuple[OffloadSection, frozenset[str]]:
     return offload.model_copy(update={"backends": backends}), host
 
 
-def per_expert(layer: Layer, parent: str) -> list[str]:
-    """The layer's params below ``parent`` whose first dimension is the expert, in spec order."""
-    n = layer.moe.experts
-    return [t.name for t in layer.params if t.name.rpartition(".")[0] == parent and t.shape and t.shape[0] == n]
-
-
-def plan_layer(layer: Layer, split: ExpertSplit) -> PlanLayer:
-    """What the cost model reads of a spec layer with ``split`` (an unchecked PlanLayer)."""
-    params = {t.name: PlanParam.model_construct(shape=list(t.shape), dtype=t.dtype, bytes=t.nbytes, kind=t.kind)
-              for t in layer.params}
-    return PlanLayer.model_construct(name=layer.name, params=params, experts=split, moe=layer.moe,
-                                     offloaded=list(split.params), uva=[])
-
-
 def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[str], hw: HardwareProfile,
-            workload: Workload) -> Assignment:
-    """``assignment`` with the UVA params of ``kinds`` shared between the host and the link, expert by expert."""
+            workload: Workload, optional: bool = False) -> Assignment:
+    """``assignment`` with the UVA params of ``kinds`` shared between the host and the link, expert by expert.
+    ``optional`` (auto's trial): only a layer whose experts module is read through UVA whole and for which the
+    split gives the host experts (``balanced`` with ``HOST_MARGIN``); the others stay on UVA as they are (the
+    placement cost priced them so: planner/cost/placement.py)."""
     if not kinds:
         return assignment
     by_name = {layer.name: layer for layer in layers}
@@ -74,36 +62,21 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
                   param_kind(name, p, next(t.kind for t in layer.params if t.name == p)) in kinds]
         if not chosen:
             continue
-        split = _host_split(layer, chosen)
+        if optional:
+            whole = whole_split(layer, chosen, kinds)
+            split = None if whole is None else balanced(layer, whole, hw, workload, margin=HOST_MARGIN)
+            if split is None or not split.cpu:
+                continue
+        else:
+            split = balanced(layer, _host_split(layer, chosen), hw, workload)
         for p in split.params:
             where[name].pop(p, None)
-        experts[name] = balanced(layer, split, hw, workload)
+        experts[name] = split
     made = [name for name in experts if name not in assignment.experts]
     notes = host_limits(made, [experts[name].cpu_max_tokens for name in made],
                         [(len(experts[name].cpu), by_name[name].moe.experts) for name in made])
     return replace(assignment, where={n: p for n, p in where.items() if p}, experts=experts,
                    notes=assignment.notes + tuple(notes))
-
-
-def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Workload,
-             shares: Sequence[float] | None = None) -> ExpertSplit:
-    """``split`` with its cpu experts cut back to the count (the least used first) that gives the layer its least
-    predicted time over ``workload`` (fewer on ties); the others read through UVA."""
-    pool = sorted(split.cpu, key=lambda e: (shares[e] if shares is not None else 0.0, e))
-    whole = split.model_copy(update={"cpu": sorted(pool)})
-    limit = cpu_max_tokens(plan_layer(layer, whole), hw, shares)
-    items = workload.items()
-    total = sum(item.weight for _, item in items)
-    best: tuple[float, ExpertSplit] | None = None
-    for count in range(0, len(pool) + 1, max(1, len(pool) // 64)) if pool else [0]:
-        cpu = sorted(pool[:count])
-        cand = split.model_copy(update={"cpu": cpu, "uva": sorted(set(split.uva) | set(pool[count:])),
-                                        "cpu_max_tokens": limit if cpu else None})
-        ms = sum(item.weight / total * split_work(plan_layer(layer, cand), item.rows, profile_for(hw, item.mode),
-                                                  shares).alone_ms() for _, item in items)
-        if best is None or ms < best[0] - 1e-9:
-            best = (ms, cand)
-    return best[1]
 
 
 def _host_split(layer: Layer, chosen: list[str]) -> ExpertSplit:
@@ -205,40 +178,34 @@ def _with_gpu(split: ExpertSplit, gpu: list[int], layer: Layer, hw: HardwareProf
     return split.model_copy(update={"gpu": gpu, "uva": [e for e in split.uva if e not in kept]})
 
 
-HOST_MARGIN = 0.03  # auto takes the cpu backend only when it predicts a step at least this much shorter
+HOST_TRIAL = frozenset({"routed_experts"})  # the kinds auto tries on the host
 
 
-def host_to_try(offload: OffloadSection, workload: Workload, where: Mapping[str, Mapping[str, str]],
-                layers: Sequence[Layer]) -> frozenset[str]:
-    """The kinds strategy auto tries on the host beside UVA: routed experts, where auto offloaded some (read
-    through UVA or prefetched), the backend and the routed experts' backend are left to auto, and every workload
-    runs eagerly (a CUDA graph cannot capture the host's part). The trial (``trial_offload``) places every
-    experts module as one unit on UVA, as the cpu backend given by the spec does, and the host shares them."""
+def host_to_try(offload: OffloadSection, workload: Workload, layers: Sequence[Layer],
+                shared: Mapping[str, set[str]]) -> frozenset[str]:
+    """The kinds strategy auto tries on the host beside UVA: routed experts, where some are eligible to move,
+    the backend and the routed experts' backend are left to auto, and every workload runs eagerly (a CUDA graph
+    cannot capture the host's part). It does not depend on the budget. In the trial the placement cost prices a
+    layer whose experts module is read through UVA whole with the host sharing it, where that is faster
+    (planner/cost/placement.py, ``optional``), ``to_host`` then makes the same split, and auto weighs its orders
+    also with those experts held to UVA (``trial_offload``)."""
     if offload.backend != "auto" or "routed_experts" in (offload.backends or {}):
         return frozenset()
     if any(item.mode != "eager" for _, item in workload.items()):
         return frozenset()
-    by_name = {layer.name: layer for layer in layers if layer.moe is not None}
     found = False
-    for name, params in where.items():
-        layer = by_name.get(name)
-        if layer is None:
+    for layer in layers:
+        if layer.moe is None:
             continue
-        own = {t.name: t for t in layer.params}
-        routed = [p for p, b in params.items() if b in ("uva", "prefetch") and p in own
-                  and param_kind(name, p, own[p].kind) == "routed_experts"]
+        eligible = eligible_params(layer, offload.params, shared.get(layer.name, set()), offload.kinds)
+        routed = [t for t in eligible if param_kind(layer.name, t.name, t.kind) == "routed_experts"]
         # split by expert only where the params hold every expert (not a tensor-parallel rank's share of them)
-        if routed and not all(own[p].shape and own[p].shape[0] == layer.moe.experts for p in routed):
+        if routed and not all(t.shape and t.shape[0] == layer.moe.experts for t in routed):
             return frozenset()
         found = found or bool(routed)
-    return frozenset({"routed_experts"}) if found else frozenset()
+    return HOST_TRIAL if found else frozenset()
 
 
 def trial_offload(offload: OffloadSection, host: frozenset[str]) -> OffloadSection:
     """``offload`` for auto's trial of the host: the kinds it shares read through UVA where offloaded."""
     return offload.model_copy(update={"backends": {**(offload.backends or {}), **{k: "uva" for k in host}}})
-
-
-def prefer_host(with_host_ms: float, without_ms: float) -> bool:
-    """Whether auto takes the plan whose host shares the experts."""
-    return with_host_ms < without_ms * (1 - HOST_MARGIN)

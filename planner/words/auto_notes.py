@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from planner.strategy.auto import AutoDecision, RunnerUp
 from planner.words.names import join_names
@@ -22,16 +22,17 @@ def _workload_text(workload: Workload) -> str:
 
 
 def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: int | None,
-           host: frozenset[str] = frozenset()) -> str:
-    """``host``: the kinds the host CPU computes (offload.backends cpu), placed as UVA moves."""
+           host: frozenset[str] = frozenset(), host_at: Collection[int] | None = None) -> str:
+    """``host``: the kinds the host CPU computes (offload.backends cpu), placed as UVA moves; ``host_at``: the
+    positions of the layers whose experts it shares (None: every layer's)."""
     if not decision.taken:
         fits = "no gpu_budget given" if budget is None else f"the whole model fits the {format_bytes(budget)} gpu_budget"
         return f"auto: {fits}: nothing is offloaded"
     uva, pf = decision.in_place(), decision.moves_by("prefetch")
     spanned = [m for m in decision.moves_by("uva") if decision.spanned(m)]
     parts = []
-    on_host = [m for m in uva if m.kinds[0] in host]
-    uva = [m for m in uva if m.kinds[0] not in host]
+    on_host = [m for m in uva if _on_host(m, host, host_at)]
+    uva = [m for m in uva if not _on_host(m, host, host_at)]
     if uva:
         parts.append(f"UVA for {format_bytes(sum(m.nbytes for m in uva))}")
     if on_host:
@@ -44,10 +45,14 @@ def reason(decision: AutoDecision, workload: Workload, hardware: str, budget: in
             + " and ".join(parts))
 
 
+def _on_host(move, host: frozenset[str], host_at: Collection[int] | None) -> bool:
+    return move.kinds[0] in host and (host_at is None or move.position in host_at)
+
+
 def notes(decision: AutoDecision, layer_names: Sequence[str], budget: int | None = None,
-          host: frozenset[str] = frozenset()) -> list[str]:
-    """``budget``: the gpu_budget, for the note of a plan that offloads nothing; ``host``: the kinds the host CPU
-    computes (offload.backends cpu), placed as UVA moves."""
+          host: frozenset[str] = frozenset(), host_at: Collection[int] | None = None) -> list[str]:
+    """``budget``: the gpu_budget, for the note of a plan that offloads nothing; ``host``, ``host_at``: as
+    ``reason``'s."""
     out = []
     if not decision.taken:
         out.append("strategy auto without a gpu_budget: nothing offloaded (give --gpu-budget)" if budget is None else
@@ -55,11 +60,11 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], budget: int | None
                    "gpu_budget: nothing offloaded")
     by_kind: dict[str, list] = {}
     for m in decision.in_place():
-        by_kind.setdefault(m.kinds[0], []).append(m)
-    for kind, moves in by_kind.items():
+        by_kind.setdefault((m.kinds[0], _on_host(m, host, host_at)), []).append(m)
+    for (kind, shared), moves in by_kind.items():
         why = _WHY_UVA.get(kind, "reading it in place costs less than copying it for this workload")
         names = join_names((layer_names[m.position] for m in moves), 8)
-        if kind in host:
+        if shared:
             out.append(f"auto: {kind} of {names} in host memory ({format_bytes(sum(m.nbytes for m in moves))}), "
                        "shared expert by expert between the host CPU and GPU kernels reading them through UVA "
                        "(the cpu backend)")
