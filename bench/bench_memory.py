@@ -82,8 +82,8 @@ SMALL_BUDGETS = (0.4, 0.7, 1.3)  # of the tiny models' weights, beyond what the 
 class Setup:
     """What one run measures: the full shapes on the GPU, or the tiny ones on the CPU."""
 
-    def __init__(self, dry_run: bool, device: str) -> None:
-        self.dry_run = dry_run
+    def __init__(self, dry_run: bool, device: str, mode: str = "eager") -> None:
+        self.dry_run, self.mode = dry_run, mode  # mode: the tokens-per-second rows' decode step (eager or graph)
         self.device = torch.device("cpu" if dry_run else device)
         self.context = 64 if dry_run else 4096
         self.batches = (1, 4) if dry_run else (1, 32)
@@ -194,15 +194,20 @@ def filled_cache(model, config, kind: str, batch: int, tokens: int, length: int,
     return cache
 
 
-def generate(model, cache, batch: int, tokens: int, new: int, vocab: int, device: torch.device, clock=None):
-    """Greedy ``generate()`` of ``new`` tokens after the ``tokens`` the cache holds."""
-    from transformers import LogitsProcessorList
+def generate(model, cache, batch: int, tokens: int, new: int, vocab: int, device: torch.device, clock=None,
+             graph: bool = False):
+    """Greedy ``generate()`` of ``new`` tokens after the ``tokens`` the cache holds; ``graph`` (a static cache on
+    CUDA): transformers compiles the decode step with the ``cudagraphs`` backend (the eager kernels replayed as
+    CUDA graphs: the plan's ``mode: graph``), else every step runs eagerly."""
+    from transformers import CompileConfig, LogitsProcessorList
 
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, vocab, (batch, tokens + 1), generator=g).to(device)
+    how = ({"compile_config": CompileConfig(backend="cudagraphs", mode="default")} if graph and device.type == "cuda"
+           else {"disable_compile": True})
     with torch.no_grad():
         return model.generate(ids, past_key_values=cache, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                              pad_token_id=0, eos_token_id=None, disable_compile=True,
+                              pad_token_id=0, eos_token_id=None, **how,
                               logits_processor=LogitsProcessorList([clock] if clock is not None else []))
 
 
@@ -302,7 +307,7 @@ def memory_rows(kind: str, model, config, spec, setup: Setup, budgets, write) ->
 def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write) -> None:
     vocab = config.get_text_config().vocab_size
     for budget in budgets:
-        auto, why = plan_for(spec, budget, WorkloadItem(batch="auto", context=setup.context), "decode")
+        auto, why = plan_for(spec, budget, WorkloadItem(batch="auto", context=setup.context, mode=setup.mode), "decode")
         if auto is None:
             write({"kind": "throughput", "model": kind, "budget": budget, "status": "infeasible", "why": why})
             continue
@@ -312,24 +317,25 @@ def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write
                        {chosen, largest, *(max(1, chosen * k // 4) for k in (2, 3))})
         measured = {}
         for batch in sweep:
-            plan = auto if batch == chosen else plan_for(
-                spec, budget, WorkloadItem(batch=batch, context=setup.context), "decode")[0]
+            item = WorkloadItem(batch=batch, context=setup.context, mode=setup.mode)
+            plan = auto if batch == chosen else plan_for(spec, budget, item, "decode")[0]
             if plan is None:
                 continue
             with runtime.apply(plan, model, device=setup.device):
                 held = setup.context - setup.steps
                 kv = filled_cache(model, config, "static", batch, held, setup.context, setup.device)
                 clock = StepClock(setup.device)
-                generate(model, kv, batch, held, setup.steps, vocab, setup.device, clock)
+                generate(model, kv, batch, held, setup.steps, vocab, setup.device, clock, graph=setup.mode == "graph")
                 del kv
-            timed = step_row(plan, WorkloadItem(batch=batch, context=setup.context), clock, setup.warm)
+            timed = step_row(plan, item, clock, setup.warm)
             measured[batch] = batch * 1000 / timed["measured_step_ms"]
             write({"kind": "throughput", "model": kind, "budget": budget, "chosen": batch == chosen, "cache": "static",
+                   "mode": setup.mode,
                    "predicted_tokens_per_s": round(batch * 1000 / timed["predicted_step_ms"], 2),
                    "measured_tokens_per_s": round(measured[batch], 2), **timed,
                    "kv_cache": plan.memory.kv_cache_bytes})
         best = max(measured, key=lambda b: measured[b])
-        write({"kind": "throughput-summary", "model": kind, "budget": budget, "chosen": chosen,
+        write({"kind": "throughput-summary", "model": kind, "budget": budget, "chosen": chosen, "mode": setup.mode,
                "predicted_tokens_per_s": auto.throughput.tokens_per_s,
                "measured_tokens_per_s": round(measured[chosen], 2),
                "measured_over_predicted": round(measured[chosen] / auto.throughput.tokens_per_s, 4),
@@ -405,9 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--only", choices=sorted(FULL), action="append", help="these models only (repeatable)")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--skip-memory", action="store_true", help="the tokens-per-second rows only")
+    ap.add_argument("--mode", choices=("eager", "graph"), default="eager",
+                    help="the tokens-per-second rows' decode step: eager, or graph (compiled, CUDA-graph replay)")
     ap.add_argument("--out", default=f"bench/results/memory-{datetime.date.today().isoformat()}.jsonl")
     args = ap.parse_args(argv)
-    setup = Setup(args.dry_run, args.device)
+    setup = Setup(args.dry_run, args.device, args.mode)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -427,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             model, config = build(kind, setup)
             spec = described(model, kind, setup)
             budgets = budgets_of(kind, spec, setup)
-            memory_rows(kind, model, config, spec, setup, budgets, write)
+            if not args.skip_memory:
+                memory_rows(kind, model, config, spec, setup, budgets, write)
             if not args.skip_throughput:
                 throughput_rows(kind, model, config, spec, setup, budgets[1:], write)
             del model

@@ -137,3 +137,22 @@ def test_the_bench_dry_run_measures_what_the_plan_counts(tmp_path, monkeypatch):
     redone = [json.loads(line) for line in again.read_text().splitlines()]
     assert len(redone) == len(decodes) + len(tried)
     assert all(r["predicted_now_ms"] == r["predicted_step_ms"] for r in redone), redone
+
+
+def test_the_bench_tokens_per_second_in_graph_mode(tmp_path, monkeypatch):
+    """``--mode graph --skip-memory``: only the tokens-per-second rows, each plan made for a decode step in CUDA
+    graph replay (its prediction has no CPU issue time; the CPU run itself stays eager)."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_memory
+
+    monkeypatch.setattr(bench_memory, "SMALL_BUDGETS", (0.7, 1.3))
+    out = tmp_path / "g.jsonl"
+    assert bench_memory.main(["--dry-run", "--only", "phi3", "--skip-memory", "--mode", "graph",
+                              "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert not any(r["kind"] == "memory" for r in rows)
+    tried = [r for r in rows if r["kind"] == "throughput"]
+    assert tried and all(r["mode"] == "graph" and r["predicted_step_ms"] > 0 for r in tried)
+    summary = next(r for r in rows if r["kind"] == "throughput-summary")
+    assert summary["mode"] == "graph" and summary["chosen"] in [r["batch"] for r in tried]
