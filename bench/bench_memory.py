@@ -197,14 +197,15 @@ def filled_cache(model, config, kind: str, batch: int, tokens: int, length: int,
 def generate(model, cache, batch: int, tokens: int, new: int, vocab: int, device: torch.device, clock=None,
              graph: bool = False):
     """Greedy ``generate()`` of ``new`` tokens after the ``tokens`` the cache holds; ``graph`` (a static cache on
-    CUDA): transformers compiles the decode step with the ``cudagraphs`` backend (the eager kernels replayed as
-    CUDA graphs: the plan's ``mode: graph``), else every step runs eagerly."""
-    from transformers import CompileConfig, LogitsProcessorList
+    CUDA): transformers compiles the decode step as it does by default (inductor, CUDA-graph trees: the plan's
+    ``mode: graph``), else every step runs eagerly. (The ``cudagraphs`` backend is no graph mode a user runs: it
+    copies every parameter on each replay, bench_generate.py's finding, and measured Phi-3-mini's steps 4-5x
+    slower than graph replay predicts: bench/results/phi3-graph-h200-2026-12-02/.)"""
+    from transformers import LogitsProcessorList
 
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, vocab, (batch, tokens + 1), generator=g).to(device)
-    how = ({"compile_config": CompileConfig(backend="cudagraphs", mode="default")} if graph and device.type == "cuda"
-           else {"disable_compile": True})
+    how = {} if graph and device.type == "cuda" else {"disable_compile": True}
     with torch.no_grad():
         return model.generate(ids, past_key_values=cache, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                               pad_token_id=0, eos_token_id=None, **how,

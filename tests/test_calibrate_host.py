@@ -48,3 +48,16 @@ def test_the_host_thread_returns_and_raises_what_the_call_does():
 
     with pytest.raises(ValueError, match="on the host thread"):
         calibrate_host._on_host_thread(fail)
+
+
+@pytest.mark.parametrize("fixed_ms", [0.0, 0.4, 0.9999, 1.0, 3.0])
+def test_the_bytes_rate_stays_within_twice_the_plain_rate(fixed_ms):
+    """The experts' own cost comes from two noisy timings; when it takes (nearly) all of a call's time the rate
+    stays a real machine's (it once came out at 3e6 GB/s and the profile refused it)."""
+    plain = 10**9 / 1.0 / 1e6  # 1 GB in 1 ms
+    rate = calibrate_host.bytes_rate(10**9, 1.0, fixed_ms)
+    assert plain <= rate <= 2 * plain
+    assert rate == pytest.approx(plain / (1 - fixed_ms) if fixed_ms <= 0.5 else 2 * plain)
+    from schemas.hardware_profile import RatePoint
+
+    RatePoint(tokens=1, gbps=round(rate, 3))  # a profile takes it
