@@ -47,14 +47,22 @@ from schemas.hardware_profile import HardwareProfile, UvaPoint
 TOKENS = (1, 16, 64, 256, 1024, 2048, 4096)
 
 
-def gpu_ms(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> float:
+QUEUE_CYCLES = 50_000_000  # GPU clock cycles (about 25 ms) a queued timing holds the stream for before ``fn``
+
+
+def gpu_ms(fn: Callable[[], object], repeat: int = 10, warmup: int = 2, queued: bool = False) -> float:
     """Median milliseconds of ``fn()`` on the current stream, measured with CUDA events after
-    ``warmup`` untimed runs (the events order it after them, so no host sync is needed)."""
+    ``warmup`` untimed runs (the events order it after them, so no host sync is needed). ``queued``: the
+    stream first sleeps while the CPU issues all of ``fn``, so its kernels run back to back and the CPU's
+    issue time is not in the figure (a decoder block issues about as long as its GPU work takes: timed as it
+    is issued, its elementwise work came out twice the forward's, 2026-12-02)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeat):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if queued:
+            torch.cuda._sleep(QUEUE_CYCLES)
         a.record()
         fn()
         b.record()
@@ -312,8 +320,11 @@ LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
 
 def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: float,
                   shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK, tokens: int = 2048,
-                  timer: Callable[[Callable[[], object]], float] = gpu_ms) -> dict[str, float]:
-    """What a decoder block computes beyond its matmuls: ``attention_tflops`` and ``elementwise_bytes``."""
+                  timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, float]:
+    """What a decoder block computes beyond its matmuls: ``attention_tflops`` and ``elementwise_bytes``, timed
+    queued (``gpu_ms(queued=True)``: the GPU's time alone; a block issued as it runs is CPU-bound in part and
+    gave 25.9-34.7 bytes where queued gave 17.0 on the H200, 2026-12-02, bench/probe_uva_experts.py)."""
+    timer = timer or (lambda fn: gpu_ms(fn, queued=True))
     try:
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding

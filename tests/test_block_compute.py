@@ -151,3 +151,35 @@ def test_block_cpu_us_times_each_block_from_its_pre_hook_to_its_hook(monkeypatch
     with pytest.raises(ValueError, match="no block ran"):
         calibrate.block_cpu_us([head.__class__(4, 4)], forward, repeat=1, warmup=0)
     assert not head._forward_hooks
+
+
+def test_a_queued_timing_holds_the_stream_until_the_cpu_has_issued_the_call(monkeypatch):
+    """``gpu_ms(queued=True)``: each timed call's start event is recorded behind a GPU sleep, so the CPU issues the
+    whole call before its first kernel runs (the block's figures are the GPU's time alone, not its issue time)."""
+    import torch
+
+    from runtime import calibrate
+
+    log: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self, stream=None):
+            log.append("record")
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 2.5
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(f"sleep {cycles}"))
+    assert calibrate.gpu_ms(lambda: log.append("call"), repeat=2, warmup=1, queued=True) == 2.5
+    sleep = f"sleep {calibrate.QUEUE_CYCLES}"
+    assert log == ["call", sleep, "record", "call", "record", sleep, "record", "call", "record"]
+    log.clear()
+    calibrate.gpu_ms(lambda: log.append("call"), repeat=1, warmup=0)
+    assert log == ["record", "call", "record"]  # as issued: no sleep
