@@ -77,8 +77,9 @@ class _Model:
             update["summary"] = plan.summary.model_copy(update={"routing": self.routing_ref})
         return plan.model_copy(update=update)
 
-    def cost_with(self) -> PlacementCost:
-        """The placement cost with the host's kinds (placed as UVA) priced as the plan runs them."""
+    @property
+    def search_cost(self) -> PlacementCost:
+        """The placement cost a search walks: with the host's kinds (placed as UVA) priced as the plan runs them."""
         if not self.host:
             return self.cost
         return PlacementCost(self.layers, *self.cost.given, host=frozenset(self.host), optional=self.host_optional)
@@ -320,7 +321,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     if trial:  # auto's own choice of the cpu backend: the host shares the experts where that is faster
         m = replace(m, host=trial, host_optional=True)
     decision = auto.decide(m.layers, m.shared, m.memory, m.offload, profile, workload, m.offload.prefetch_step,
-                           m.total_bytes, m.cost_with(), whole=frozenset() if trial else frozenset(m.host),
+                           m.total_bytes, m.search_cost, whole=frozenset() if trial else frozenset(m.host),
                            trial=trial)
     names = m.names
     step = decision.slots if decision.prefetched else m.offload.prefetch_step
