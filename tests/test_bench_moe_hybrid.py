@@ -43,6 +43,8 @@ def test_the_dry_run_writes_every_row(tmp_path):
     assert {r["plan"] for r in skewed} == {"uva", "hot", "hot+cpu"}
     link = {r["plan"]: r["link_bytes_per_step"] for r in skewed}
     assert link["hot"] < link["uva"]  # the most used experts stay on the GPU
+    tried = [r["hot_share_of_choices"] for r in rows if "bias" in r]  # the bias search: a ladder, then halvings
+    assert min(abs(share - bench_moe_hybrid.HOT_TARGET) for share in tried) <= bench_moe_hybrid.HOT_TOLERANCE
     histogram = next(r["histogram"] for r in rows if "histogram" in r)
     assert histogram["top 20%"] >= 0.5 and len(histogram["deciles"]) == 10
     stats, sha = load_routing(tmp_path / "routing-skewed.yaml")
