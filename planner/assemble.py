@@ -124,8 +124,9 @@ def assemble(layers: Sequence[Layer], assignment: Assignment, *, model_name: str
     spans = {layer.index for layer in prefetched if layer.name in assignment.span}
     triggers = schedule(positions, num_layers, step, spans) if positions else []
     once = filled_once(triggers) if assignment.fill_once else [False] * len(triggers)
-    entries = {p: Prefetch(slot=t.slot, span=t.span, copy_before=layers[t.copy_before(num_layers)].name,
-                           previous_forward=t.previous_forward, once=alone)
+    make_prefetch = Prefetch if checked else Prefetch.model_construct  # unchecked: as make_layer below
+    entries = {p: make_prefetch(slot=t.slot, span=t.span, copy_before=layers[t.copy_before(num_layers)].name,
+                                previous_forward=t.previous_forward, once=alone)
                for p, t, alone in zip(positions, triggers, once)}
     backend = assignment.backend
     notes = list(assignment.notes)

@@ -67,9 +67,21 @@ def schedule(positions: Sequence[int], num_layers: int, step: int, span: Collect
     the last spanning layer before it; for a spanning layer the offloaded layer just before it. That is
     never more than one forward ahead: the previous user is at most one forward back.
     """
+    slot_of, triggers = _unrolled(positions, num_layers, step, span)
+    return [Trigger(slot_of.get(j), t) for j, t in enumerate(triggers)]
+
+
+def unrolled_triggers(positions: Sequence[int], num_layers: int, step: int, span: Collection[int] = ()) -> list[int]:
+    """``schedule``'s ``Trigger.trigger`` of each layer alone: what a simulated forward needs (no objects made)."""
+    return _unrolled(positions, num_layers, step, span)[1]
+
+
+def _unrolled(positions: Sequence[int], num_layers: int, step: int,
+              span: Collection[int]) -> tuple[dict[int, int], list[int]]:
+    """(index into ``positions`` -> slot, for the slotted layers; each layer's unrolled trigger): ``schedule``."""
     n = len(positions)
     if n == 0:
-        return []
+        return {}, []
     if step < 1:
         raise ValueError("prefetch step must be >= 1")
     spanning = [p in span for p in positions] if span else [False] * n
@@ -83,17 +95,13 @@ def schedule(positions: Sequence[int], num_layers: int, step: int, span: Collect
         # k slotted layers back, or for the first k the slot's last slotted user of the previous forward
         back = i - k if i >= k else (i % k) + k * ((m - 1 - i % k) // k) - m
         previous[j] = slotted[back] if back >= 0 else slotted[back + m] - n
-    last_span = max((j for j in range(n) if spanning[j]), default=None)
-    latest_span = None if last_span is None else last_span - n  # the last spanning layer seen, unrolled
-    for j in range(n):
-        if spanning[j]:
-            previous[j] = j - 1  # every layer shares its bytes: the one just before (-1: previous forward)
-            latest_span = j
-        elif latest_span is not None:
-            previous[j] = max(previous[j], latest_span)
-    out = []
-    for j in range(n):
-        prev = previous[j]
-        unrolled = positions[prev % n] - (num_layers if prev < 0 else 0)
-        out.append(Trigger(slot_of.get(j), unrolled + 1))
-    return out
+    if m < n:
+        latest_span = max(j for j in range(n) if spanning[j]) - n  # the last spanning layer seen, unrolled
+        for j in range(n):
+            if spanning[j]:
+                previous[j] = j - 1  # every layer shares its bytes: the one just before (-1: previous forward)
+                latest_span = j
+            else:
+                previous[j] = max(previous[j], latest_span)
+    triggers = [positions[prev] + 1 if prev >= 0 else positions[prev % n] - num_layers + 1 for prev in previous]
+    return slot_of, triggers

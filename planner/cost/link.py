@@ -46,7 +46,7 @@ class Link:
 
     def copy(self, issued: float, ms: float, record) -> None:
         """Queue a copy of ``ms`` issued at ``issued``; ``record`` (a LayerTime) gets its start and end."""
-        start = max(self.free, issued)
+        start = issued if issued > self.free else self.free
         self.free = start + ms
         record.copy_start, record.copy_end = start, self.free
         self._open.append(record)

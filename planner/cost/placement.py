@@ -14,6 +14,7 @@ read through UVA as without ``host``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from itertools import accumulate
 
@@ -27,7 +28,7 @@ from planner.cost.timeline import Copy, simulate
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
-from schemas.schedule import schedule
+from schemas.schedule import unrolled_triggers
 from schemas.spec_layers import Layer
 from schemas.workload import Workload
 
@@ -69,6 +70,7 @@ class PlacementCost:
         self._host_splits: dict[tuple, ExpertSplit | None] = {}  # (class, UVA params) -> the host's split, if any
         self._host_units: dict[int, frozenset[str]] = {}  # class -> its params of the host's kinds
         self._least: dict[tuple, tuple[list[float], list[float]]] = {}  # per item: least GPU, CPU ms of each layer
+        self._placed_works: dict[tuple, tuple[LayerWork, ...]] = {}  # (class, (UVA, copied params)) -> layer_works
 
     def _layer_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
                     copied: frozenset) -> LayerWork:
@@ -115,16 +117,51 @@ class PlacementCost:
     def step_ms(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = ()) -> float:
         """Weighted predicted step (ms) with ``where``: position -> param -> backend; ``slots`` buffer slots;
         ``span``: the positions of prefetched layers that span the slots."""
-        placed = {position: self._split(params) for position, params in where.items()}
-        positions = sorted(p for p, (_, copied) in placed.items() if copied)
-        n = len(self.layers)
-        copies = [Copy(p, t.copy_before(n), t.previous_forward)
-                  for p, t in zip(positions, schedule(positions, n, slots, span))] if positions else []
-        total = 0.0
-        for tokens, weight, mode, seqs in self.tokens:
+        found = self.split_step_ms({position: self._split(params) for position, params in where.items()}, slots, span)
+        assert found is not None
+        return found
+
+    def split_step_ms(self, placed: Mapping[int, tuple[frozenset, frozenset]], slots: int,
+                      span: Collection[int] = (), cutoff: float = math.inf) -> float | None:
+        """``step_ms`` of a placement given as position -> (params read through UVA, params copied); None when the
+        step is sure to be no faster than ``cutoff`` (``placed_step_ms``)."""
+        prefetched = sorted(p for p, (_, copied) in placed.items() if copied)
+        return self.placed_step_ms({i: self.layer_works(i, split) for i, split in placed.items()}, prefetched, slots,
+                                   span, cutoff)
+
+    def layer_works(self, position: int, split: tuple[frozenset, frozenset]) -> tuple[LayerWork, ...]:
+        """Per workload item, the work of layer ``position`` with (its params read through UVA, its params copied)."""
+        key = (self._class[position], split)
+        found = self._placed_works.get(key)
+        if found is None:
+            found = self._placed_works[key] = tuple(self._layer_work(position, tokens, mode, seqs, *split)
+                                                    for tokens, _, mode, seqs in self.tokens)
+        return found
+
+    def placed_step_ms(self, works: Mapping[int, Sequence[LayerWork]], prefetched: Sequence[int], slots: int,
+                       span: Collection[int] = (), cutoff: float = math.inf) -> float | None:
+        """The weighted step with the layers at ``works`` doing that work (per workload item: ``layer_works``) and
+        the others resident; ``prefetched``: the sorted positions of the layers copying params. None when the step is
+        sure to be no faster than ``cutoff``: when the same forward with every copy free (no stall, no UVA read
+        sharing the link) is not, which costs a simulated forward without the copies. (Every clock of ``simulate``
+        is a sum or a max of earlier clocks and the layers' own times, so a copy's wait only makes it later, also
+        as rounded.)"""
+        forwards = []
+        for k, (tokens, _, mode, seqs) in enumerate(self.tokens):
             work = list(self._resident(tokens, mode, seqs))
-            for i, (uva, copied) in placed.items():
-                work[i] = self._layer_work(i, tokens, mode, seqs, uva, copied)
+            for i, mine in works.items():
+                work[i] = mine[k]
+            forwards.append(work)
+        if cutoff < math.inf:
+            least = 0.0
+            for (_, weight, _, _), work in zip(self.tokens, forwards):
+                least += weight * simulate(work, (), self._link).step_ms
+            if least >= cutoff:
+                return None
+        n = len(self.layers)
+        copies = [Copy(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
+        total = 0.0
+        for (_, weight, _, _), work in zip(self.tokens, forwards):
             total += weight * simulate(work, copies, self._link).step_ms
         return total
 

@@ -25,19 +25,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
 
 from planner.cost.layer import LayerWork
 from planner.cost.link import ONE_LINK, Link
 
 
-@dataclass(frozen=True)
-class Copy:
+class Copy(NamedTuple):
     layer: int  # position of the prefetched layer
     trigger: int  # position of the layer before which the copy is issued
     previous_forward: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class LayerTime:
     start: float = 0.0  # ms from the forward's start, on the compute stream
     end: float = 0.0
@@ -49,11 +50,35 @@ class LayerTime:
 @dataclass
 class Timeline:
     step_ms: float
-    compute_ms: float  # the compute stream's busy time, UVA reads slowed by the copies they share the link with
-    copy_ms: float
     stall_ms: float
     cpu_ms: float
-    layers: list[LayerTime] = field(default_factory=list)
+    work: Sequence[LayerWork] = field(default=(), repr=False)  # the layers' work simulated
+    shared_ms: float = 0.0  # what UVA reads lost on the compute stream to the copies sharing the link
+    # per layer, as simulated: start and end on the compute stream; the stalls (layer -> ms) and the copy
+    # records (layer -> a LayerTime with copy_start, copy_end) where there are any; ``layers`` joins them
+    starts: list[float] = field(default_factory=list, repr=False)
+    ends: list[float] = field(default_factory=list, repr=False)
+    stalls: dict[int, float] = field(default_factory=dict, repr=False)
+    copied: dict[int, LayerTime] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def compute_ms(self) -> float:
+        """The compute stream's busy time, UVA reads slowed by the copies they share the link with."""
+        return sum(w.gpu_ms for w in self.work) + self.shared_ms
+
+    @cached_property
+    def copy_ms(self) -> float:
+        return sum(w.copy_ms for w in self.work if w.copy_bytes)
+
+    @cached_property
+    def layers(self) -> list[LayerTime]:
+        """Each layer's times (made when asked for: a search reads only the step)."""
+        out = []
+        for x, (start, end) in enumerate(zip(self.starts, self.ends)):
+            record = self.copied.get(x) or LayerTime()
+            record.start, record.end, record.stall = start, end, self.stalls.get(x, 0.0)
+            out.append(record)
+        return out
 
     @property
     def bound(self) -> str:
@@ -66,31 +91,40 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
     """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies``; ``share``:
     of its own rate, what a copy and a UVA read each keep while both use the link (``planner.cost.link``)."""
     n = len(work)
-    by_trigger: dict[int, list[Copy]] = {}
-    for c in copies:
-        by_trigger.setdefault(c.trigger, []).append(c)
-    for group in by_trigger.values():  # the runtime issues a trigger's copies in the order they are used
-        group.sort(key=lambda c: c.layer + (n if c.previous_forward else 0))
-    waits_for = {c.layer: c for c in copies}
+    # the copies in the order they are issued: by trigger, and a trigger's in the order they are used (the runtime
+    # issues them so), each as one number: trigger * 2n + the layer it fills (plus n for the next forward's)
+    width = 2 * n
+    issue = sorted(trigger * width + (layer + n if previous_forward else layer)
+                   for layer, trigger, previous_forward in copies if 0 <= trigger < n)
+    issue.append(n * width)  # past the last trigger
+    j = 0  # the next copy to issue
+    # layers that wait for a copy this forward issues (a copy issued in the previous forward is there already)
+    waits = {layer for layer, previous in {c.layer: c.previous_forward for c in copies}.items() if not previous}
     done: set[int] = set()  # layers whose copy this forward issues for this forward
-    times = [LayerTime() for _ in range(n)]
+    copied = {c.layer: LayerTime() for c in copies}  # layer -> the record of its copy (start, end)
+    stalls: dict[int, float] = {}
+    starts, ends = [0.0] * n, [0.0] * n
     link = Link(share)
     cpu = gpu = host = 0.0
     stall_total = shared_total = 0.0
-    for x in range(n):
-        here = max(gpu, cpu)  # the event recorded on the compute stream just before layer x
-        for c in by_trigger.get(x, ()):
-            link.copy(here, work[c.layer].copy_ms, times[c.layer])
-            if not c.previous_forward:
-                done.add(c.layer)
+    # the hot loop: max(a, b) is written ``b if b > a else a`` (the same value, without a call)
+    for x, wx in enumerate(work):
+        here = cpu if cpu > gpu else gpu  # the event recorded on the compute stream just before layer x
+        while issue[j] < (x + 1) * width:  # the copies triggered before layer x
+            used = issue[j] - x * width
+            if used < n:
+                link.copy(here, work[used].copy_ms, copied[used])
+                done.add(used)
+            else:
+                link.copy(here, work[used - n].copy_ms, copied[used - n])
+            j += 1
         start = here
-        if x in waits_for and not waits_for[x].previous_forward:
-            ready = times[x].copy_end if x in done else 0.0  # the schedule issues every copy before its layer runs
+        if x in waits:
+            ready = copied[x].copy_end if x in done else 0.0  # the schedule issues every copy before its layer runs
             if ready > start:
-                times[x].stall = ready - start
+                stalls[x] = ready - start
                 stall_total += ready - start
                 start = ready
-        wx = work[x]
         if wx.host_ms:  # the host's thread: from when the stream reaches the experts, joined at the layer's end
             cpu += wx.cpu_ms
             reach = max(start + wx.gpu_ms - wx.beside_ms, cpu)
@@ -100,7 +134,9 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
         elif wx.synced_gpu_ms is None:
             cpu += wx.cpu_ms
             shared = link.read(start, wx.uva_link_ms) if wx.uva_link_ms else 0.0
-            gpu = max(start + wx.gpu_ms + shared, cpu)
+            gpu = start + wx.gpu_ms + shared
+            if cpu > gpu:
+                gpu = cpu
         else:  # the CPU reads a result back mid-layer: it waits for the first part to finish
             cpu += wx.cpu_ms - wx.synced_cpu_ms
             shared = link.read(start, wx.uva_link_ms - wx.synced_uva_link_ms)
@@ -110,8 +146,8 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
             gpu = max(gpu + wx.synced_gpu_ms + later, cpu)
             shared += later
         shared_total += shared
-        times[x].start, times[x].end = start, gpu
+        starts[x], ends[x] = start, gpu
     step = max(gpu, link.free, cpu)
-    return Timeline(step_ms=step, compute_ms=sum(w.gpu_ms for w in work) + shared_total,
-                    copy_ms=sum(w.copy_ms for w in work if w.copy_bytes), stall_ms=stall_total,
-                    cpu_ms=cpu, layers=times)
+    return Timeline(step_ms=step, stall_ms=stall_total, cpu_ms=cpu, work=work, shared_ms=shared_total, starts=starts,
+                    ends=ends, stalls=stalls, copied=copied)
+

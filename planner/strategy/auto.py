@@ -169,12 +169,15 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int) -> tuple:
 def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
     """A cheap stand-in for the step ``choose`` takes at ``budget``: the fastest of the first steps that fit with
     each slot count (and the all-UVA step, when it fits); infinite when none fits."""
-    def fits(st: Step) -> bool:
-        return (cpu_budget is None or path.pinned(st) <= cpu_budget) and path.fits(st, budget)
-
-    found = [path.first_with(slots, fits) for slots in path.counts]
-    found += [st for st in path.steps[-1:] if st.all_uva and fits(st)]
-    return min((path.step_ms(st) for st in found if st is not None), default=float("inf"))
+    found = [path.first_with(slots, budget, cpu_budget) for slots in path.counts]
+    found += [st for st in path.steps[-1:] if st.all_uva and (cpu_budget is None or path.pinned(st) <= cpu_budget)
+              and path.fits(st, budget)]
+    best = float("inf")
+    for st in found:
+        ms = None if st is None else path.step_ms_under(st, best)  # None: no faster than the best so far
+        if ms is not None and ms < best:
+            best = ms
+    return best
 
 
 def _options(path: AutoPath, gpu_budget: int, cpu_budget: int | None, chosen: int) -> list[SlotOption]:
@@ -183,8 +186,7 @@ def _options(path: AutoPath, gpu_budget: int, cpu_budget: int | None, chosen: in
     for slots in path.counts:
         if slots == chosen:
             continue
-        st = path.first_with(slots, lambda s: (cpu_budget is None or path.pinned(s) <= cpu_budget)
-                             and path.fits(s, gpu_budget))
+        st = path.first_with(slots, gpu_budget, cpu_budget)
         if st is not None:
             out.append(SlotOption(slots, st.taken, path.step_ms(st)))
     return out

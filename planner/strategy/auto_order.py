@@ -32,7 +32,6 @@ planner/strategy/fit.py):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from schemas.buffer_pool import Signature, signature
 from planner.kinds import name_key, param_kind
@@ -55,6 +54,40 @@ def _weighted(workload: Workload) -> list[tuple[int, float]]:
     return [(item.rows, item.weight / total) for _, item in items]
 
 
+_Unit = tuple[str, tuple[Tensor, ...], tuple[str, ...], int, float]  # kind, params, their names, bytes, ms per byte
+
+
+def _units(layer: Layer, params: Sequence[Tensor], moe: tuple[int, int] | None, whole: frozenset[str],
+           tokens: list[tuple[int, float]], hw: HardwareProfile, cost_cache: dict[tuple, float]) -> list[_Unit]:
+    """A layer's units (its eligible params of one kind; routed experts param by param unless ``whole``), each
+    with its bytes and its weighted UVA cost per byte (``cost_cache``: per (layer name key, param, moe))."""
+    by_kind: dict[str, list[Tensor]] = {}
+    for t in params:
+        by_kind.setdefault(param_kind(layer.name, t.name, t.kind), []).append(t)
+    head = name_key(layer.name)
+    units: list[tuple[str, list[Tensor]]] = []
+    for kind, group in by_kind.items():
+        units += [(kind, [t]) for t in group] if kind in SPLIT and kind not in whole else [(kind, group)]
+    out: list[_Unit] = []
+    for kind, group in units:
+        nbytes = sum(t.nbytes for t in group)
+        if nbytes == 0:
+            continue
+        extra = 0.0
+        for t in group:
+            key = (head, t, moe)
+            found = cost_cache.get(key)
+            if found is None:
+                found = 0.0
+                for count, share in tokens:
+                    gpu, uva = gpu_and_uva_ms(layer.name, t, count, hw, moe)
+                    found += share * (uva - gpu)
+                cost_cache[key] = found
+            extra += found
+        out.append((kind, tuple(group), tuple(t.name for t in group), nbytes, max(extra, 0.0) / nbytes))
+    return out
+
+
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
                 workload: Workload, slots: int | None, forced: Mapping[str, str] | None = None,
                 only: str | None = None, prefer: Sequence[str] | None = None,
@@ -74,6 +107,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     tokens = _weighted(workload)
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
     cost_cache: dict[tuple, float] = {}
+    made: dict[tuple, list[_Unit]] = {}  # a layer's units, made once for the layers like it
     uva_moves: list[Move] = []
     fallback: dict[tuple[int, int], list[Move]] = {}  # (position, tier): its units on UVA, if not prefetched
     prefetch_parts: dict[tuple[int, int], list[Tensor]] = {}
@@ -81,48 +115,39 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     for position, params in eligible.items():
         layer = layers[position]
         moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-        by_kind: dict[str, list[Tensor]] = {}
-        for t in params:
-            by_kind.setdefault(param_kind(layer.name, t.name, t.kind), []).append(t)
-        head = name_key(layer.name)
-        units: list[tuple[str, list[Tensor]]] = []
-        for kind, group in by_kind.items():
-            units += [(kind, [t]) for t in group] if kind in SPLIT and kind not in whole else [(kind, group)]
-        for kind, group in units:
-            nbytes = sum(t.nbytes for t in group)
-            if nbytes == 0:
-                continue
-            extra = 0.0
-            for t in group:
-                key = (head, t, moe)
-                found = cost_cache.get(key)
-                if found is None:
-                    found = 0.0
-                    for count, share in tokens:
-                        gpu, uva = gpu_and_uva_ms(layer.name, t, count, hw, moe)
-                        found += share * (uva - gpu)
-                    cost_cache[key] = found
-                extra += found
+        key = (name_key(layer.name), moe, tuple(map(id, params)))
+        units = made.get(key)
+        if units is None:
+            units = made[key] = _units(layer, params, moe, whole, tokens, hw, cost_cache)
+        for kind, group, names, nbytes, ms_per_byte in units:
             tier = tier_of(kind, prefer) * apart + tier_of(kind, first)
-            move = Move(position, tuple(t.name for t in group), nbytes, "uva", max(extra, 0.0) / nbytes, (kind,), tier)
+            move = Move(position, names, nbytes, "uva", ms_per_byte, (kind,), tier)
             want = forced.get(kind, only)
-            if want == "uva" or (want is None and move.ms_per_byte < link_ms_per_byte):
+            if want == "uva" or (want is None and ms_per_byte < link_ms_per_byte):
                 uva_moves.append(move)
             else:
                 prefetch_parts.setdefault((position, tier), []).extend(group)
                 prefetch_kinds.setdefault((position, tier), set()).add(kind)
                 if want is None:
                     fallback.setdefault((position, tier), []).append(move)
-    # a layer's prefetched params in the layer's own order (the pool key order of its signature)
-    for (position, _), group in prefetch_parts.items():
-        rank = {t.name: i for i, t in enumerate(layers[position].params)}
-        group.sort(key=lambda t: rank[t.name])
-    # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
+    # a layer's prefetched params in the layer's own order (the pool key order of its signature), and their
+    # signature (one object per distinct signature), made once per distinct (layer params, prefetched params)
     sigs: dict[tuple[int, int], Signature] = {}
     interned: dict[Signature, Signature] = {}
+    sorted_parts: dict[tuple, tuple[tuple[str, ...], int, Signature]] = {}
+    parts: dict[tuple[int, int], tuple[tuple[str, ...], int]] = {}  # (position, tier) -> its param names, bytes
     for unit, group in prefetch_parts.items():
-        sig = signature(group)
-        sigs[unit] = interned.setdefault(sig, sig)
+        params = layers[unit[0]].params
+        key = (id(params), tuple(map(id, group)))
+        found = sorted_parts.get(key)
+        if found is None:
+            rank = {t.name: i for i, t in enumerate(params)}
+            ordered = sorted(group, key=lambda t: rank[t.name])
+            sig = signature(ordered)
+            found = sorted_parts[key] = (tuple(t.name for t in ordered), sum(t.nbytes for t in ordered),
+                                         interned.setdefault(sig, sig))
+        parts[unit], sigs[unit] = found[:2], found[2]
+    # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
     count: dict[tuple[int, int], int] = {}
     for (_, tier), sig in sigs.items():
         count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + 1
@@ -130,16 +155,16 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
         slots = max(1, min(MAX_SLOTS, max(count.values(), default=2) - 1))
     candidates = sorted((u for u, sig in sigs.items() if count[(u[1], id(sig))] > slots), key=lambda u: (u[1], u[0]))
     chosen = set(candidates)
-    moves = uva_moves + [replace(m, unique=count[(unit[1], id(sigs[unit]))] == 1)
+    moves = uva_moves + [m._replace(unique=count[(unit[1], id(sigs[unit]))] == 1)
                          for unit, ms in fallback.items() if unit not in chosen for m in ms]
     prefetch = []
     for tier in sorted({t for _, t in candidates}):
         mine = [u for u in candidates if u[1] == tier]
         for rank in van_der_corput(len(mine)):
             unit = mine[rank]
-            group = prefetch_parts[unit]
-            prefetch.append(Move(unit[0], tuple(t.name for t in group), sum(t.nbytes for t in group), "prefetch",
-                                 link_ms_per_byte, tuple(sorted(prefetch_kinds[unit])), tier))
+            names, nbytes = parts[unit]
+            prefetch.append(Move(unit[0], names, nbytes, "prefetch", link_ms_per_byte,
+                                 tuple(sorted(prefetch_kinds[unit])), tier))
     # merge by prefer's tier, then cost per byte, then first's tier; prefetch moves keep their spread order
     # among themselves (stable sort)
     ordered_moves = sorted(moves + prefetch, key=lambda m: (m.tier // apart, m.ms_per_byte, m.tier % apart))

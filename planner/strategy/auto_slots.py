@@ -18,19 +18,21 @@ param moves from the GPU to the host, and the predicted step never grows.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from itertools import accumulate
+from typing import NamedTuple
 
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
 from planner.strategy.order import Order, placement, prefetched_layers
-from planner.strategy.peaks import exact_pool, lower_peaks, peaks
+from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks, peaks
 from schemas.spec import Layer
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):  # a tuple: a search hashes many of them
     taken: int  # moves of the order taken (of the all-UVA order for ``all_uva``)
     slots: int
     span: int | None = None  # the position of the layer prefetched spanning the slots
@@ -51,23 +53,38 @@ class AutoPath:
         self._upper = {s: peaks(order, total_bytes, s) for s in counts}
         self._lower = {s: lower_peaks(order, total_bytes, s) for s in counts}
         self._exact: dict[Step, int] = {}
+        self._signatures = Signatures()
+        self._span_pools: dict[tuple[int, int, int], int] = {}  # (slots, spanning layer, its bytes moved) -> pool
         self._ms: dict[Step, float] = {}
         self._floor: dict[int, float] = {}
         self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
+        self._after = _split_after(order)  # per move: its layer's placement once it is taken
+        self._uva_after = _split_after(uva) if uva is not None else []
+        self._works = [(p, cost.layer_works(p, split)) for p, split in self._after]  # and its work per workload item
+        self._sigs = [(p, self._signatures.of(layers[p], copied)) for p, (_, copied) in self._after]  # and signature
+        self._uva_pinned = sum(m.nbytes for m in uva.moves) if uva is not None else 0
+        self._uva_works = [(p, cost.layer_works(p, split)) for p, split in self._uva_after]
         steps: list[Step] = []
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
+        most_first: dict[int, list[int]] = {}  # prefetched layers -> the slot counts of a prefix, the most first
         for taken in range(n + 1):
-            here = [s for s in counts if s == counts[0] or s < prefetched[taken]] if prefetched[taken] else counts[:1]
+            here = most_first.get(prefetched[taken])
+            if here is None:
+                here = most_first[prefetched[taken]] = [s for s in reversed(counts) if s == counts[0]
+                                                        or s < prefetched[taken]] if prefetched[taken] else counts[:1]
             span = span_candidate(order, taken) if taken >= last else None  # once every prefetch move is taken
-            options = [Step(taken, s) for s in reversed(here)]  # the most slots, the highest peak, first
+            options = [Step(taken, s) for s in here]  # the most slots, the highest peak, first
             if span is not None:
                 self._span_bytes[taken] = sum(m.nbytes for m in order.moves[:taken] if m.position == span and m.unique)
-                options = sorted(options + [Step(taken, s, span) for s in reversed(here)],
+                options = sorted(options + [Step(taken, s, span) for s in here],
                                  key=lambda st: -self._upper_of(st))  # by peak (a spanning step's is exact)
             steps += options
         if uva is not None and uva.moves:
             steps.append(Step(len(uva.moves), counts[0], all_uva=True))
         self.steps = steps
+        self._plain = {s: [st for st in steps if st.slots == s and st.span is None and not st.all_uva] for s in counts}
+        self._least_lower = {s: [-lower for lower in accumulate((self._lower_of(st) for st in plain), min)]
+                             for s, plain in self._plain.items()}
         self._uva_floor = self.cost.lower_ms(placement(uva, len(uva.moves))) if uva is not None and uva.moves else None
         self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned, upper=self._upper_of, lower=self._lower_of)
         self.speed = Speed(step_ms=self.step_ms, floor=self.floor, moves=lambda st: (st.all_uva, st.taken))
@@ -87,7 +104,7 @@ class AutoPath:
 
     def pinned(self, st: Step) -> int:
         if st.all_uva:
-            return sum(m.nbytes for m in self.uva.moves)  # type: ignore[union-attr]
+            return self._uva_pinned
         return self._upper[st.slots][st.taken][1]
 
     def peak(self, st: Step) -> tuple[int, int]:
@@ -97,9 +114,17 @@ class AutoPath:
                 self._exact[st] = 0
             elif st.span is None and self._lower[st.slots][st.taken] == self._upper[st.slots][st.taken][0]:
                 self._exact[st] = self._upper[st.slots][st.taken][0] - (self.total - pinned)  # the bounds meet
+            elif st.span is not None:
+                # past the last prefetch move only UVA moves follow: the pool differs only by the spanning layer's
+                # params, which its bytes moved tell apart
+                key = (st.slots, st.span, self._span_bytes[st.taken])
+                if key not in self._span_pools:
+                    sigs = dict(self._sigs[:st.taken])
+                    sigs[st.span] = self._signatures.of(self.layers[st.span], self._span_split(st)[1])
+                    self._span_pools[key] = exact_pool_of(sigs, st.slots, (st.span,))
+                self._exact[st] = self._span_pools[key]
             else:
-                self._exact[st] = exact_pool(self.layers, self.placed(st), st.slots,
-                                             () if st.span is None else (st.span,))
+                self._exact[st] = exact_pool_of(dict(self._sigs[:st.taken]), st.slots)
         return self.total - pinned + self._exact[st], pinned
 
     def _upper_of(self, st: Step) -> int:
@@ -118,10 +143,39 @@ class AutoPath:
         return resident + max(lower - resident, self._span_bytes[st.taken])
 
     def step_ms(self, st: Step) -> float:
-        if st not in self._ms:
+        found = self.step_ms_under(st, math.inf)
+        assert found is not None
+        return found
+
+    def step_ms_under(self, st: Step, cutoff: float) -> float | None:
+        """``step_ms(st)``, or None when it is sure to be no less than ``cutoff`` (found without simulating it)."""
+        found = self._ms.get(st)
+        if found is None:
             span = () if st.span is None else (st.span,)
-            self._ms[st] = self.cost.step_ms(self.placed(st), st.slots, span)
-        return self._ms[st]
+            placed = self._split_placed(st)
+            works = dict((self._uva_works if st.all_uva else self._works)[:st.taken])
+            if st.span is not None:
+                works[st.span] = self.cost.layer_works(st.span, placed[st.span])
+            prefetched = sorted(p for p, (_, copied) in placed.items() if copied)
+            found = self.cost.placed_step_ms(works, prefetched, st.slots, span, cutoff)
+            if found is not None:
+                self._ms[st] = found
+        return found
+
+    def _split_placed(self, st: Step) -> dict[int, tuple[frozenset, frozenset]]:
+        """``placed(st)``, each layer's placement as (its params read through UVA, its params copied)."""
+        out = dict((self._uva_after if st.all_uva else self._after)[:st.taken])  # a layer's last move taken wins
+        if st.span is not None:
+            out[st.span] = self._span_split(st)
+        return out
+
+    def _span_split(self, st: Step) -> tuple[frozenset, frozenset]:
+        """The spanning layer's placement in ``st``: its unique moves prefetched (spanning the slots) instead of read
+        through UVA."""
+        moved = frozenset(p for m in self.order.moves[:st.taken] if m.position == st.span and m.unique
+                          for p in m.params)
+        uva, copied = next(split for p, split in reversed(self._after[:st.taken]) if p == st.span)
+        return uva - moved, copied | moved
 
     def floor(self, st: Step) -> float:
         """Under the predicted step of this step and of every later one: the order's moves up to here with the
@@ -144,7 +198,29 @@ class AutoPath:
             return False
         return self._upper_of(st) <= budget or self.peak(st)[0] <= budget
 
-    def first_with(self, slots: int, fits) -> Step | None:
-        """The first step without a spanning layer that uses ``slots`` and satisfies ``fits``."""
-        return next((st for st in self.steps if st.slots == slots and st.span is None and not st.all_uva
-                     and fits(st)), None)
+    def first_with(self, slots: int, budget: int, cpu_budget: int | None) -> Step | None:
+        """The first step without a spanning layer that uses ``slots`` and fits ``budget`` and ``cpu_budget``
+        (the steps before the first whose peak's lower bound is within ``budget`` are passed over at once)."""
+        plain, least = self._plain[slots], self._least_lower[slots]
+        start = bisect_left(least, -budget)  # least: minus the lowest lower bound up to each step, nondecreasing
+        return next((st for st in plain[start:] if (cpu_budget is None or self.pinned(st) <= cpu_budget)
+                     and self.fits(st, budget)), None)
+
+
+def _split_after(order: Order) -> list[tuple[int, tuple[frozenset, frozenset]]]:
+    """Per move of ``order``: its layer's position and that layer's placement once the moves up to it are taken,
+    as (params read through UVA, params copied)."""
+    none: tuple[frozenset, frozenset] = (frozenset(), frozenset())
+    current: dict[int, tuple[frozenset, frozenset]] = {}
+    made: dict[tuple, tuple[frozenset, frozenset]] = {}  # (placement before, params, backend) -> after
+    out = []
+    for m in order.moves:
+        key = (current.get(m.position, none), m.params, m.backend)
+        after = made.get(key)
+        if after is None:
+            (uva, copied), moved = key[0], frozenset(m.params)
+            after = made[key] = (uva | moved if m.backend == "uva" else uva - moved,
+                                 copied | moved if m.backend == "prefetch" else copied - moved)
+        current[m.position] = after
+        out.append((m.position, after))
+    return out

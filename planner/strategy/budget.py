@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from planner.errors import InfeasibleError
-from planner.kinds import param_kind
+from planner.kinds import name_key, param_kind
 from planner.strategy.choice import Choice
 from planner.cost.placement import PlacementCost
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, choose, first_fit
@@ -75,23 +75,29 @@ class Ladder:
         moves: list[Move] = []
         sigs: list[Signature | None] = []
         interned: dict[Signature, Signature] = {}
+        made: dict[tuple, list[tuple[str, tuple[str, ...], int, Signature | None]]] = {}  # per layer like it
         ends = [0]
         for rank, tier in enumerate(self.tiers):
             for j in tier.priority:
                 position, params = tier.members[j], tier.params[j]
                 name = layers[position].name
-                parts: dict[str, list[Tensor]] = {}
-                for t in params:
-                    backend = forced.get(param_kind(name, t.name, t.kind), base) if forced else base
-                    parts.setdefault(backend, []).append(t)
-                for backend in ("uva", "prefetch"):
-                    group = parts.get(backend)
-                    if not group:
-                        continue
-                    moves.append(Move(position, tuple(t.name for t in group), sum(t.nbytes for t in group), backend,
-                                      kinds=tier.kinds, tier=rank))
-                    sig = signature(group) if backend == "prefetch" else None
-                    sigs.append(None if sig is None else interned.setdefault(sig, sig))
+                key = (name_key(name), tuple(map(id, params)))
+                groups = made.get(key)
+                if groups is None:
+                    parts: dict[str, list[Tensor]] = {}
+                    for t in params:
+                        backend = forced.get(param_kind(name, t.name, t.kind), base) if forced else base
+                        parts.setdefault(backend, []).append(t)
+                    groups = made[key] = []
+                    for backend in ("uva", "prefetch"):
+                        group = parts.get(backend)
+                        if group:
+                            sig = signature(group) if backend == "prefetch" else None
+                            groups.append((backend, tuple(t.name for t in group), sum(t.nbytes for t in group),
+                                           None if sig is None else interned.setdefault(sig, sig)))
+                for backend, names, nbytes, sig in groups:
+                    moves.append(Move(position, names, nbytes, backend, kinds=tier.kinds, tier=rank))
+                    sigs.append(sig)
                 ends.append(len(moves))
         return Order(tuple(moves), tuple(sigs), 0), ends
 

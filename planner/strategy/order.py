@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from schemas.buffer_pool import Signature
 from schemas.spec import Layer
 
 
-@dataclass(frozen=True)
-class Move:
+class Move(NamedTuple):  # a tuple: a search makes and hashes thousands
     position: int  # the layer's position in execution order
     params: tuple[str, ...]
     nbytes: int

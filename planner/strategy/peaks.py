@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from planner.assemble import layers_with_prefetch, pool_of
 from planner.strategy.order import Order
-from schemas.buffer_pool import pool_bytes
+from schemas.buffer_pool import Signature, build_pool, pool_bytes, signature
 from schemas.schedule import num_slots
 from schemas.spec import Layer
 
@@ -34,20 +34,28 @@ def peaks(order: Order, total_bytes: int, slots: int | None = None) -> list[tupl
     out = [(total_bytes, 0)]
     offloaded = pool = 0
     layers: set[int] = set()  # prefetched layers
-    held: dict[tuple, int] = {}  # pool key -> prefetched layers holding it
+    k = 0  # slots in use: the prefetched layers, at most ``most``
+    held: dict[tuple, int] = {}  # pool key -> prefetched layers holding it (past ``most`` the count no longer matters)
     size: dict[tuple, int] = {}  # pool key -> bytes of one buffer
+    full: set[int] = set()  # ids of signatures whose keys are each held by more layers than there are slots
     for move, sig in zip(order.moves, order.signatures):
         offloaded += move.nbytes
         if sig is not None:
-            before = min(len(layers), most)
-            layers.add(move.position)  # a layer's later moves (prefer tiers) add keys, not a layer
-            k = min(len(layers), most)
-            for key, nbytes in sig:
-                size[key] = nbytes
-                held[key] = held.get(key, 0) + 1
-            if k > before:  # the slot count itself grew: every key may use one more buffer
+            grew = False  # the slot count itself grew: every key may use one more buffer
+            if move.position not in layers:  # a layer's later moves (prefer tiers) add keys, not a layer
+                layers.add(move.position)
+                if k < most:
+                    k += 1
+                    grew = True
+            if id(sig) not in full:
+                for key, nbytes in sig:
+                    size[key] = nbytes
+                    held[key] = held.get(key, 0) + 1
+                if all(held[key] > most for key, _ in sig):  # each key has a buffer in every slot it may use:
+                    full.add(id(sig))  # another layer of this signature adds no buffer (nor need it be counted)
+            if grew:
                 pool = sum(size[key] * min(n, k) for key, n in held.items())
-            else:
+            elif id(sig) not in full:
                 pool += sum(nbytes for key, nbytes in sig if held[key] <= k)
         out.append((total_bytes - offloaded + pool, offloaded))
     return out
@@ -59,20 +67,19 @@ def lower_peaks(order: Order, total_bytes: int, slots: int) -> list[int]:
     offloaded = prefetched = 0
     layers: set[int] = set()
     smallest = 0  # bytes of the smallest prefetched layer when it was first prefetched (a layer only grows)
+    pool = 0  # the pool's bound, changed by prefetch moves only
     for move, sig in zip(order.moves, order.signatures):
         offloaded += move.nbytes
         if sig is not None:
             prefetched += move.nbytes
             if move.position not in layers:
                 layers.add(move.position)
-                smallest = move.nbytes if len(layers) == 1 else min(smallest, move.nbytes)
-        resident = total_bytes - offloaded
-        if not layers:
-            out.append(resident)
-            continue
-        k = num_slots(len(layers), slots)
-        per_slot = -(-len(layers) // k)  # the most layers one slot serves
-        out.append(resident + max(k * smallest, -(-prefetched // per_slot)))
+                if len(layers) == 1 or move.nbytes < smallest:
+                    smallest = move.nbytes
+            k = num_slots(len(layers), slots)
+            per_slot = -(-len(layers) // k)  # the most layers one slot serves
+            pool = max(k * smallest, -(-prefetched // per_slot))
+        out.append(total_bytes - offloaded + pool)
     return out
 
 
@@ -83,3 +90,29 @@ def exact_pool(layers: Sequence[Layer], placed: Mapping[int, Mapping[str, str]],
     where = {layers[position].name: params for position, params in placed.items()}
     _, entries = pool_of(layers_with_prefetch(layers, where), where, slots, {layers[p].name for p in span})
     return pool_bytes(entries)
+
+
+class Signatures:
+    """A layer's pool signature by (its params, the names it copies), one object per distinct signature (as
+    ``planner.assemble.signatures`` makes them), each made once."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[int, frozenset], Signature] = {}
+        self._interned: dict[Signature, Signature] = {}
+
+    def of(self, layer: Layer, copied: frozenset) -> Signature:
+        key = (id(layer.params), copied)
+        sig = self._made.get(key)
+        if sig is None:
+            sig = signature(t for t in layer.params if t.name in copied)
+            sig = self._made[key] = self._interned.setdefault(sig, sig)
+        return sig
+
+
+def exact_pool_of(signatures: Mapping[int, Signature], slots: int, span: Collection[int] = ()) -> int:
+    """``exact_pool`` of the layers at ``signatures`` (position -> the signature of its copied params; an empty one:
+    nothing copied), as ``planner.assemble.pool_of`` builds it."""
+    positions = sorted(p for p, sig in signatures.items() if sig)
+    spanning = [p in span for p in positions] if span else []
+    return pool_bytes(build_pool([signatures[p] for p in positions], num_slots(len(positions) - sum(spanning), slots),
+                                 spanning))
