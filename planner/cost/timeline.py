@@ -90,9 +90,11 @@ class Timeline:
         return busiest[0]
 
 
-def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = ONE_LINK) -> Timeline:
-    """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies``; ``share``:
-    of its own rate, what a copy and a UVA read each keep while both use the link (``planner.cost.link``)."""
+def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, bool]],
+             share: float = ONE_LINK) -> Timeline:
+    """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies`` (each a Copy, or a
+    plain tuple of its fields: a search makes them by the thousand); ``share``: of its own rate, what a copy and a
+    UVA read each keep while both use the link (``planner.cost.link``)."""
     n = len(work)
     # the copies in the order they are issued: by trigger, and a trigger's in the order they are used (the runtime
     # issues them so), each as one number: trigger * 2n + the layer it fills (plus n for the next forward's)
@@ -103,7 +105,7 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
     j = 0  # the next copy to issue: issue[j]
     limit = width  # the copies issued before layer x are those below (x + 1) * width
     # layers that wait for a copy this forward issues (a copy issued in the previous forward is there already)
-    waits = {layer for layer, previous in {c.layer: c.previous_forward for c in copies}.items() if not previous}
+    waits = {layer for layer, previous in {layer: previous for layer, _, previous in copies}.items() if not previous}
     done: set[int] = set()  # layers whose copy this forward issues for this forward
     queued: dict[int, int] = {}  # layer -> its copy's place in the link's queue (its times: link.starts, link.ends)
     stalls: dict[int, float] = {}
