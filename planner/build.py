@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from schemas.errors import InputError
 from schemas.hardware import HardwareProfile, load_hardware
+from schemas.io import gc_paused
 from schemas.plan import Plan
 from schemas.plan_memory import PlanMemory
 from schemas.routing import RoutingRef, RoutingStats, spec_problems
@@ -188,6 +189,7 @@ def _words(m: _Model, c: Choice) -> tuple[str, list[str]]:
                                             prefer=off.prefer, names=m.names)
 
 
+@gc_paused()  # a plan's objects live until it is done: a collection walks them and frees next to nothing
 def plan(
     spec: SpecFile,
     *,

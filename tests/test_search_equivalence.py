@@ -237,3 +237,33 @@ def test_the_budget_floor_is_under_every_later_step(case, backend, tokens, mode,
     steps = [path.step_ms(count, cost) for count in range(_ladder(m).steps + 1)]
     for count in range(len(steps)):
         assert path.floor(count, cost) <= min(steps[count:]) * (1 + 1e-9)
+
+
+
+def test_planning_pauses_the_collector_and_restores_it(monkeypatch):
+    """planner.plan runs with the cycle collector off and leaves it as it found it, also when it fails."""
+    import gc
+
+    import planner.build
+
+    seen = []
+    plan_for = planner.build._plan_for
+
+    def watched(*args):
+        seen.append(gc.isenabled())
+        return plan_for(*args)
+
+    monkeypatch.setattr(planner.build, "_plan_for", watched)
+    spec = make_spec([{"w": [64, 64]}] * 3)
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            for budget in (10**9, 1):  # a plan, then InfeasibleError
+                try:
+                    planner.plan(spec, gpu_budget=budget)
+                except InfeasibleError:
+                    assert budget == 1
+                assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    assert seen == [False] * 4

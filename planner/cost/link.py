@@ -36,20 +36,37 @@ def link_share(hw: HardwareProfile) -> float:
 
 
 class Link:
-    """The copy stream's queue on the host link. ``copy`` queues a copy; ``read`` lets UVA reads of the
-    compute stream share the link with the copies in flight, delaying both."""
+    """The copy stream's queue on the host link. ``queue`` (or ``copy``) queues a copy; ``read`` lets UVA reads of
+    the compute stream share the link with the copies in flight, delaying both.
+
+    The copies are kept as numbers, by their place in the queue: ``starts[k]`` and ``ends[k]`` are the k-th
+    copy's times, moved by the reads that overlap it."""
 
     def __init__(self, share: float = ONE_LINK) -> None:
         self.share = share
         self.free = 0.0  # when the copy stream has done every copy queued so far
-        self._open: list = []  # LayerTime records of copies that may still be in flight
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        # the queue places of copies that may still be in flight: ``_open`` and every place from ``_unread`` on (the
+        # copies queued since the last read)
+        self._open: list[int] = []
+        self._unread = 0
+        self._records: list = []  # (queue place, LayerTime) of the copies queued with ``copy``
 
-    def copy(self, issued: float, ms: float, record) -> None:
-        """Queue a copy of ``ms`` issued at ``issued``; ``record`` (a LayerTime) gets its start and end."""
+    def queue(self, issued: float, ms: float) -> int:
+        """Queue a copy of ``ms`` issued at ``issued``: its place in the queue."""
         start = issued if issued > self.free else self.free
         self.free = start + ms
-        record.copy_start, record.copy_end = start, self.free
-        self._open.append(record)
+        self.starts.append(start)
+        self.ends.append(self.free)
+        return len(self.ends) - 1
+
+    def copy(self, issued: float, ms: float, record) -> None:
+        """Queue a copy of ``ms`` issued at ``issued``; ``record`` (a LayerTime) gets its start and end, and keeps
+        them as reads move them."""
+        k = self.queue(issued, ms)
+        record.copy_start, record.copy_end = self.starts[k], self.ends[k]
+        self._records.append((k, record))
 
     def read(self, at: float, ms: float) -> float:
         """UVA reads needing ``ms`` of the link alone, from ``at``: the delay they take, the same delay the
@@ -65,8 +82,13 @@ class Link:
                 return t
             return at + (t - at) / self.share if t - at <= both else t + delay
 
-        self._open = [r for r in self._open if r.copy_end > at]
-        for r in self._open:
-            r.copy_start, r.copy_end = moved(r.copy_start), moved(r.copy_end)
+        starts, ends = self.starts, self.ends
+        self._open = [k for k in self._open if ends[k] > at]
+        self._open += [k for k in range(self._unread, len(ends)) if ends[k] > at]
+        self._unread = len(ends)
+        for k in self._open:
+            starts[k], ends[k] = moved(starts[k]), moved(ends[k])
+        for k, record in self._records:
+            record.copy_start, record.copy_end = starts[k], ends[k]
         self.free = moved(self.free)
         return delay

@@ -54,12 +54,13 @@ class Timeline:
     cpu_ms: float
     work: Sequence[LayerWork] = field(default=(), repr=False)  # the layers' work simulated
     shared_ms: float = 0.0  # what UVA reads lost on the compute stream to the copies sharing the link
-    # per layer, as simulated: start and end on the compute stream; the stalls (layer -> ms) and the copy
-    # records (layer -> a LayerTime with copy_start, copy_end) where there are any; ``layers`` joins them
+    # per layer, as simulated: start and end on the compute stream; the stalls (layer -> ms) and the copies
+    # (layer -> its copy's place in the link's queue, ``link``) where there are any; ``layers`` joins them
     starts: list[float] = field(default_factory=list, repr=False)
     ends: list[float] = field(default_factory=list, repr=False)
     stalls: dict[int, float] = field(default_factory=dict, repr=False)
-    copied: dict[int, LayerTime] = field(default_factory=dict, repr=False)
+    queued: dict[int, int] = field(default_factory=dict, repr=False)
+    link: Link = field(default_factory=Link, repr=False)
 
     @cached_property
     def compute_ms(self) -> float:
@@ -75,8 +76,10 @@ class Timeline:
         """Each layer's times (made when asked for: a search reads only the step)."""
         out = []
         for x, (start, end) in enumerate(zip(self.starts, self.ends)):
-            record = self.copied.get(x) or LayerTime()
-            record.start, record.end, record.stall = start, end, self.stalls.get(x, 0.0)
+            record = LayerTime(start, end, self.stalls.get(x, 0.0))
+            k = self.queued.get(x)
+            if k is not None:
+                record.copy_start, record.copy_end = self.link.starts[k], self.link.ends[k]
             out.append(record)
         return out
 
@@ -87,9 +90,11 @@ class Timeline:
         return busiest[0]
 
 
-def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = ONE_LINK) -> Timeline:
-    """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies``; ``share``:
-    of its own rate, what a copy and a UVA read each keep while both use the link (``planner.cost.link``)."""
+def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, bool]],
+             share: float = ONE_LINK) -> Timeline:
+    """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies`` (each a Copy, or a
+    plain tuple of its fields: a search makes them by the thousand); ``share``: of its own rate, what a copy and a
+    UVA read each keep while both use the link (``planner.cost.link``)."""
     n = len(work)
     # the copies in the order they are issued: by trigger, and a trigger's in the order they are used (the runtime
     # issues them so), each as one number: trigger * 2n + the layer it fills (plus n for the next forward's)
@@ -97,30 +102,33 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
     issue = sorted(trigger * width + (layer + n if previous_forward else layer)
                    for layer, trigger, previous_forward in copies if 0 <= trigger < n)
     issue.append(n * width)  # past the last trigger
-    j = 0  # the next copy to issue
+    j = 0  # the next copy to issue: issue[j]
+    limit = width  # the copies issued before layer x are those below (x + 1) * width
     # layers that wait for a copy this forward issues (a copy issued in the previous forward is there already)
-    waits = {layer for layer, previous in {c.layer: c.previous_forward for c in copies}.items() if not previous}
+    waits = {layer for layer, previous in {layer: previous for layer, _, previous in copies}.items() if not previous}
     done: set[int] = set()  # layers whose copy this forward issues for this forward
-    copied = {c.layer: LayerTime() for c in copies}  # layer -> the record of its copy (start, end)
+    queued: dict[int, int] = {}  # layer -> its copy's place in the link's queue (its times: link.starts, link.ends)
     stalls: dict[int, float] = {}
     starts, ends = [0.0] * n, [0.0] * n
     link = Link(share)
+    copy_ends = link.ends  # moved in place by the link's reads
     cpu = gpu = host = 0.0
     stall_total = shared_total = 0.0
     # the hot loop: max(a, b) is written ``b if b > a else a`` (the same value, without a call)
     for x, wx in enumerate(work):
         here = cpu if cpu > gpu else gpu  # the event recorded on the compute stream just before layer x
-        while issue[j] < (x + 1) * width:  # the copies triggered before layer x
-            used = issue[j] - x * width
+        while issue[j] < limit:  # the copies triggered before layer x
+            used = issue[j] - limit + width
             if used < n:
-                link.copy(here, work[used].copy_ms, copied[used])
+                queued[used] = link.queue(here, work[used].copy_ms)
                 done.add(used)
             else:
-                link.copy(here, work[used - n].copy_ms, copied[used - n])
+                queued[used - n] = link.queue(here, work[used - n].copy_ms)
             j += 1
+        limit += width
         start = here
         if x in waits:
-            ready = copied[x].copy_end if x in done else 0.0  # the schedule issues every copy before its layer runs
+            ready = copy_ends[queued[x]] if x in done else 0.0  # the schedule issues every copy before its layer runs
             if ready > start:
                 stalls[x] = ready - start
                 stall_total += ready - start
@@ -133,7 +141,7 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
             gpu = max(reach + wx.joined_ms, host)
         elif wx.synced_gpu_ms is None:
             cpu += wx.cpu_ms
-            shared = link.read(start, wx.uva_link_ms) if wx.uva_link_ms else 0.0
+            shared = link.read(start, wx.uva_link_ms) if wx.uva_link_ms and link.free > start else 0.0
             gpu = start + wx.gpu_ms + shared
             if cpu > gpu:
                 gpu = cpu
@@ -149,5 +157,5 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy], share: float = O
         starts[x], ends[x] = start, gpu
     step = max(gpu, link.free, cpu)
     return Timeline(step_ms=step, stall_ms=stall_total, cpu_ms=cpu, work=work, shared_ms=shared_total, starts=starts,
-                    ends=ends, stalls=stalls, copied=copied)
+                    ends=ends, stalls=stalls, queued=queued, link=link)
 
