@@ -6,10 +6,13 @@ place the kinds given ``cpu`` (``offload.backends: {routed_experts: cpu}``) as i
 (``link_view``), and ``to_host`` then turns each layer's UVA params of those kinds into an ``ExpertSplit``
 (schemas/plan_experts.py) that shares the experts between the host and the link: the host and GPU kernels
 reading host memory through UVA run at once, so the host takes as many experts (the least used first) as gives
-the layer its least predicted time over the plan's workload (``balanced``), the link the others. The split takes every per-expert param of the
+the layer its least predicted time over the plan's workload (``balanced``, planner/cost/host_split.py: the search
+prices the layer with the same split), the link the others. The split takes every per-expert param of the
 layer's experts module (the runtime replaces that module's forward), so a layer where only some of them
 were chosen is refused. ``cpu_max_tokens`` is where the cost model (planner/cost/host_experts.py) finds UVA
-faster than the host: a prefill then reads those experts through UVA.
+faster than the host: a prefill then reads those experts through UVA. Strategy auto's own trial of the host
+(``host_to_try``) is optional: only layers whose experts module it reads through UVA whole, and only where the
+split gives the host experts by ``HOST_MARGIN``.
 
 With measured routing (``planner plan --routing FILE``, schemas/routing.py), ``keep_hot`` redistributes the
 GPU memory the routed experts had: every MoE layer's experts are split, the ones not kept go to UVA (or to
