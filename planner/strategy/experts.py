@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from planner.assemble import Assignment
 from planner.cost.host_split import HOST_MARGIN, balanced, per_expert, whole_split
 from planner.errors import PlanningError
-from planner.kinds import param_kind
+from planner.kinds import name_key, param_kind
 from planner.layers import eligible_params
 from planner.words.experts_notes import host_limits, hot_note
 from schemas.hardware import HardwareProfile
@@ -59,19 +59,22 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
     by_name = {layer.name: layer for layer in layers}
     where = {name: dict(params) for name, params in assignment.where.items()}
     experts = dict(assignment.experts)
+    splits: dict[tuple, ExpertSplit | None] = {}  # layers alike with the same params chosen: one split, made once
     for name, params in assignment.where.items():
         layer = by_name[name]
         chosen = [p for p, b in params.items() if b == "uva" and
                   param_kind(name, p, next(t.kind for t in layer.params if t.name == p)) in kinds]
         if not chosen:
             continue
-        if optional:
-            whole = whole_split(layer, chosen, kinds)
-            split = None if whole is None else balanced(layer, whole, hw, workload, margin=HOST_MARGIN)
-            if split is None or not split.cpu:
-                continue
-        else:
-            split = balanced(layer, _host_split(layer, chosen), hw, workload)
+        whole = whole_split(layer, chosen, kinds) if optional else _host_split(layer, chosen)  # the latter refuses
+        key = (name_key(name), layer.params, (layer.moe.experts, layer.moe.top_k) if layer.moe else None,
+               frozenset(chosen))
+        if key not in splits:
+            splits[key] = None if whole is None else balanced(layer, whole, hw, workload,
+                                                              margin=HOST_MARGIN if optional else 0.0)
+        split = splits[key]
+        if split is None or (optional and not split.cpu):
+            continue
         for p in split.params:
             where[name].pop(p, None)
         experts[name] = split
