@@ -170,8 +170,7 @@ def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
     """A cheap stand-in for the step ``choose`` takes at ``budget``: the fastest of the first steps that fit with
     each slot count (and the all-UVA step, when it fits); infinite when none fits."""
     found = [path.first_with(slots, budget, cpu_budget) for slots in path.counts]
-    found += [st for st in path.steps[-1:] if st.all_uva and (cpu_budget is None or path.pinned(st) <= cpu_budget)
-              and path.fits(st, budget)]
+    found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, cpu_budget)]
     best = float("inf")
     for st in found:
         ms = None if st is None else path.step_ms_under(st, best)  # None: no faster than the best so far

@@ -203,8 +203,11 @@ class AutoPath:
         (the steps before the first whose peak's lower bound is within ``budget`` are passed over at once)."""
         plain, least = self._plain[slots], self._least_lower[slots]
         start = bisect_left(least, -budget)  # least: minus the lowest lower bound up to each step, nondecreasing
-        return next((st for st in plain[start:] if (cpu_budget is None or self.pinned(st) <= cpu_budget)
-                     and self.fits(st, budget)), None)
+        return next((st for st in plain[start:] if self.within(st, budget, cpu_budget)), None)
+
+    def within(self, st: Step, budget: int, cpu_budget: int | None) -> bool:
+        """Does ``st`` pin at most ``cpu_budget`` (None: any) and peak within ``budget``?"""
+        return (cpu_budget is None or self.pinned(st) <= cpu_budget) and self.fits(st, budget)
 
 
 def _split_after(order: Order) -> list[tuple[int, tuple[frozenset, frozenset]]]:
