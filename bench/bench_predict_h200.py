@@ -1,6 +1,7 @@
 """Predicted against measured step time on one H200, at least 40 plans in one run (issue 19).
 
     PYTHONPATH=. python bench/bench_predict_h200.py 2>&1 | tee $OUT/predict-h200.log      # the H200 run, < 5 min
+    PYTHONPATH=. python bench/bench_predict_h200.py --graph --only llama --time-budget 400  # eager and graph replay
     python bench/bench_predict_h200.py --dry-run --device cpu --out /tmp/predict          # tiny models on the CPU
 
 One process. First ``planner calibrate``'s measurements on this GPU (a pinned copy alone, a UVA read alone and
@@ -29,7 +30,12 @@ bytes at the read rate; the plan's file under ``plans/``, which bench/replay_pre
 plans at decode one ``timeline`` row (one more forward with the runtime's copy statistics: each copy's and
 each stall's start and end from the forward's start, late copies, the host time, and per decoder block when
 the host issued it and when the GPU could start it; beside the predicted copy windows), skipped plans, and two
-summaries (how many within 10%, by each prediction). ``--time-budget``
+summaries (how many within 10%, by each prediction). For the MoE each row also carries the prediction with the
+routing measured on the very inputs timed (``predicted_routed_ms``: ``runtime.record_routing`` before the first
+plan, as ``planner trace`` then ``--routing`` would give it; random-weight routers are far from uniform). With
+``--graph`` every plan and workload is also captured as a CUDA graph (after two warm-ups on a side stream) and
+its replay timed, predicted in mode graph (no CPU issue time); a plan whose host computes experts cannot be
+captured (a ``graph_refused`` row, not tried). Summaries are per mode. ``--time-budget``
 (default 260 s from the start) skips what would start later, each model getting its share of what is
 left, so the whole run ends within 5 minutes.
 """
@@ -49,14 +55,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
-from planner.cost.layer import layers_work  # noqa: E402
+from planner.cost.layer import layers_work, touched_by  # noqa: E402
 from planner.cost.predict import predict, timeline  # noqa: E402
 from planner.errors import InfeasibleError, PlannerError  # noqa: E402
+from runtime.routing import record_routing  # noqa: E402
 from schemas import dump_model  # noqa: E402
 from schemas.hardware import HardwareProfile, load_hardware  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
@@ -167,6 +176,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--only", choices=sorted(MODELS))
     ap.add_argument("--limit", type=int, help="the first N plans of each model only")
     ap.add_argument("--time-budget", type=float, default=260.0, help="seconds from the start; later plans are skipped")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time every plan and workload as a CUDA graph replay, predicted in mode graph")
     return ap.parse_args(argv)
 
 
@@ -338,6 +349,31 @@ def windows(forward, start) -> dict:
             "stalls": [[name, at(a), at(b)] for name, a, b in forward.stalls]}
 
 
+def in_mode(workload: Workload, mode: str) -> Workload:
+    """``workload`` with every item run in ``mode`` (eager, or graph: CUDA graph replay)."""
+    return Workload({name: item.model_copy(update={"mode": mode}) for name, item in workload.items()})
+
+
+def measured_routing(model, config, workload: Workload, device: torch.device) -> dict[str, dict[str, list[float]]]:
+    """For an MoE model, per workload: each layer's experts' chance of being picked by a token, recorded on the
+    very inputs the workload is timed with (``runtime.record_routing``); empty for a dense model. Random-weight
+    routers do not route uniformly: a 2,048-token prompt reached about 38 of 128 experts a layer (2026-12-02)."""
+    if not getattr(config, "num_experts", None):
+        return {}
+    routing = {}
+    for name, item in workload.items():
+        ids = inputs(name, item.tokens, config.vocab_size, device)
+        with record_routing(model) as recorder, torch.inference_mode():
+            model(ids, use_cache=False)
+            routing[name] = recorder.stats("bench").shares()
+    return routing
+
+
+def touched_mean(shares: dict[str, list[float]], tokens: int) -> float:
+    """The experts a layer is expected to touch at ``tokens`` under ``shares``, averaged over the layers."""
+    return round(statistics.mean(touched_by(q, tokens)[0] for q in shares.values()), 2)
+
+
 def make_plan(case: Case, spec, total: int, hw: HardwareProfile, workload: Workload):
     """The case's plan and a note when its budget had to be raised to the smallest feasible."""
     if case.vllm is not None:
@@ -386,6 +422,12 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
     out.row(model=kind, **cpu_row)
     print(f"{kind:5} CPU per block: {cpu_row['model_us']:.1f} us on the model, {cpu_row['calibrate_us']:.1f} us "
           f"from calibrate; {cpu_row['outside_blocks_us']:.1f} us a decode step outside the blocks", flush=True)
+    routing = measured_routing(model, config, workload, device)
+    if routing:
+        out.row(type="routing", model=kind, touched={name: touched_mean(shares, dict(workload.items())[name].tokens)
+                                                     for name, shares in routing.items()})
+    modes = ["eager"] + (["graph"] if args.graph and device.type == "cuda" else [])
+    names = [name for name, _ in workload.items()]
     plans = folder / "plans"
     plans.mkdir(exist_ok=True)
     rows = []
@@ -401,11 +443,24 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
             predicted = {p.workload: p for p in plan.predictions.workloads}
             on_model = {p.workload: p for p in predict(plan, model_hw, workload).workloads}
             with runtime.apply(plan, model, device=str(device)) as handle:
-                for name, item in workload.items():
+                for (name, item), mode in ((w, mode) for w in workload.items() for mode in modes):
                     ids = inputs(name, item.tokens, config.vocab_size, device)
-                    ms = step_ms(lambda: model(ids, use_cache=False), device)
-                    p, q = predicted[name], on_model[name]
+                    if mode == "graph":
+                        if any(layer.experts is not None and layer.experts.cpu for layer in plan.layers):
+                            out.row(type="graph_refused", model=kind, plan=case.label, workload=name,
+                                    why="the host computes experts: no capture (runtime/cpu_experts.py)")
+                            continue
+                        run = graph_step(model, ids)
+                        p = q = predict(plan, hw, in_mode(workload, mode)).workloads[names.index(name)]
+                    else:
+                        run = lambda: model(ids, use_cache=False)  # noqa: E731
+                        p, q = predicted[name], on_model[name]
+                    ms = step_ms(run, device)
+                    del run
+                    routed = (predict(plan, hw, in_mode(workload, mode), routing[name])
+                              .workloads[names.index(name)].step_ms if name in routing else None)
                     row = {"type": "row", "model": kind, "plan": case.label, "note": note, "plan_file": plan_file,
+                           "mode": mode,
                            "backend": plan.summary.backend, "strategy": plan.summary.strategy,
                            "gpu_budget": plan.summary.gpu_budget_bytes, "peak_gpu_bytes": plan.summary.peak_gpu_bytes,
                            "offloaded_bytes": plan.summary.offloaded_bytes,
@@ -414,11 +469,15 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                            "measured_ms": round(ms, 6), "ratio": round(p.step_ms / ms, 4), "bound": p.bound,
                            "predicted_model_cpu_ms": q.step_ms, "ratio_model_cpu": round(q.step_ms / ms, 4),
                            "link_bound_ms": round(link_bound_ms(plan, item.tokens, hw), 3)}
+                    if routed is not None:  # predicted with the routing measured on these inputs
+                        row.update(predicted_routed_ms=routed, ratio_routed=round(routed / ms, 4))
                     out.row(**row)
                     rows.append(row)
-                    print(f"{kind:5} {case.label:52} {name:8} predicted {p.step_ms:9.2f} ms  measured {ms:9.2f} ms  "
-                          f"x{p.step_ms / ms:5.3f}  ({p.bound}; CPU from the model x{q.step_ms / ms:5.3f})", flush=True)
-                    if item.tokens <= 32:  # where the copies and the CPU's issue overlap: the timeline as it ran
+                    print(f"{kind:5} {case.label:52} {name:8} {mode:5} predicted {p.step_ms:9.2f} ms  measured "
+                          f"{ms:9.2f} ms  x{p.step_ms / ms:5.3f}  ({p.bound}; CPU from the model x{q.step_ms / ms:5.3f}"
+                          + (f"; measured routing x{routed / ms:5.3f}" if routed is not None else "") + ")",
+                          flush=True)
+                    if item.tokens <= 32 and mode == "eager":  # where the copies and the CPU's issue overlap: the timeline as it ran
                         try:
                             seen = copy_timeline(handle, lambda: model(ids, use_cache=False), blocks_of(model), device)
                         except Exception as err:  # noqa: BLE001 - a diagnostic never costs the measurements
@@ -484,11 +543,16 @@ def main(argv: list[str] | None = None) -> int:
             deadline = time.perf_counter() + left / (len(kinds) - i)  # each model its share of what is left
             cases = [c for c in PLANS if c.model == kind][:args.limit]
             rows += run_model(kind, cases, args, device, hw, workload, out, deadline, folder)
-        for key in ("ratio", "ratio_model_cpu"):
-            result = summary(rows, key)
-            result["seconds"] = round(time.perf_counter() - start, 1)
-            out.row(**result)
-            print(json.dumps(result), flush=True)
+        for mode in ("eager", "graph"):
+            chosen = [r for r in rows if r["mode"] == mode]
+            for key in ("ratio", "ratio_model_cpu", "ratio_routed"):
+                if not chosen or (key == "ratio_model_cpu" and mode == "graph"):
+                    continue
+                with_key = [{**r, key: r.get(key, r["ratio"])} for r in chosen]  # a dense model: no routing
+                result = {**summary(with_key, key), "mode": mode}
+                result["seconds"] = round(time.perf_counter() - start, 1)
+                out.row(**result)
+                print(json.dumps(result), flush=True)
     finally:
         out.close()
     return 0

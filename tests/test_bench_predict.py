@@ -58,7 +58,14 @@ def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path):
     assert all(r["measured_ms"] > 0 and r["ratio"] == pytest.approx(r["predicted_ms"] / r["measured_ms"], abs=1e-4)
                for r in rows)
     assert lines[-1]["plans"] == 2 and lines[-1]["pairs"] == 6
-    assert [s["ratio"] for s in lines if s["type"] == "summary"] == ["ratio", "ratio_model_cpu"]
+    assert [(s["ratio"], s["mode"]) for s in lines if s["type"] == "summary"] == [
+        ("ratio", "eager"), ("ratio_model_cpu", "eager"), ("ratio_routed", "eager")]
+    assert all(r["mode"] == "eager" for r in rows)  # graph replay only on CUDA, when asked
+    routed = [r for r in rows if r["model"] == "moe"]  # the MoE's rows are predicted with its measured routing too
+    assert routed and all("predicted_routed_ms" in r for r in routed)
+    assert not any("predicted_routed_ms" in r for r in rows if r["model"] == "llama")
+    touched = next(line for line in lines if line["type"] == "routing")
+    assert touched["model"] == "moe" and set(touched["touched"]) == {"decode", "decode32", "prefill"}
     cpu = {c["model"]: c for c in lines if c["type"] == "cpu"}
     assert {m: (c["figure"], c["blocks"]) for m, c in cpu.items()} == {"llama": ("block_cpu_us", 8),
                                                                        "moe": ("moe_block_cpu_us", 6)}

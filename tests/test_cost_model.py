@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner.cost.layer import LayerWork, layer_work, touched_experts
+from planner.cost.layer import LayerWork, layer_work, layers_work, touched_by, touched_experts
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import load_hardware
 from schemas.hardware_profile import HardwareProfile, UvaPoint
@@ -164,6 +164,31 @@ def test_moe_uva_reads_the_touched_experts(tokens):
         assert hit == pytest.approx(experts, rel=1e-6)  # 512 tokens touch every expert
     prefetched = layer_work(layer, tokens, HW)
     assert prefetched.copy_bytes == 2 * experts * 100 * 100  # a copy moves every expert
+
+
+@pytest.mark.parametrize("tokens", [1, 32, 2048])
+def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
+    """With measured routing a whole (unsplit) experts layer reads only the experts the routing reaches: here
+    every token picks among 8 of 64, so 2,048 tokens still touch 8 (uniform routing: all 64); uniform shares
+    give the uniform figure exactly."""
+    experts, top_k = 64, 4
+    layer = _layer({"mlp.experts.gate_up_proj": [experts, 100, 100]}, offloaded=["mlp.experts.gate_up_proj"],
+                   moe=MoeSpec(experts=experts, top_k=top_k), uva=True)
+    hot = [0.5 if e < 8 else 0.0 for e in range(experts)]  # 8 experts, each picked by half the tokens
+    hit, rows = touched_by(hot, tokens)
+    assert hit == pytest.approx(8 * (1 - 0.5 ** tokens))
+    work = layer_work(layer, tokens, HW, shares=hot)
+    read = 2 * 100 * 100 * hit * HW.passes(rows / hit) / 0.5e9 * 1e3
+    assert work.gpu_ms == pytest.approx(max(2 * rows * 100 * 100 / 1e12 * 1e3, read))
+    assert work.cpu_ms == pytest.approx((HW.moe_block_cpu_us + HW.expert_cpu_us * hit) / 1e3)
+    uniform = [top_k / experts] * experts
+    assert layer_work(layer, tokens, HW, shares=uniform).gpu_ms == pytest.approx(layer_work(layer, tokens, HW).gpu_ms)
+    if tokens > 1:
+        assert work.gpu_ms < layer_work(layer, tokens, HW).gpu_ms
+    # predict threads the routing of each layer by name to whole layers too
+    plan_layers = [layer]
+    assert layers_work(plan_layers, tokens, HW, routing={layer.name: hot})[0] == work
+    assert layers_work(plan_layers, tokens, HW, routing={"other": hot})[0] == layer_work(layer, tokens, HW)
 
 
 def test_uva_passes_interpolate_in_tokens_and_extrapolate():

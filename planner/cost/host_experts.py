@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.cost.block import ONE, Sequences
-from planner.cost.layer import LayerWork, layer_work
+from planner.cost.layer import LayerWork, layer_work, touched_by
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
 from schemas.plan_experts import ExpertSplit
@@ -69,11 +69,6 @@ def chances(split: ExpertSplit, shape: ExpertShape, shares: Sequence[float] | No
             for place in ("gpu", "uva", "cpu")}
 
 
-def _touched(q: Sequence[float], tokens: int) -> tuple[float, float]:
-    """(experts expected to be touched, rows they see in all) at ``tokens`` tokens."""
-    return sum(1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q), tokens * sum(q)
-
-
 def _spread(q: Sequence[float], tokens: int) -> float:
     """The standard deviation of how many of the experts are touched (each touched on its own chance)."""
     return math.sqrt(sum(p * (1.0 - p) for p in (1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q)))
@@ -95,7 +90,7 @@ def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     """The spread of ``gpu_part_ms`` over routings: its touched experts' count's, at its rate per expert."""
     if not q:
         return 0.0
-    touched, rows = _touched(q, tokens)
+    touched, rows = touched_by(q, tokens)
     rate = hw.uva_gbps / hw.passes(rows / max(touched, 1e-9)) if uva else hw.gpu_mem_gbps
     return _spread(q, tokens) * shape.nbytes / rate / 1e6
 
@@ -104,7 +99,7 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     """A GPU part: its touched experts from GPU memory, or over the link (``uva``)."""
     if not q:
         return 0.0
-    touched, rows = _touched(q, tokens)
+    touched, rows = touched_by(q, tokens)
     flops = 2.0 * rows * shape.numel
     rate = hw.uva_gbps if uva else hw.gpu_mem_gbps
     passes = hw.passes(rows / max(touched, 1e-9)) if uva else 1.0
@@ -113,7 +108,7 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
 
 
 def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:
-    touched, rows = _touched(q, tokens)
+    touched, rows = touched_by(q, tokens)
     return hw.host_gbps(rows / max(touched, 1e-9)) * (hw.host_link_share if link_busy else 1.0)
 
 
@@ -122,7 +117,7 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
     the rows' trips over the link."""
     if not q:
         return 0.0
-    touched, rows = _touched(q, tokens)
+    touched, rows = touched_by(q, tokens)
     rate = _host_rate(q, tokens, hw, link_busy)
     read = touched * (hw.host_expert_us / 1e3 + shape.nbytes / rate / 1e6)
     compute = max(read, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
@@ -160,7 +155,7 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
 
 def _memory_bound(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> bool:
     """Whether the host reads its experts' bytes for longer than it computes on them at ``tokens``."""
-    touched, rows = _touched(q, tokens)
+    touched, rows = touched_by(q, tokens)
     return touched * shape.nbytes / hw.host_gbps(rows / max(touched, 1e-9)) / 1e6 >= \
         2.0 * rows * shape.numel / (hw.host_tflops * 1e9)
 

@@ -11,7 +11,9 @@ is copied into a slot by the prefetch stream) and a hardware profile:
 - a vector (norm weight, bias) or a quantization scale is read once;
 - routed experts: a layer with ``moe`` (E experts, top-k) touches on average
   ``E·(1 - (1 - k/E)^T)`` experts at T tokens (uniform routing), so that share of the bytes
-  is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert.
+  is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert. With
+  measured routing (expert ``e`` picked by a token with chance ``q_e``) ``Σ 1 - (1 - q_e)^T`` are
+  touched and ``T·Σ q_e`` rows computed.
   Read through UVA, a grouped expert matmul also pays a fixed ``uva_expert_call_ms``.
 
 In CUDA graph replay (a workload's ``mode: graph``) the CPU issues nothing per kernel and nothing is
@@ -28,6 +30,7 @@ norms and elementwise work) is added per block: planner/cost/block.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from functools import lru_cache
@@ -89,6 +92,19 @@ def touched_experts(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
+def touched_by(q: Sequence[float], tokens: float) -> tuple[float, float]:
+    """(experts expected to be touched, rows they see in all) at ``tokens`` tokens when expert ``e`` is picked by
+    a token with chance ``q[e]`` (measured routing)."""
+    return sum(1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q), tokens * sum(q)
+
+
+def reach(moe: tuple[int, int], tokens: float, shares: Sequence[float] | None = None) -> tuple[float, float]:
+    """(experts expected to be touched, rows they see in all): uniform routing, or the measured ``shares``."""
+    if shares is None:
+        return touched_experts(moe[0], moe[1], tokens), tokens * moe[1]
+    return touched_by(shares, tokens)
+
+
 @lru_cache(maxsize=1 << 14)
 def _is_head(layer_key: tuple[str, ...], rel: str) -> bool:
     """Whether a param (its layer's ``name_key`` and its relative name) lies below an LM head."""
@@ -111,9 +127,9 @@ def _numel(p: PlanParam) -> int:
 
 
 def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: str,
-              moe: tuple[int, int] | None) -> tuple[float, float]:
+              moe: tuple[int, int] | None, shares: Sequence[float] | None = None) -> tuple[float, float]:
     """Time of one param's kernel and the part of it the host link is busy (0 unless ``where`` is uva);
-    ``where``: gpu (resident or a prefetch slot) or uva."""
+    ``where``: gpu (resident or a prefetch slot) or uva; ``shares``: measured routing (else uniform)."""
     rate = hw.uva_gbps if where == "uva" else hw.gpu_mem_gbps
     link = where == "uva"
     if role == "lookup":
@@ -125,11 +141,11 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         return ms, ms if link else 0.0
     numel = _numel(p)
     if role == "routed" and moe is not None:
-        experts, top_k = moe
-        hit = touched_experts(experts, top_k, tokens)
-        flops = 2.0 * tokens * top_k * numel / experts
+        experts = moe[0]
+        hit, routed = reach(moe, tokens, shares)
+        flops = 2.0 * routed * numel / experts
         nbytes = p.bytes * hit / experts
-        rows = tokens * top_k / max(hit, 1e-9)  # tokens each touched expert sees
+        rows = routed / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
     passes = hw.passes(rows) if link else 1.0
@@ -151,10 +167,10 @@ class ParamTime:
 
 
 def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProfile,
-               moe: tuple[int, int] | None) -> ParamTime:
+               moe: tuple[int, int] | None, shares: Sequence[float] | None = None) -> ParamTime:
     role = _role(layer, rel, p)
-    uva, link = _param_ms(role, p, tokens, hw, "uva", moe)
-    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe)[0], uva, link)
+    uva, link = _param_ms(role, p, tokens, hw, "uva", moe, shares)
+    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe, shares)[0], uva, link)
 
 
 def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, block: float,
@@ -183,7 +199,7 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
 
 
 def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
-           hw: HardwareProfile) -> tuple[float, float]:
+           hw: HardwareProfile, shares: Sequence[float] | None = None) -> tuple[float, float]:
     """(issue time of the layer's kernels, of its per-expert loop) in microseconds."""
     if moe is not None:
         base = hw.moe_block_cpu_us
@@ -191,30 +207,32 @@ def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
         base = hw.block_cpu_us
     else:
         base = hw.launch_us * (1 + params)
-    expert = 0.0 if moe is None else hw.expert_cpu_us * touched_experts(moe[0], moe[1], tokens)
+    expert = 0.0 if moe is None else hw.expert_cpu_us * reach(moe, tokens, shares)[0]
     return base, expert
 
 
 def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw: HardwareProfile,
-                seqs: Sequences = ONE) -> tuple[list[ParamTime], float, float, bool, float]:
+                seqs: Sequences = ONE, shares: Sequence[float] | None = None
+                ) -> tuple[list[ParamTime], float, float, bool, float]:
     """Per-param times and (cpu µs, expert µs, synced, block ms) of a layer whose params are (rel, PlanParam)
-    pairs, at ``tokens`` in ``seqs``."""
-    times = [param_time(name, rel, p, tokens, hw, moe) for rel, p in params]
+    pairs, at ``tokens`` in ``seqs`` (``shares``: its measured routing, else uniform)."""
+    times = [param_time(name, rel, p, tokens, hw, moe, shares) for rel, p in params]
     roles = [(rel, p, _role(name, rel, p)) for rel, p in params]
     matrices = sum(1 for _, _, role in roles if role in ("matmul", "routed"))
-    base, expert = cpu_us(matrices, len(times), moe, tokens, hw)
+    base, expert = cpu_us(matrices, len(times), moe, tokens, hw, shares)
     block = block_ms(block_shape(roles, moe), tokens, seqs, hw) if moe is not None or matrices >= 4 else 0.0
     return times, base, expert, moe is not None and hw.moe_sync, block
 
 
-def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequences = ONE) -> LayerWork:
+def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequences = ONE,
+               shares: Sequence[float] | None = None) -> LayerWork:
     """The layer's GPU, CPU and copy time at ``tokens``: its ``uva`` params read over the link, its other
-    offloaded params copied."""
+    offloaded params copied; ``shares``: its experts' measured routing (else uniform)."""
     on_uva = set(layer.uva)
     copied = set(layer.offloaded) - on_uva
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-    return placed_work(*layer_times(layer.name, list(layer.params.items()), moe, tokens, hw, seqs),
-                       on_uva, copied, hw)
+    return placed_work(*layer_times(layer.name, list(layer.params.items()), moe, tokens, hw, seqs,
+                                    shares if moe is not None else None), on_uva, copied, hw)
 
 
 def _description(layer: PlanLayer) -> tuple:
@@ -224,16 +242,18 @@ def _description(layer: PlanLayer) -> tuple:
     return name_key(layer.name), params, moe, tuple(layer.uva), tuple(layer.offloaded)
 
 
-def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile, seqs: Sequences = ONE) -> list[LayerWork]:
+def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile, seqs: Sequences = ONE,
+                routing: Mapping[str, Sequence[float]] | None = None) -> list[LayerWork]:
     """``layer_work`` of each layer, computed once per distinct description (a stack of a thousand
-    equal blocks is costed once)."""
+    equal blocks is costed once); ``routing``: layer name -> its experts' measured chances of being picked."""
     seen: dict[tuple, LayerWork] = {}
     out = []
     for layer in layers:
-        key = _description(layer)
+        shares = routing.get(layer.name) if routing and layer.moe is not None else None
+        key = _description(layer) if shares is None else (_description(layer), tuple(shares))
         work = seen.get(key)
         if work is None:
-            work = seen[key] = layer_work(layer, tokens, hw, seqs)
+            work = seen[key] = layer_work(layer, tokens, hw, seqs, shares)
         out.append(work)
     return out
 

@@ -27,9 +27,9 @@ def copies_of(plan: Plan) -> list[Copy]:
 
 def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE, routing=None) -> Timeline:
     """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``; ``routing``: layer name -> each expert's
-    chance of being picked by a token (measured routing), for layers whose experts are split
-    (planner/cost/host_experts.py)."""
-    work = layers_work(plan.layers, tokens, hw, seqs)
+    chance of being picked by a token (measured routing), for every MoE layer: whole (planner/cost/layer.py) or
+    with its experts split (planner/cost/host_experts.py)."""
+    work = layers_work(plan.layers, tokens, hw, seqs, routing)
     for i, layer in enumerate(plan.layers):
         if layer.prefetch is not None and layer.prefetch.once:  # its slot keeps it: nothing to copy
             work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
