@@ -450,14 +450,19 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                             out.row(type="graph_refused", model=kind, plan=case.label, workload=name,
                                     why="the host computes experts: no capture (runtime/cpu_experts.py)")
                             continue
-                        run = graph_step(model, ids)
+                        try:
+                            run = graph_step(model, ids)
+                        except RuntimeError as err:  # a diagnostic row: the plan's other rows still run
+                            out.row(type="graph_error", model=kind, plan=case.label, workload=name,
+                                    error=f"{type(err).__name__}: {str(err)[:300]}")
+                            continue
                         p = q = predict(plan, hw, in_mode(workload, mode)).workloads[names.index(name)]
                     else:
                         run = lambda: model(ids, use_cache=False)  # noqa: E731
                         p, q = predicted[name], on_model[name]
                     ms = step_ms(run, device)
                     del run
-                    routed = (predict(plan, hw, in_mode(workload, mode), routing[name])
+                    routed = (predict(plan, model_hw if mode == "eager" else hw, in_mode(workload, mode), routing[name])
                               .workloads[names.index(name)].step_ms if name in routing else None)
                     row = {"type": "row", "model": kind, "plan": case.label, "note": note, "plan_file": plan_file,
                            "mode": mode,
@@ -469,7 +474,8 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                            "measured_ms": round(ms, 6), "ratio": round(p.step_ms / ms, 4), "bound": p.bound,
                            "predicted_model_cpu_ms": q.step_ms, "ratio_model_cpu": round(q.step_ms / ms, 4),
                            "link_bound_ms": round(link_bound_ms(plan, item.tokens, hw), 3)}
-                    if routed is not None:  # predicted with the routing measured on these inputs
+                    if routed is not None:  # predicted with the routing measured on these inputs (eager: and the
+                        # block CPU time measured on the model)
                         row.update(predicted_routed_ms=routed, ratio_routed=round(routed / ms, 4))
                     out.row(**row)
                     rows.append(row)
