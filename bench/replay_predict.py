@@ -94,7 +94,8 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
 
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = [r for r in lines if r["type"] == "row"]
-    hw = profile or HardwareProfile.model_validate(next(r for r in lines if r["type"] == "profile")["profile"])
+    made = HardwareProfile.model_validate(next(r for r in lines if r["type"] == "profile")["profile"])
+    hw = profile or made  # plans are made again with the run's profile (the plans measured), predicted with ``hw``
     dry = any(r.get("dry_run") for r in lines if r["type"] == "env")
     workload = bench.DRY_WORKLOADS if dry else bench.WORKLOADS
     saved = path.parent / "plans"
@@ -113,7 +114,7 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
             elif kept is not None and kept.exists():
                 plan = load_plan(kept)
             elif case is not None:
-                plan = matched_plan(case, spec, total, hw, workload, measured[0])
+                plan = matched_plan(case, spec, total, made, workload, measured[0])
                 if plan is not None and kept is not None:
                     kept.write_text(dump_model(plan))
             else:
@@ -122,10 +123,14 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
             if plan is not None:
                 from planner.cost.predict import predict
 
-                now = {p.workload: p.step_ms for p in predict(plan, hw, workload).workloads}
+                for mode in dict.fromkeys(r.get("mode", "eager") for r in measured):
+                    now.update({(p.workload, mode): p.step_ms
+                                for p in predict(plan, hw, bench.in_mode(workload, mode)).workloads})
             for r in measured:
-                after = now.get(r["workload"])
-                out.append({"model": kind, "plan": label, "workload": r["workload"], "measured_ms": r["measured_ms"],
+                mode = r.get("mode", "eager")
+                after = now.get((r["workload"], mode))
+                out.append({"model": kind, "plan": label, "workload": r["workload"], "mode": mode,
+                            "measured_ms": r["measured_ms"],
                             "before_ms": r["predicted_ms"], "after_ms": after,
                             "before": round(r["predicted_ms"] / r["measured_ms"], 4),
                             "after": None if after is None else round(after / r["measured_ms"], 4)})
@@ -160,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         after = "not replayed" if r["after_ms"] is None else f"{r['after_ms']:9.2f} x{r['after']:.3f}"
         flag = "" if r["after"] is None or abs(r["after"] - 1) <= WITHIN else "  <-"
-        print(f"{r['model']:5} {r['plan'][:50]:50} {r['workload']:8} measured {r['measured_ms']:8.2f}  "
+        print(f"{r['model']:5} {r['plan'][:50]:50} {r['workload']:8} {r['mode']:5} measured {r['measured_ms']:8.2f}  "
               f"before {r['before_ms']:8.2f} x{r['before']:.3f}  now {after}{flag}")
-    for key in ("before", "after"):
-        within, pairs, plans_ok, plans = tally(rows, key)
-        print(f"{key:6}: {within} of {pairs} pairs within 10%, {plans_ok} of {plans} plans within 10% in every workload")
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        for key in ("before", "after"):
+            within, pairs, plans_ok, plans = tally([r for r in rows if r["mode"] == mode], key)
+            print(f"{mode:5} {key:6}: {within} of {pairs} pairs within 10%, {plans_ok} of {plans} plans within 10% in "
+                  "every workload")
     if args.json:
         args.json.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return 0

@@ -24,6 +24,8 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
   above) and the attention, as bytes at ``gpu_mem_gbps`` per token and output element of its matrices
   (planner/cost/block.py reads them back the same way);
+- ``block_gpu_us``, ``moe_block_gpu_us``: the tiny Llama and Qwen3-MoE models' decode step replayed as a CUDA
+  graph: the GPU time one more block adds (its kernels' fixed times; ``block_gpu_floor``);
 - ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py);
 - ``workspace_bytes``: what a matmul and an attention leave allocated on a fresh stream beyond their
   outputs (cuBLAS's workspace), the allowance every plan's peak counts.
@@ -318,6 +320,53 @@ def workspace(device: torch.device) -> dict[str, int]:
 LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
 
 
+def graph_ms(fn: Callable[[], object], repeat: int = 10) -> float:
+    """Median milliseconds of a CUDA graph replay of ``fn`` (captured after two runs on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return gpu_ms(graph.replay, repeat=repeat, warmup=2)
+
+
+def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]], float] | None = None
+                    ) -> dict[str, float]:
+    """``block_gpu_us`` and ``moe_block_gpu_us``: the GPU time one more decoder block adds to a decode step of
+    tiny transformers Llama and Qwen3-MoE models replayed as a CUDA graph (20 blocks less 4, over 16): their
+    bytes and flops are nothing, so what is left is the blocks' kernels' fixed times, which a full-size block
+    pays besides its roofline (on the H200 a graph-replayed decode of the Llama-3-8B shape took 1.84 ms more
+    than its weights' reads, 57 us a block; the Qwen3-MoE shape 217 us an MoE block: 2026-12-02)."""
+    timer = timer or graph_ms
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    except ImportError:
+        return {}
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+    small = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16)
+
+    def step_ms(model: torch.nn.Module) -> float:
+        model = model.to(device, dtype).eval()
+        with torch.inference_mode():
+            return timer(lambda: model(ids, use_cache=False))
+
+    def moe(layers: int) -> torch.nn.Module:
+        return Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, num_experts=8, num_experts_per_tok=2,
+                                                  moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
+                                                  **small))
+
+    dense = {n: step_ms(LlamaForCausalLM(LlamaConfig(num_hidden_layers=n, **small))) for n in (4, 20)}
+    sparse = {n: step_ms(moe(n)) for n in (4, 20)}
+    return {"block_gpu_us": max(0.0, (dense[20] - dense[4]) / 16 * 1e3),
+            "moe_block_gpu_us": max(0.0, (sparse[20] - sparse[4]) / 16 * 1e3)}
+
+
 def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: float,
                   shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK, tokens: int = 2048,
                   timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, float]:
@@ -373,6 +422,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(moe_uva(device, float(figures["uva_gbps"])))
     figures.update(host_experts(device))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
+    figures.update(block_gpu_floor(device))
     figures.update(workspace(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link")}
     gpu = torch.cuda.get_device_name(device)

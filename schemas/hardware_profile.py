@@ -82,6 +82,13 @@ class HardwareProfile(StrictModel):
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")
     moe_block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager MoE decoder block (router, experts), microseconds")
+    block_gpu_us: Microseconds = Field(
+        default=0.0, description="GPU time of one decoder block beyond its roofline: the fixed time each of its "
+        "many small kernels takes (norms, rotary, residuals, attention's set-up) whatever its bytes; what a CUDA "
+        "graph replay of a decode step is made of besides the weights' reads, microseconds (0: not measured)")
+    moe_block_gpu_us: Microseconds = Field(
+        default=0.0, description="the same for an MoE decoder block (router, top-k, sort, grouped expert kernels, "
+        "gather and scatter), microseconds (0: not measured)")
     expert_cpu_us: Microseconds = Field(
         description="extra CPU time per routed expert a batch touches (MoE blocks that loop over "
         "experts; 0 for grouped kernels), microseconds")

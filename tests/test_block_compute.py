@@ -183,3 +183,60 @@ def test_a_queued_timing_holds_the_stream_until_the_cpu_has_issued_the_call(monk
     log.clear()
     calibrate.gpu_ms(lambda: log.append("call"), repeat=1, warmup=0)
     assert log == ["record", "call", "record"]  # as issued: no sleep
+
+
+def test_the_block_gpu_floor_is_paid_per_block_in_eager_and_graph_alike():
+    """block_gpu_us / moe_block_gpu_us add a fixed GPU time to every decoder block (dense or MoE), not to other
+    layers, in both modes: a resident decode replayed as a graph is the weights' reads plus the floors."""
+    from planner.cost.layer import layer_work, profile_for
+    from schemas.plan_content import PlanLayer
+    from schemas.spec_layers import MoeSpec
+
+    hw = load_hardware("h200")
+    floored = hw.model_copy(update={"block_gpu_us": 57.0, "moe_block_gpu_us": 217.0})
+
+    def layer(params: dict, moe=None, name="model.layers.0") -> PlanLayer:
+        ps = {k: PlanParam(shape=v, dtype="bfloat16", bytes=2 * math.prod(v)) for k, v in params.items()}
+        return PlanLayer(name=name, params=ps, resident_bytes=sum(p.bytes for p in ps.values()), offloaded_bytes=0,
+                         moe=moe)
+
+    attention = {f"self_attn.{n}.weight": [256, 256] for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    dense = layer(attention)
+    sparse = layer({"mlp.gate.weight": [8, 256], "mlp.experts.gate_up_proj": [8, 512, 256],
+                    "mlp.experts.down_proj": [8, 256, 256], **attention}, MoeSpec(experts=8, top_k=2))
+    norm = layer({"weight": [256]}, name="model.norm")
+    for mode in ("eager", "graph"):
+        before, after = profile_for(hw, mode), profile_for(floored, mode)
+        assert layer_work(dense, 1, after).gpu_ms - layer_work(dense, 1, before).gpu_ms == pytest.approx(0.057)
+        assert layer_work(sparse, 1, after).gpu_ms - layer_work(sparse, 1, before).gpu_ms == pytest.approx(0.217)
+        assert layer_work(norm, 1, after).gpu_ms == layer_work(norm, 1, before).gpu_ms
+
+
+def test_calibrate_measures_the_block_gpu_floor_from_tiny_models():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from runtime.calibrate import block_gpu_floor
+
+    def steps(fn):  # a timer that counts the decoder blocks run: 0.05 ms each, 0.3 ms for the rest of the step
+        blocks = []
+        hooks = [m.register_forward_hook(lambda *_: blocks.append(1)) for m in _models
+                 for m in m.modules() if type(m).__name__.endswith("DecoderLayer")]
+        fn()
+        for h in hooks:
+            h.remove()
+        return 0.3 + 0.05 * len(blocks)
+
+    _models: list = []
+    real = torch.nn.Module.to
+
+    def keep(self, *args, **kwargs):  # the models the floor is measured on
+        if type(self).__name__.endswith("ForCausalLM"):
+            _models.append(self)
+        return real(self, *args, **kwargs)
+
+    torch.nn.Module.to = keep
+    try:
+        figures = block_gpu_floor(torch.device("cpu"), timer=steps)
+    finally:
+        torch.nn.Module.to = real
+    assert figures == {"block_gpu_us": pytest.approx(50.0), "moe_block_gpu_us": pytest.approx(50.0)}

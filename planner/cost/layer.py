@@ -24,7 +24,9 @@ another decoder block (a layer with 4 or more matrices), ``launch_us`` per param
 layer, plus ``expert_cpu_us`` per touched expert (MoE blocks that loop over experts). With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
 the expert loop, so the experts' kernels start only after everything before them has run.
 What the roofline of the matrices misses in a decoder block (attention's own arithmetic over the context,
-norms and elementwise work) is added per block: planner/cost/block.py.
+norms and elementwise work) is added per block: planner/cost/block.py; so is the block's GPU floor
+(``block_gpu_us`` / ``moe_block_gpu_us``: its many small kernels' fixed times, which a CUDA graph replay of a
+decode step is made of besides the weights' reads; in eager runs the CPU's issue time usually hides it).
 """
 
 from __future__ import annotations
@@ -211,6 +213,12 @@ def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
     return base, expert
 
 
+def block_floor_ms(moe: tuple[int, int] | None, hw: HardwareProfile) -> float:
+    """A decoder block's GPU time beyond its roofline: its small kernels' fixed times (``block_gpu_us``, or
+    ``moe_block_gpu_us`` for an MoE block), paid in eager runs and in graph replay alike."""
+    return (hw.moe_block_gpu_us if moe is not None else hw.block_gpu_us) / 1e3
+
+
 def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw: HardwareProfile,
                 seqs: Sequences = ONE, shares: Sequence[float] | None = None
                 ) -> tuple[list[ParamTime], float, float, bool, float]:
@@ -220,7 +228,8 @@ def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw:
     roles = [(rel, p, _role(name, rel, p)) for rel, p in params]
     matrices = sum(1 for _, _, role in roles if role in ("matmul", "routed"))
     base, expert = cpu_us(matrices, len(times), moe, tokens, hw, shares)
-    block = block_ms(block_shape(roles, moe), tokens, seqs, hw) if moe is not None or matrices >= 4 else 0.0
+    block = block_ms(block_shape(roles, moe), tokens, seqs, hw) + block_floor_ms(moe, hw) \
+        if moe is not None or matrices >= 4 else 0.0
     return times, base, expert, moe is not None and hw.moe_sync, block
 
 
