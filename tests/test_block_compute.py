@@ -192,7 +192,7 @@ def test_the_block_gpu_floor_is_paid_per_block_in_eager_and_graph_alike():
     from schemas.plan_content import PlanLayer
     from schemas.spec_layers import MoeSpec
 
-    hw = load_hardware("h200")
+    hw = load_hardware("h200").model_copy(update={"block_gpu_us": 0.0, "moe_block_gpu_us": 0.0})
     floored = hw.model_copy(update={"block_gpu_us": 57.0, "moe_block_gpu_us": 217.0})
 
     def layer(params: dict, moe=None, name="model.layers.0") -> PlanLayer:
