@@ -58,7 +58,8 @@ def timed_rows(paths) -> list[dict]:
 
 def plan_as_run(spec, row: dict):
     """The plan of the row's workload that offloads the bytes the measured plan offloaded (None: none found)."""
-    item = WorkloadItem(batch=row["batch"], context=row["context"], logits=row.get("logits"))
+    item = WorkloadItem(batch=row["batch"], context=row["context"], logits=row.get("logits"),
+                        mode=row.get("mode", "eager"))
 
     def at(budget: int):
         try:
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rows", nargs="*", type=Path, help="bench_memory.py JSONL files (default: the 2026-12-01 rows)")
     ap.add_argument("--only", action="append", help="these models only (repeatable)")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--profile", help="predict the plans found (made with the bundled profile, as the run's were) "
+                    "with this profile (name or file)")
     args = ap.parse_args(argv)
     rows = [r for r in timed_rows(args.rows or DEFAULT_ROWS) if not args.only or r["model"] in args.only]
     specs = {(kind, dry): spec_of(kind, dry) for kind, dry in sorted({(r["model"], r["dry_run"]) for r in rows})}
@@ -95,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         plan = plan_as_run(specs[r["model"], r["dry_run"]], r)
         now = plan.predictions.workloads[0].step_ms if plan is not None else None
+        if plan is not None and args.profile:
+            from planner.cost.predict import predict
+            from schemas.hardware import load_hardware
+
+            item = WorkloadItem(batch=r["batch"], context=r["context"], logits=r.get("logits"),
+                                mode=r.get("mode", "eager"))
+            now = predict(plan, load_hardware(args.profile), Workload({"decode": item})).workloads[0].step_ms
         ratio = r["measured_step_ms"] / now if now else None
         within += ratio is not None and 0.9 <= ratio <= 1.1
         out.append({k: r.get(k) for k in ("model", "budget", "batch", "context", "cache", "offloaded_bytes",
@@ -102,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                    {"predicted_now_ms": now, "measured_over_now": round(ratio, 3) if ratio else None})
         then = r["measured_step_ms"] / r["predicted_step_ms"]
         print(f"{r['model']:6} {r['budget'] / 1e9:5.1f} GB batch {r['batch']:4} {r.get('cache') or 'static':7} "
+              f"{r.get('mode', 'eager'):5} "
               f"measured {r['measured_step_ms']:8.2f} ms  predicted then {r['predicted_step_ms']:8.2f} ({then:4.2f}x)"
               f"  now " + (f"{now:8.2f} ({ratio:4.2f}x)" if now else "(plan not found)"))
     print(f"within 10% now: {within} of {len(rows)}")

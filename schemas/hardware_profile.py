@@ -77,6 +77,9 @@ class HardwareProfile(StrictModel):
     strided_copy_gbps: Rate = Field(
         default=H200_STRIDED_COPY_GBPS, description="bytes read + written a second by PyTorch's copy of a "
         "non-contiguous view into a new tensor (element by element; transformers' repeat_kv of the KV cache), GB/s")
+    kv_read_gbps: Rate | None = Field(
+        default=None, description="the rate scaled dot-product attention reads a KV cache at a decode step (its "
+        "keys and values in place, or transformers' repeated copies of them), GB/s (absent: gpu_mem_gbps)")
     launch_us: PositiveMicroseconds = Field(description="CPU time to issue one small eager kernel, microseconds")
     block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")

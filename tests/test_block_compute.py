@@ -51,10 +51,10 @@ def test_a_decode_over_a_long_context_reads_the_kv_cache():
     seqs = Sequences(count=32, context=4096)
     # grouped-query attention over cached tokens (transformers' static cache): repeat_kv reads the 32 sequences'
     # K and V (bf16, 4 KiB a token) and writes them for the 32 query heads (16 KiB a token), a strided copy;
-    # SDPA then reads the 16 KiB a token at the memory rate
+    # SDPA then reads the 16 KiB a token at attention's cache-read rate
     held = 32 * (4096 + 1)
     repeat = held * (4096 + 2 * 4096 * 2) / hw.strided_copy_gbps / 1e6
-    read = held * 2 * 4096 * 2 / hw.gpu_mem_gbps / 1e6
+    read = held * 2 * 4096 * 2 / hw.kv_read_gbps / 1e6
     flops = 4 * held * 4096 / (hw.attention_tflops * 1e9)
     assert read > flops  # memory-bound
     elementwise = 32 * 43008 * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6
@@ -64,7 +64,7 @@ def test_a_decode_over_a_long_context_reads_the_kv_cache():
                                 "self_attn.v_proj.weight": [4096, 4096]}), None)
     assert full.repeated_bytes == 0
     assert block_ms(full, 32, seqs, hw) == pytest.approx(
-        held * 2 * 4096 * 2 / hw.gpu_mem_gbps / 1e6 + 32 * (43008 + 6144) * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6)
+        held * 2 * 4096 * 2 / hw.kv_read_gbps / 1e6 + 32 * (43008 + 6144) * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6)
     assert block_ms(shape, 32, seqs, hw) > 20 * block_ms(shape, 32, ONE, hw)  # the context dominates
 
 
@@ -240,3 +240,29 @@ def test_calibrate_measures_the_block_gpu_floor_from_tiny_models():
     finally:
         torch.nn.Module.to = real
     assert figures == {"block_gpu_us": pytest.approx(50.0), "moe_block_gpu_us": pytest.approx(50.0)}
+
+
+def test_a_decode_reads_its_kv_cache_at_the_kv_rate_where_the_profile_has_one():
+    """kv_read_gbps (attention's read of the cache) replaces gpu_mem_gbps for the cache's bytes, and only there;
+    calibrate's kv_read gives the cache's bytes over the time."""
+    hw = load_hardware("h200").model_copy(update={"kv_read_gbps": None, "attention_tflops": 1e6,
+                                                  "elementwise_bytes": 0.0})
+    shape = block_shape([("self_attn.q_proj.weight", PlanParam(shape=[4096, 4096], dtype="bfloat16",
+                                                               bytes=2 * 4096 * 4096), "matmul"),
+                         ("self_attn.k_proj.weight", PlanParam(shape=[4096, 4096], dtype="bfloat16",
+                                                               bytes=2 * 4096 * 4096), "matmul"),
+                         ("self_attn.v_proj.weight", PlanParam(shape=[4096, 4096], dtype="bfloat16",
+                                                               bytes=2 * 4096 * 4096), "matmul")], None)
+    seqs = Sequences(8, 4095)
+    slow = block_ms(shape, 8, seqs, hw)
+    fast = block_ms(shape, 8, seqs, hw.model_copy(update={"kv_read_gbps": 2 * hw.gpu_mem_gbps}))
+    assert slow == pytest.approx(8 * 4096 * shape.kv_bytes / hw.gpu_mem_gbps / 1e6)
+    assert fast == pytest.approx(slow / 2)
+
+
+def test_calibrate_times_the_kv_read_as_bytes_over_time():
+    torch = pytest.importorskip("torch")
+    from runtime.calibrate import kv_read
+
+    figures = kv_read(torch.device("cpu"), batch=2, heads=4, kv_heads=2, head_dim=8, context=16, timer=lambda fn: 0.5)
+    assert figures == {"kv_read_gbps": pytest.approx(2 * 2 * 2 * 16 * 8 * 4 / 0.5 / 1e6)}

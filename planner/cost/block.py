@@ -121,4 +121,5 @@ def block_ms(shape: BlockShape, tokens: int, seqs: Sequences, hw: HardwareProfil
         read = held * shape.repeated_bytes
     else:
         repeat, read = 0.0, held * shape.kv_bytes
-    return repeat + max(flops / (hw.attention_tflops * 1e9), read / hw.gpu_mem_gbps / 1e6) + elementwise
+    rate = hw.kv_read_gbps or hw.gpu_mem_gbps
+    return repeat + max(flops / (hw.attention_tflops * 1e9), read / rate / 1e6) + elementwise
