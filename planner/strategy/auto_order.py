@@ -31,6 +31,7 @@ planner/strategy/fit.py):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from schemas.buffer_pool import Signature, signature
@@ -310,22 +311,22 @@ def _greedy(layers: Sequence[Layer], base: Order, queues: list[list[list[int]]],
                 mine[p] = made.of(layers[p], copied)
         return total_bytes - freed + (exact_pool_of(mine, slots) if mine else 0)  # type: ignore[arg-type]
 
-    def price(placed: Mapping[int, _Split]) -> tuple[float, float]:
-        """(predicted weighted step, the copy stream's weighted busy time)"""
-        works = {p: cost.layer_works(p, s) for p, s in placed.items()}
-        found = cost.placed_step_ms(works, sorted(p for p, (_, copied) in placed.items() if copied), slots)
-        assert found is not None
-        busy = sum(share * work.copy_ms for ws in works.values() for share, work in zip(shares, ws) if work.copy_bytes)
-        return found, busy
+    def busy(works: Mapping[int, Sequence]) -> float:
+        """The copy stream's weighted busy time (ms) with the layers at ``works`` doing that work."""
+        return sum(share * work.copy_ms for ws in works.values() for share, work in zip(shares, ws) if work.copy_bytes)
 
-    def grows(new: tuple[float, float], now: tuple[float, float]) -> float:
-        """A chunk's price: the step's growth, or ``link_weight`` of the link time it takes where that is more."""
-        return max(new[0] - now[0], link_weight * (new[1] - now[1]))
+    def step_ms(placed: Mapping[int, _Split], works: Mapping[int, Sequence], cutoff: float = math.inf) -> float | None:
+        """The predicted weighted step with ``slots`` slots (None: sure to be no less than ``cutoff``)."""
+        return cost.placed_step_ms(works, sorted(p for p, (_, copied) in placed.items() if copied), slots, (), cutoff)
 
-    moved, now_ms, now_peak = 0, price({}), total_bytes
+    moved, now_peak = 0, total_bytes
+    now_ms, now_busy = step_ms({}, {}), 0.0
+    assert now_ms is not None
+    last = 0  # the stream last advanced: priced first, its chunk likely the one to beat
     while True:
         best = None
-        for q, queue in enumerate(queues):
+        for q in sorted(range(len(queues)), key=lambda q: q != last):
+            queue = queues[q]
             chunk: list[int] = []
             nbytes, used, at = 0, heads[q], now_peak
             placed = dict(split)
@@ -348,13 +349,22 @@ def _greedy(layers: Sequence[Layer], base: Order, queues: list[list[list[int]]],
                 at = peak(placed, touched, moved + nbytes)
                 if at >= now_peak:
                     continue  # the rest of this stream frees nothing: its pool grows as much
-            ms = price(placed)
-            score = grows(ms, now_ms) / (now_peak - at)
+            freed = now_peak - at
+            works = {p: cost.layer_works(p, sp) for p, sp in placed.items()}
+            link = busy(works)
+            # a chunk's price: the step's growth, or link_weight of the link time it takes where that is more
+            floor = link_weight * (link - now_busy) / freed
+            if best is not None and floor >= best[0]:
+                continue
+            ms = step_ms(placed, works, math.inf if best is None else now_ms + best[0] * freed)
+            if ms is None:
+                continue  # its step grows more than the best chunk's price allows
+            score = max(ms - now_ms, link_weight * (link - now_busy)) / freed
             if best is None or score < best[0]:
-                best = (score, q, chunk, placed, touched, nbytes, ms, at, used)
+                best = (score, q, chunk, placed, touched, nbytes, ms, link, at, used)
         if best is None:
             break
-        _, q, chunk, split, touched, nbytes, now_ms, now_peak, heads[q] = best
+        _, last, chunk, split, touched, nbytes, now_ms, now_busy, now_peak, heads[last] = best
         for p in touched:
             if split[p][1]:
                 sigs[p] = made.of(layers[p], split[p][1])
