@@ -19,7 +19,7 @@ from planner.assemble import Assignment
 from planner.cost.placement import PlacementCost
 from planner.errors import InfeasibleError
 from planner.layers import eligible_params
-from planner.strategy.auto_order import (GREEDY_MOST_LAYERS, Tiers, build_order, candidate_prefers, greedy_order,
+from planner.strategy.auto_order import (GREEDY_MOST_LAYERS, GREEDY_SLOTS, Tiers, build_order, candidate_prefers, greedy_order,
                                          large_kinds)
 from planner.strategy.auto_slots import AutoPath, Step
 from planner.strategy.experts import trial_offload
@@ -134,7 +134,7 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
         if not given and len(layers) <= GREEDY_MOST_LAYERS:  # and one by marginal predicted cost per byte freed
             large = large_kinds(tiers)
             base = build_order(layers, eligible, hw, workload, step, forced, only, (), large, whole=units)
-            greedy = greedy_order(layers, base, cost, total_bytes, len(large))
+            greedy = greedy_order(layers, base, cost, total_bytes, len(large), step or GREEDY_SLOTS)
             if greedy is not None and tuple(greedy.moves) not in seen:
                 seen.add(tuple(greedy.moves))
                 paths[(GREEDY, v)] = AutoPath(layers, greedy, total_bytes, cost, step, uva)

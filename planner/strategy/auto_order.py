@@ -248,9 +248,10 @@ def greedy_order(layers: Sequence[Layer], base: Order, cost: PlacementCost, tota
 
     ``base``: ``build_order`` with the large kinds as tiers of their own (``first``; ``apart``: how many, so
     that a tier below ``apart`` holds one large kind). Its moves form *streams*, each kept in ``base``'s
-    order: per large kind, its layers' prefetch moves (spread: van der Corput); per kind, its UVA moves
-    (cheapest per byte first); and *whole layers*: a layer's prefetch moves not yet taken, every tier
-    together (the small kinds, norms, move only so). From nothing moved, each step takes the next *chunk*
+    order: per large kind, its layers' prefetch moves (spread: van der Corput; a layer's small kinds, its
+    norms, with its move of the largest kind, as the tiered orders copy them with the kinds not first);
+    per kind, its UVA moves (cheapest per byte first); and *whole layers*: a layer's prefetch moves not yet
+    taken, every tier together. From nothing moved, each step takes the next *chunk*
     of the stream whose chunk raises the predicted step least per byte of GPU memory it frees. A chunk
     holds at least 1/``GREEDY_STEPS`` of the movable bytes (so the order is a few dozen steps, each one
     simulated forward per stream), and runs on until it frees some: the bytes moved less the pool's
@@ -269,14 +270,19 @@ def greedy_order(layers: Sequence[Layer], base: Order, cost: PlacementCost, tota
     if len(layers) > GREEDY_MOST_LAYERS or not base.moves:
         return None
     streams: dict[tuple, list[list[int]]] = {}  # (tier, backend, UVA kinds) -> groups of indices into base.moves
-    by_layer: dict[int, list[int]] = {}
+    by_layer: dict[int, list[int]] = {}  # a layer's prefetch moves
+    small: dict[int, list[int]] = {}  # and those of its small kinds
     for i, m in enumerate(base.moves):
-        if m.backend == "uva" or m.tier < apart:
-            streams.setdefault((m.tier, m.backend, m.kinds if m.backend == "uva" else ()), []).append([i])
         if m.backend == "prefetch":
             by_layer.setdefault(m.position, []).append(i)
-    if any(m.backend == "prefetch" and m.tier >= apart for m in base.moves) or any(
-            len(ix) > 1 for ix in by_layer.values()):
+            if m.tier >= apart:
+                small.setdefault(m.position, []).append(i)
+    for i, m in enumerate(base.moves):
+        if m.backend == "uva":
+            streams.setdefault((m.tier, m.backend, m.kinds), []).append([i])
+        elif m.tier < apart:  # a layer's small kinds go with its largest kind (as in the tiered orders' last tier)
+            streams.setdefault((m.tier, m.backend), []).append([i] + (small.get(m.position, []) if m.tier == 0 else []))
+    if small or any(len(ix) > 1 for ix in by_layer.values()):
         streams[("layers",)] = list(by_layer.values())
     if len(streams) < 2:
         return None
