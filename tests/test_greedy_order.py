@@ -90,3 +90,20 @@ def test_no_greedy_order_for_very_many_layers():
     base = build_order(m.layers, eligible, HW, DECODE, None, {}, None, (), ("dense_mlp",))
     assert len(m.layers) > GREEDY_MOST_LAYERS and base.moves
     assert greedy_order(m.layers, base, m.cost, m.total_bytes, 1) is None
+
+
+def test_auto_keeps_the_greedy_order_where_it_is_closest_to_the_fastest(monkeypatch):
+    """Qwen3-30B-A3B at decode of 32 tokens, 75% of its bytes (the host computing experts): auto weighs the greedy
+    order with the tiered ones, keeps it, says so, and its plan predicts faster than the best tiered order's."""
+    import planner
+    from planner.strategy import auto
+
+    spec = load_spec(ROOT / "examples" / "generated" / "qwen3-30b-a3b.yaml")
+    budget = int(sum(layer.nbytes for layer in spec.model.expanded()) * 0.75)
+    workload = Workload({"decode32": WorkloadItem(tokens=32)})
+    plan = planner.plan(spec, gpu_budget=budget, workload=workload)
+    assert any("by least predicted cost per byte freed" in note for note in plan.summary.notes)
+    monkeypatch.setattr(auto, "greedy_order", lambda *args, **kwargs: None)
+    tiered = planner.plan(spec, gpu_budget=budget, workload=workload)
+    assert not any("by least predicted cost per byte freed" in note for note in tiered.summary.notes)
+    assert plan.predictions.weighted_step_ms < tiered.predictions.weighted_step_ms
