@@ -25,8 +25,9 @@ planner/strategy/fit.py):
    with ``prefer: [dense_mlp]`` a layer's MLP is prefetched before, and apart from, its attention.
 5. Without ``offload.prefer`` auto weighs several orders (``candidate_prefers``: no tiers, or one large
    kind's prefetch moves first, each with and without the embedding kind's moves before all others)
-   and keeps one for every budget (planner/strategy/auto.py), so that a larger budget takes a plan of
-   the same order.
+   and one greedy order (``greedy_order``: the same moves taken by marginal predicted cost per byte
+   freed), and keeps one for every budget (planner/strategy/auto.py), so that a larger budget takes a
+   plan of the same order.
 """
 
 from __future__ import annotations
