@@ -19,7 +19,8 @@ from planner.assemble import Assignment
 from planner.cost.placement import PlacementCost
 from planner.errors import InfeasibleError
 from planner.layers import eligible_params
-from planner.strategy.auto_order import Tiers, build_order, candidate_prefers
+from planner.strategy.auto_order import (GREEDY_MOST_LAYERS, GREEDY_SLOTS, Tiers, build_order, candidate_prefers, greedy_order,
+                                         large_kinds)
 from planner.strategy.auto_slots import AutoPath, Step
 from planner.strategy.experts import trial_offload
 from planner.strategy.fit import Chosen, NoFit, first_fit
@@ -29,6 +30,7 @@ from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, MemorySection, OffloadSection
 from schemas.workload import Workload
 
+GREEDY = "greedy"  # the key of auto_order.greedy_order's order among the orders weighed
 GRID = 8  # budgets the orders are weighed at (between the lowest peak and the whole model, ends left out)
 
 
@@ -75,6 +77,7 @@ class AutoDecision:
     passed: int = 0  # steps that fit before the chosen one but that a step moving more beats
     weighed: Weighed | None = None  # the orders weighed (None: offload.prefer gave the order)
     given_prefer: bool = False  # offload.prefer gave the tiers
+    greedy: bool = False  # the order kept is auto_order.greedy_order's (no tiers: by marginal cost per byte freed)
 
     def moves_by(self, backend: str) -> list:
         """The moves taken on ``backend`` as the order has them (a spanned layer's moves are its "uva" ones)."""
@@ -128,8 +131,16 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
                 continue  # holding the trial's kinds to UVA changed nothing in this order
             seen.add(tuple(order.moves))
             paths[(t, v)] = AutoPath(layers, order, total_bytes, cost, step, uva)
+        if not given and len(layers) <= GREEDY_MOST_LAYERS:  # and one by marginal predicted cost per byte freed
+            large = large_kinds(tiers)
+            base = build_order(layers, eligible, hw, workload, step, forced, only, (), large, whole=units)
+            greedy = greedy_order(layers, base, cost, total_bytes, len(large), step or GREEDY_SLOTS)
+            if greedy is not None and tuple(greedy.moves) not in seen:
+                seen.add(tuple(greedy.moves))
+                paths[(GREEDY, v)] = AutoPath(layers, greedy, total_bytes, cost, step, uva)
     kept, weighed = _keep(paths, memory.cpu_budget, total_bytes) if len(paths) > 1 else (next(iter(paths)), None)
-    (prefer, first), _ = kept
+    greedy = kept[0] == GREEDY
+    prefer, first = ((), ()) if greedy else kept[0]
     path = paths[kept]
     found = path.choose(memory.gpu_budget, memory.cpu_budget)
     if isinstance(found, NoFit):
@@ -145,7 +156,8 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
         options = tuple(_options(path, memory.gpu_budget, memory.cpu_budget, st.slots))
     return AutoDecision(by_name(layers, path.placed(st)), order, st.taken, found.peak, st.slots, all_uva=st.all_uva,
                         searched=step is None, step_ms=path.step_ms(st), options=options, prefer=prefer,
-                        first=first, span=st.span, passed=found.passed, weighed=weighed, given_prefer=given)
+                        first=first, span=st.span, passed=found.passed, weighed=weighed, given_prefer=given,
+                        greedy=greedy)
 
 
 def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int) -> tuple:

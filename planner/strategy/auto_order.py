@@ -25,18 +25,22 @@ planner/strategy/fit.py):
    with ``prefer: [dense_mlp]`` a layer's MLP is prefetched before, and apart from, its attention.
 5. Without ``offload.prefer`` auto weighs several orders (``candidate_prefers``: no tiers, or one large
    kind's prefetch moves first, each with and without the embedding kind's moves before all others)
-   and keeps one for every budget (planner/strategy/auto.py), so that a larger budget takes a plan of
-   the same order.
+   and one greedy order (``greedy_order``: the same moves taken by marginal predicted cost per byte
+   freed), and keeps one for every budget (planner/strategy/auto.py), so that a larger budget takes a
+   plan of the same order.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from schemas.buffer_pool import Signature, signature
 from planner.kinds import name_key, param_kind
 from planner.cost.layer import gpu_and_uva_ms
 from planner.strategy.order import Move, Order, placement, tier_of
+from planner.strategy.peaks import Signatures, exact_pool_of
+from planner.cost.placement import PlacementCost
 from planner.strategy.spread_order import van_der_corput
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, Tensor
@@ -200,6 +204,11 @@ def span_placement(order: Order, taken: int, span: int | None) -> dict[int, dict
     return out
 
 
+def large_kinds(tiers: Sequence[Tiers]) -> tuple[str, ...]:
+    """The kinds ``candidate_prefers``' orders prefetch first: the greedy order's streams of their own."""
+    return tuple(dict.fromkeys(k for _, first in tiers for k in first))
+
+
 def candidate_prefers(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]],
                       share: float = 0.1) -> list[Tiers]:
     """The (prefer, first) tiers of the orders auto weighs: none; each kind holding at least ``share`` of the
@@ -223,3 +232,155 @@ def candidate_prefers(layers: Sequence[Layer], eligible: Mapping[int, Sequence[T
     if embedding:
         out += [(("embedding",), f) for f in firsts]
     return out
+
+
+GREEDY_STEPS = 64  # a step of the greedy order moves at least 1/GREEDY_STEPS of the movable bytes
+GREEDY_MOST_LAYERS = 128  # no greedy order for more layers: each step simulates a forward per stream (+0.1 s at 128)
+GREEDY_SLOTS = 1  # the slot count the greedy order prices its steps with
+LINK_WEIGHT = 0.5  # a millisecond of the copy stream's busy time, against a millisecond of the step (greedy_order)
+
+_Split = tuple[frozenset, frozenset]  # a layer's placement: (its params read through UVA, its params copied)
+
+
+def greedy_order(layers: Sequence[Layer], base: Order, cost: PlacementCost, total_bytes: int, apart: int,
+                 slots: int = GREEDY_SLOTS, link_weight: float = LINK_WEIGHT) -> Order | None:
+    """``base``'s moves in the order of least marginal predicted cost per byte freed, or None (fewer than two
+    streams, or more than ``GREEDY_MOST_LAYERS`` layers: the 1,000-layer stacks of issue 18 get none).
+
+    ``base``: ``build_order`` with the large kinds as tiers of their own (``first``; ``apart``: how many, so
+    that a tier below ``apart`` holds one large kind). Its moves form *streams*, each kept in ``base``'s
+    order: per large kind, its layers' prefetch moves (spread: van der Corput; a layer's small kinds, its
+    norms, with its move of the largest kind, as the tiered orders copy them with the kinds not first);
+    per kind, its UVA moves (cheapest per byte first); and *whole layers*: a layer's prefetch moves not yet
+    taken, every tier together. From nothing moved, each step takes the next *chunk*
+    of the stream whose chunk raises the predicted step least per byte of GPU memory it frees. A chunk
+    holds at least 1/``GREEDY_STEPS`` of the movable bytes (so the order is a few dozen steps, each one
+    simulated forward per stream), and runs on until it frees some: the bytes moved less the pool's
+    growth, the pool sized exactly with ``slots`` buffer slots. A chunk's price is the growth of ``cost``'s
+    predicted weighted step with ``slots`` slots, or ``link_weight`` times the growth of the copy stream's
+    busy time where that is more: a copy that hides behind compute costs no step time yet, but it takes
+    link time that later copies would hide in (without it the first chunks, all free, would go to
+    whichever kind comes first, not to the one that frees the most bytes for the link time).
+
+    So a move is priced where it is taken: a layer's copy costs little while the link has room and its
+    bytes over the link once the link is full, where a fixed order of tiers prices every copy at the
+    link's cost per byte; the order interleaves the streams (Llama-3-8B at decode: the LM head read
+    through UVA after the attention copies the link hides, before the ones that fill it). It stays one
+    nested order, computed before any budget is known: one more order ``auto.decide`` weighs, kept only
+    where it is closest to the fastest order over the budgets (``auto._keep``)."""
+    if len(layers) > GREEDY_MOST_LAYERS or not base.moves:
+        return None
+    streams: dict[tuple, list[list[int]]] = {}  # (tier, backend, UVA kinds) -> groups of indices into base.moves
+    by_layer: dict[int, list[int]] = {}  # a layer's prefetch moves
+    small: dict[int, list[int]] = {}  # and those of its small kinds
+    for i, m in enumerate(base.moves):
+        if m.backend == "prefetch":
+            by_layer.setdefault(m.position, []).append(i)
+            if m.tier >= apart:
+                small.setdefault(m.position, []).append(i)
+    for i, m in enumerate(base.moves):
+        if m.backend == "uva":
+            streams.setdefault((m.tier, m.backend, m.kinds), []).append([i])
+        elif m.tier < apart:  # a layer's small kinds go with its largest kind (as in the tiered orders' last tier)
+            streams.setdefault((m.tier, m.backend), []).append([i] + (small.get(m.position, []) if m.tier == 0 else []))
+    if small or any(len(ix) > 1 for ix in by_layer.values()):
+        streams[("layers",)] = list(by_layer.values())
+    if len(streams) < 2:
+        return None
+    return _greedy(layers, base, list(streams.values()), cost, total_bytes, slots, link_weight)
+
+
+def _greedy(layers: Sequence[Layer], base: Order, queues: list[list[list[int]]], cost: PlacementCost,
+            total_bytes: int, slots: int, link_weight: float) -> Order | None:
+    """``greedy_order``'s steps over its streams (``queues``: per stream, its groups of moves in order)."""
+    moves = base.moves
+    heads = [0] * len(queues)  # per stream: its first group not yet taken
+    grain = max(1, sum(m.nbytes for m in moves) // GREEDY_STEPS)
+    made = Signatures()
+    shares = [share for _, share, _, _ in cost.tokens]
+    split: dict[int, _Split] = {}  # the placement so far
+    sigs: dict[int, object] = {}  # and its prefetched layers' signatures
+    done: set[int] = set()
+    taken: list[int] = []
+
+    def place(placed: dict[int, _Split], chunk: Sequence[int]) -> None:
+        for i in chunk:
+            m = moves[i]
+            uva, copied = placed.get(m.position, (frozenset(), frozenset()))
+            names = frozenset(m.params)
+            placed[m.position] = (uva | names, copied - names) if m.backend == "uva" else (uva - names, copied | names)
+
+    def peak(placed: Mapping[int, _Split], touched: set[int], freed: int) -> int:
+        mine = dict(sigs)
+        for p in touched:
+            copied = placed[p][1]
+            if copied:
+                mine[p] = made.of(layers[p], copied)
+        return total_bytes - freed + (exact_pool_of(mine, slots) if mine else 0)  # type: ignore[arg-type]
+
+    def busy(works: Mapping[int, Sequence]) -> float:
+        """The copy stream's weighted busy time (ms) with the layers at ``works`` doing that work."""
+        return sum(share * work.copy_ms for ws in works.values() for share, work in zip(shares, ws) if work.copy_bytes)
+
+    def step_ms(placed: Mapping[int, _Split], works: Mapping[int, Sequence], cutoff: float = math.inf) -> float | None:
+        """The predicted weighted step with ``slots`` slots (None: sure to be no less than ``cutoff``)."""
+        return cost.placed_step_ms(works, sorted(p for p, (_, copied) in placed.items() if copied), slots, (), cutoff)
+
+    moved, now_peak = 0, total_bytes
+    now_ms, now_busy = step_ms({}, {}), 0.0
+    assert now_ms is not None
+    last = 0  # the stream last advanced: priced first, its chunk likely the one to beat
+    while True:
+        best = None
+        for q in sorted(range(len(queues)), key=lambda q: q != last):
+            queue = queues[q]
+            chunk: list[int] = []
+            nbytes, used, at = 0, heads[q], now_peak
+            placed = dict(split)
+            touched: set[int] = set()
+            while used < len(queue) and (nbytes < grain or at >= now_peak):
+                new = [i for i in queue[used] if i not in done]
+                used += 1
+                if not new:
+                    continue
+                chunk += new
+                nbytes += sum(moves[i].nbytes for i in new)
+                place(placed, new)
+                touched.update(moves[i].position for i in new)
+                if nbytes >= grain:
+                    at = peak(placed, touched, moved + nbytes)
+            if not chunk:
+                heads[q] = used  # every move of this stream is taken
+                continue
+            if at >= now_peak:
+                at = peak(placed, touched, moved + nbytes)
+                if at >= now_peak:
+                    continue  # the rest of this stream frees nothing: its pool grows as much
+            freed = now_peak - at
+            works = {p: cost.layer_works(p, sp) for p, sp in placed.items()}
+            link = busy(works)
+            # a chunk's price: the step's growth, or link_weight of the link time it takes where that is more
+            floor = link_weight * (link - now_busy) / freed
+            if best is not None and floor >= best[0]:
+                continue
+            ms = step_ms(placed, works, math.inf if best is None else now_ms + best[0] * freed)
+            if ms is None:
+                continue  # its step grows more than the best chunk's price allows
+            score = max(ms - now_ms, link_weight * (link - now_busy)) / freed
+            if best is None or score < best[0]:
+                best = (score, q, chunk, placed, touched, nbytes, ms, link, at, used)
+        if best is None:
+            break
+        _, last, chunk, split, touched, nbytes, now_ms, now_busy, now_peak, heads[last] = best
+        for p in touched:
+            if split[p][1]:
+                sigs[p] = made.of(layers[p], split[p][1])
+            else:
+                sigs.pop(p, None)
+        moved += nbytes
+        done.update(chunk)
+        taken += chunk
+    order = taken + [i for i in range(len(moves)) if i not in done]  # moves that never free memory: last
+    if order == list(range(len(moves))):
+        return None
+    return Order(tuple(moves[i] for i in order), tuple(base.signatures[i] for i in order), base.slots)

@@ -76,7 +76,7 @@ def notes(decision: AutoDecision, layer_names: Sequence[str], budget: int | None
         positions = sorted({m.position for m in pf})
         names = join_names((layer_names[p] for p in positions), 8)
         kinds = sorted({k for m in pf for k in m.kinds})
-        whole = "prefetched whole" if not (decision.prefer or decision.first) else "prefetched"
+        whole = "prefetched whole" if not (decision.prefer or decision.first or decision.greedy) else "prefetched"
         out.append(f"auto: {len(positions)} layers {whole} ({', '.join(kinds)}; {format_bytes(sum(m.nbytes for m in pf))}), "
                    f"spread evenly: {names}; copying them costs less than reading them through UVA for this workload")
         out += _slot_notes(decision)
@@ -135,7 +135,10 @@ def _order_notes(decision: AutoDecision) -> list[str]:
     if w is None:
         return []
     first = f", prefetching {', '.join(decision.first)} before the other kinds" if decision.first else ""
-    return [f"auto: the order of moves taking {tiers}{first} (within each, the cheapest per byte first), of "
+    which = ("the order of moves by least predicted cost per byte freed, each step advancing one kind's moves"
+             if decision.greedy else f"the order of moves taking {tiers}{first} (within each, the cheapest per byte "
+             "first)")
+    return [f"auto: {which}, of "
             f"{w.orders} orders weighed at budgets from the lowest peak to the whole model: its plans predict at "
             f"most {100 * (w.worst - 1):.1f}% above the fastest order's at each; one order for every budget, so "
             "that a larger budget never moves a param from the GPU to the host"]
