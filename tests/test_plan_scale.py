@@ -43,5 +43,5 @@ def test_each_distinct_layer_is_costed_once_per_prediction(monkeypatch) -> None:
     monkeypatch.setattr(layer_cost, "layer_times", counted)
     plan = planner.plan(_spec(), gpu_budget=BLOCKS * 40_000)
     assert plan.summary.offloaded_layers > 0
-    # three predictions (the plan and two runner-ups) of a few distinct layers each, not 3 x 303 layers
+    # the plan's prediction and the runner-ups' prices, of a few distinct layers each, not 3 x 303 layers
     assert len(calls) < 60, len(calls)

@@ -24,7 +24,7 @@ from planner.cost.host_experts import split_work
 from planner.cost.host_split import HOST_MARGIN, balanced, whole_split
 from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
 from planner.cost.link import link_share
-from planner.cost.timeline import simulate
+from planner.cost.timeline import Timeline, simulate
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
@@ -37,7 +37,9 @@ class PlacementCost:
     """Predicted weighted step time of placements of ``layers`` on ``hw`` for ``workload``."""
 
     def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload,
-                 host: frozenset[str] = frozenset(), optional: bool = False):
+                 host: frozenset[str] = frozenset(), optional: bool = False, kinds: bool = True):
+        """``kinds``: price params with the spec's explicit kinds (False: by their names, as a plan that does not
+        record kinds is predicted: ``assemble``'s ``record_kinds``)."""
         self.layers, self.host, self.optional = layers, host, optional
         self.given = (hw, workload)  # the profile and workload it prices for
         items = workload.items()
@@ -57,7 +59,7 @@ class PlacementCost:
             found = classes.get(key)
             if found is None:
                 found = classes[key] = len(self._params)
-                self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
+                self._params.append([(t.name, _param(t, t.kind if kinds else None)) for t in layer.params]
                                     + [(rel, _param(t, None)) for rel, t in tied])
             self._class.append(found)
         self._times: dict[tuple, tuple] = {}
@@ -165,6 +167,31 @@ class PlacementCost:
         for (_, weight, _, _), work in zip(self.tokens, forwards):
             total += weight * simulate(work, copies, self._link).step_ms
         return total
+
+    def plan_timelines(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = (),
+                       experts: Mapping[int, ExpertSplit] | None = None,
+                       shares: Mapping[str, Sequence[float]] | None = None) -> list[Timeline]:
+        """Per workload item, the forward ``planner.cost.predict`` simulates for the plan that places ``where``
+        (position -> param -> backend) with ``slots`` buffer slots (``span``: the positions of the layers spanning
+        them) and ``experts`` (position -> that layer's experts split, planner/strategy/experts.py), made without
+        assembling the plan; ``shares``: layer name -> each expert's measured chance, for the split layers. The
+        splits are given, so this cost has no ``host`` of its own."""
+        assert not self.host
+        n = len(self.layers)
+        placed = {p: self._split(params) for p, params in where.items()}
+        prefetched = sorted(p for p, (_, copied) in placed.items() if copied)
+        copies = [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
+        none: tuple[frozenset, frozenset] = (frozenset(), frozenset())
+        out = []
+        for tokens, _, mode, seqs in self.tokens:
+            work = list(self._resident(tokens, mode, seqs))
+            for p, (uva, copied) in placed.items():
+                work[p] = self._layer_work(p, tokens, mode, seqs, uva, copied)
+            for p, split in (experts or {}).items():
+                layer = self._split_layer(p, split, *placed.get(p, none))
+                work[p] = split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs)
+            out.append(simulate(work, copies, self._link))
+        return out
 
     def _split(self, params: Mapping[str, str]) -> tuple[frozenset, frozenset]:
         """A layer's placement as (params read through UVA, params copied), made once per distinct placement."""
