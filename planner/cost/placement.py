@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from itertools import accumulate
+from operator import attrgetter
 
 from planner.kinds import name_key, param_kind
 from planner.cost.block import Sequences, sequences_of
@@ -31,6 +32,9 @@ from schemas.plan_experts import ExpertSplit
 from schemas.schedule import unrolled_triggers
 from schemas.spec_layers import Layer
 from schemas.workload import Workload
+
+
+_GPU, _CPU, _HOST, _SYNCED = (attrgetter(f) for f in ("gpu_ms", "cpu_ms", "host_ms", "synced_gpu_ms"))
 
 
 class PlacementCost:
@@ -157,7 +161,7 @@ class PlacementCost:
         if cutoff < math.inf:
             least = 0.0
             for (_, weight, _, _), work in zip(self.tokens, forwards):
-                least += weight * simulate(work, (), self._link).step_ms
+                least += weight * self._without_copies(work)
             if least >= cutoff:
                 return None
         n = len(self.layers)
@@ -192,6 +196,21 @@ class PlacementCost:
                 work[p] = split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs)
             out.append(simulate(work, copies, self._link))
         return out
+
+    def _without_copies(self, work: Sequence[LayerWork]) -> float:
+        """``simulate(work, ()).step_ms``, the step of a forward of ``work`` with no copies. Where no layer waits
+        mid-layer and none has a host part, that forward is ``gpu[x] = max(gpu[x-1] + g[x], C[x])`` (``C``: the CPU's
+        issue times summed; no UVA read shares the link with a copy; the stream is never behind the CPU after a
+        layer): walked here on those two numbers alone, the same sums and comparisons, so the same value."""
+        n = len(work)
+        if list(map(_SYNCED, work)).count(None) != n or any(map(_HOST, work)):
+            return simulate(work, (), self._link).step_ms
+        gpu = 0.0
+        for g, issued in zip(map(_GPU, work), accumulate(map(_CPU, work))):
+            gpu += g
+            if issued > gpu:
+                gpu = issued
+        return gpu
 
     def _split(self, params: Mapping[str, str]) -> tuple[frozenset, frozenset]:
         """A layer's placement as (params read through UVA, params copied), made once per distinct placement."""
