@@ -22,13 +22,15 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate
+from operator import attrgetter
+from weakref import WeakKeyDictionary
 from typing import NamedTuple
 
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
 from planner.strategy.order import Order, placement, prefetched_layers
-from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks, peaks
+from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, peaks
 from schemas.spec import Layer
 
 
@@ -51,7 +53,7 @@ class AutoPath:
         counts = [slots] if slots is not None else list(range(1, max(1, order.slots) + 1))
         self.counts = counts
         self._upper = {s: peaks(order, total_bytes, s) for s in counts}
-        self._lower = {s: lower_peaks(order, total_bytes, s) for s in counts}
+        self._lower = lower_peaks_by_slots(order, total_bytes, counts)
         self._exact: dict[Step, int] = {}
         self._signatures = Signatures()
         self._span_pools: dict[tuple[int, int, int], int] = {}  # (slots, spanning layer, its bytes moved) -> pool
@@ -59,21 +61,21 @@ class AutoPath:
         self._floor: dict[int, float] = {}
         self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
         self._after = _split_after(order)  # per move: its layer's placement once it is taken
-        self._uva_after = _split_after(uva) if uva is not None else []
         self._works = [(p, cost.layer_works(p, split)) for p, split in self._after]  # and its work per workload item
         self._sigs = [(p, self._signatures.of(layers[p], copied)) for p, (_, copied) in self._after]  # and signature
-        self._uva_pinned = sum(m.nbytes for m in uva.moves) if uva is not None else 0
-        self._uva_works = [(p, cost.layer_works(p, split)) for p, split in self._uva_after]
-        steps: list[Step] = []
+        side = _all_uva(uva, cost)
+        self._uva_after, self._uva_works, self._uva_pinned, self._uva_floor = side
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
-        most_first: dict[int, list[int]] = {}  # prefetched layers -> the slot counts of a prefix, the most first
-        for taken in range(n + 1):
-            here = most_first.get(prefetched[taken])
-            if here is None:
-                here = most_first[prefetched[taken]] = [s for s in reversed(counts) if s == counts[0]
-                                                        or s < prefetched[taken]] if prefetched[taken] else counts[:1]
-            span = span_candidate(order, taken) if taken >= last else None  # once every prefetch move is taken
-            options = [Step(taken, s) for s in here]  # the most slots, the highest peak, first
+        cap = counts[-1] + 1  # prefetching more layers than the most slots changes no slot count
+        most_first = {q: [s for s in reversed(counts) if s == counts[0] or s < q] if q else counts[:1]
+                      for q in {min(q, cap) for q in prefetched}}  # prefetched layers -> the slot counts, most first
+        heres = [most_first[q if q < cap else cap] for q in prefetched]
+        # before the last prefetch move no layer spans the slots: the most slots, the highest peak, first
+        steps = [Step(taken, s) for taken in range(last) for s in heres[taken]]
+        for taken in range(last, n + 1):
+            here = heres[taken]
+            span = span_candidate(order, taken)  # once every prefetch move is taken
+            options = [Step(taken, s) for s in here]
             if span is not None:
                 self._span_bytes[taken] = sum(m.nbytes for m in order.moves[:taken] if m.position == span and m.unique)
                 options = sorted(options + [Step(taken, s, span) for s in here],
@@ -83,9 +85,10 @@ class AutoPath:
             steps.append(Step(len(uva.moves), counts[0], all_uva=True))
         self.steps = steps
         self._plain = {s: [st for st in steps if st.slots == s and st.span is None and not st.all_uva] for s in counts}
-        self._least_lower = {s: [-lower for lower in accumulate((self._lower_of(st) for st in plain), min)]
+        # a plain step's lower bound is its prefix's (``_lower_of``)
+        self._least_lower = {s: [-lower for lower in accumulate(map(self._lower[s].__getitem__,
+                                                                    map(_TAKEN, plain)), min)]
                              for s, plain in self._plain.items()}
-        self._uva_floor = self.cost.lower_ms(placement(uva, len(uva.moves))) if uva is not None and uva.moves else None
         self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned, upper=self._upper_of, lower=self._lower_of)
         self.speed = Speed(step_ms=self.step_ms, floor=self.floor, moves=lambda st: (st.all_uva, st.taken))
         self._walks: dict[int | None, Walk] = {}
@@ -208,6 +211,35 @@ class AutoPath:
     def within(self, st: Step, budget: int, cpu_budget: int | None) -> bool:
         """Does ``st`` pin at most ``cpu_budget`` (None: any) and peak within ``budget``?"""
         return (cpu_budget is None or self.pinned(st) <= cpu_budget) and self.fits(st, budget)
+
+
+_TAKEN = attrgetter("taken")
+
+
+class _AllUva(NamedTuple):
+    """What the paths of one all-UVA order share (made once per order and cost, ``_all_uva``): per move its layer's
+    placement and work (``_split_after``), the bytes pinned, and the floor under its step (``AutoPath.floor``)."""
+
+    after: list
+    works: list
+    pinned: int
+    floor: float | None
+
+
+_SHARED: WeakKeyDictionary = WeakKeyDictionary()  # cost -> id(all-UVA order) -> (the order, its _AllUva)
+
+
+def _all_uva(uva: Order | None, cost: PlacementCost) -> _AllUva:
+    if uva is None:
+        return _AllUva([], [], 0, None)
+    mine = _SHARED.setdefault(cost, {})
+    found = mine.get(id(uva))
+    if found is None or found[0] is not uva:
+        after = _split_after(uva)
+        floor = cost.lower_ms(placement(uva, len(uva.moves))) if uva.moves else None
+        found = mine[id(uva)] = (uva, _AllUva(after, [(p, cost.layer_works(p, split)) for p, split in after],
+                                              sum(m.nbytes for m in uva.moves), floor))
+    return found[1]
 
 
 def _split_after(order: Order) -> list[tuple[int, tuple[frozenset, frozenset]]]:

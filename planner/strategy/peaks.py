@@ -83,6 +83,31 @@ def lower_peaks(order: Order, total_bytes: int, slots: int) -> list[int]:
     return out
 
 
+def lower_peaks_by_slots(order: Order, total_bytes: int, counts: Sequence[int]) -> dict[int, list[int]]:
+    """``lower_peaks`` for each slot count of ``counts``: the same bounds, from one pass over the order."""
+    resident, held, least, copied = [total_bytes], [0], [0], [0]  # after each prefix: as ``lower_peaks`` keeps them
+    offloaded = prefetched = smallest = 0
+    layers: set[int] = set()
+    for move, sig in zip(order.moves, order.signatures):
+        offloaded += move.nbytes
+        if sig is not None:
+            prefetched += move.nbytes
+            if move.position not in layers:
+                layers.add(move.position)
+                if len(layers) == 1 or move.nbytes < smallest:
+                    smallest = move.nbytes
+        resident.append(total_bytes - offloaded)
+        held.append(len(layers))
+        least.append(smallest)
+        copied.append(prefetched)
+    out = {}
+    for s in counts:  # k = min(h, s) slots in use; the most layers one serves: -(-h // k); as ``lower_peaks``
+        out[s] = [r + (a if a > b else b) if h else r
+                  for r, h, m, c in zip(resident, held, least, copied)
+                  for k in (s if h > s else h,) for a, b in ((k * m, -(-c // -(-h // k)) if h else 0),)]
+    return out
+
+
 def exact_pool(layers: Sequence[Layer], placed: Mapping[int, Mapping[str, str]], slots: int,
                span: Collection[int] = ()) -> int:
     """The bytes of the buffer pool a plan with ``placed`` (position -> param -> backend) carries, with
