@@ -63,29 +63,14 @@ def peaks(order: Order, total_bytes: int, slots: int | None = None) -> list[tupl
 
 def lower_peaks(order: Order, total_bytes: int, slots: int) -> list[int]:
     """A lower bound on the peak after taking 0, 1, ..., len(order) moves, with ``slots`` buffer slots."""
-    out = [total_bytes]
-    offloaded = prefetched = 0
-    layers: set[int] = set()
-    smallest = 0  # bytes of the smallest prefetched layer when it was first prefetched (a layer only grows)
-    pool = 0  # the pool's bound, changed by prefetch moves only
-    for move, sig in zip(order.moves, order.signatures):
-        offloaded += move.nbytes
-        if sig is not None:
-            prefetched += move.nbytes
-            if move.position not in layers:
-                layers.add(move.position)
-                if len(layers) == 1 or move.nbytes < smallest:
-                    smallest = move.nbytes
-            k = num_slots(len(layers), slots)
-            per_slot = -(-len(layers) // k)  # the most layers one slot serves
-            pool = max(k * smallest, -(-prefetched // per_slot))
-        out.append(total_bytes - offloaded + pool)
-    return out
+    return lower_peaks_by_slots(order, total_bytes, [slots])[slots]
 
 
 def lower_peaks_by_slots(order: Order, total_bytes: int, counts: Sequence[int]) -> dict[int, list[int]]:
-    """``lower_peaks`` for each slot count of ``counts``: the same bounds, from one pass over the order."""
-    resident, held, least, copied = [total_bytes], [0], [0], [0]  # after each prefix: as ``lower_peaks`` keeps them
+    """``lower_peaks`` for each slot count of ``counts``, from one pass over the order: with ``P`` prefetched layers
+    in ``k = min(P, slots)`` slots, at least ``k`` times the smallest prefetched layer (its bytes when it was first
+    prefetched: a layer only grows) and the prefetched bytes over the most layers one slot serves."""
+    resident, held, least, copied = [total_bytes], [0], [0], [0]  # after each prefix
     offloaded = prefetched = smallest = 0
     layers: set[int] = set()
     for move, sig in zip(order.moves, order.signatures):
