@@ -15,7 +15,7 @@ read through UVA as without ``host``.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate
 from operator import attrgetter
 
@@ -70,6 +70,7 @@ class PlacementCost:
         self._work: dict[tuple, LayerWork] = {}
         self._sets: dict[tuple, tuple[frozenset, frozenset]] = {}  # a layer's placement -> (uva, copied) names
         self._none: dict[tuple, list[LayerWork]] = {}
+        self._by_position: dict[int, dict[int, LayerWork]] = {}  # per workload item: ``_resident`` by position
         self._sums: dict[tuple, tuple[float, float]] = {}  # per workload item: the resident (GPU, CPU) ms
         self._resident_ms: float | None = None  # the weighted step with nothing offloaded
         self._before: dict[tuple, tuple[list[float], list[float]]] = {}  # per item: resident GPU, CPU ms before each layer
@@ -149,21 +150,36 @@ class PlacementCost:
         """The weighted step with the layers at ``works`` doing that work (per workload item: ``layer_works``) and
         the others resident; ``prefetched``: the sorted positions of the layers copying params. None when the step is
         sure to be no faster than ``cutoff``: when the same forward with every copy free (no stall, no UVA read
-        sharing the link) is not, which costs a simulated forward without the copies. (Every clock of ``simulate``
-        is a sum or a max of earlier clocks and the layers' own times, so a copy's wait only makes it later, also
-        as rounded.)"""
-        forwards = []
-        for k, (tokens, _, mode, seqs) in enumerate(self.tokens):
-            work = list(self._resident(tokens, mode, seqs))
-            for i, mine in works.items():
-                work[i] = mine[k]
-            forwards.append(work)
-        if cutoff < math.inf:
-            least = 0.0
-            for (_, weight, _, _), work in zip(self.tokens, forwards):
-                least += weight * self._without_copies(work)
-            if least >= cutoff:
-                return None
+        sharing the link) is not (``without_copies_ms``). (Every clock of ``simulate`` is a sum or a max of earlier
+        clocks and the layers' own times, so a copy's wait only makes it later, also as rounded.)"""
+        forwards = [self.forward(k, [(i, mine[k]) for i, mine in works.items()]) for k in range(len(self.tokens))]
+        if cutoff < math.inf and self.without_copies_ms(forwards) >= cutoff:
+            return None
+        return self.forward_step_ms(forwards, prefetched, slots, span)
+
+    def forward(self, k: int, moved: Iterable[tuple[int, LayerWork]]) -> list[LayerWork]:
+        """The forward of workload item ``k``: every layer's work, resident but for ``moved`` (position, its work;
+        the last of a position wins)."""
+        resident = self._by_position.get(k)
+        if resident is None:
+            tokens, _, mode, seqs = self.tokens[k]
+            resident = self._by_position[k] = dict(enumerate(self._resident(tokens, mode, seqs)))
+        out = resident.copy()
+        out.update(moved)
+        return list(out.values())
+
+    def without_copies_ms(self, forwards: Sequence[Sequence[LayerWork]]) -> float:
+        """The weighted step of ``forwards`` (per workload item, ``forward``) with no copies: under the step with
+        any copies."""
+        least = 0.0
+        for (_, weight, _, _), work in zip(self.tokens, forwards):
+            least += weight * self._without_copies(work)
+        return least
+
+    def forward_step_ms(self, forwards: Sequence[Sequence[LayerWork]], prefetched: Sequence[int], slots: int,
+                        span: Collection[int] = ()) -> float:
+        """The weighted step of ``forwards`` (per workload item, ``forward``) copying the layers at ``prefetched``
+        (sorted) into ``slots`` slots, those at ``span`` spanning them."""
         n = len(self.layers)
         # Copy's fields as plain tuples (``simulate`` takes either; a tuple is made several times faster)
         copies = [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]

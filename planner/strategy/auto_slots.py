@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, compress
 from operator import attrgetter
 from weakref import WeakKeyDictionary
 from typing import NamedTuple
 
+from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
@@ -65,6 +66,10 @@ class AutoPath:
         self._sigs = [(p, self._signatures.of(layers[p], copied)) for p, (_, copied) in self._after]  # and signature
         side = _all_uva(uva, cost)
         self._uva_after, self._uva_works, self._uva_pinned, self._uva_floor = side
+        self._copying = [(p, bool(copied)) for p, (_, copied) in self._after]  # per move: does its layer copy params?
+        self._uva_copying = [(p, bool(copied)) for p, (_, copied) in self._uva_after]
+        self._moved: list[list[tuple[int, LayerWork]]] | None = None  # ``_moved_works``
+        self._uva_moved: list[list[tuple[int, LayerWork]]] | None = None
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
         cap = counts[-1] + 1  # prefetching more layers than the most slots changes no slot count
         most_first = {q: [s for s in reversed(counts) if s == counts[0] or s < q] if q else counts[:1]
@@ -155,22 +160,34 @@ class AutoPath:
         found = self._ms.get(st)
         if found is None:
             span = () if st.span is None else (st.span,)
-            placed = self._split_placed(st)
-            works = dict((self._uva_works if st.all_uva else self._works)[:st.taken])
+            moved = self._moved_works(st.all_uva)
+            if st.span is None:
+                forwards = [self.cost.forward(k, item[:st.taken]) for k, item in enumerate(moved)]
+            else:
+                split = self._span_split(st)
+                works = self.cost.layer_works(st.span, split)
+                forwards = [self.cost.forward(k, item[:st.taken] + [(st.span, works[k])])
+                            for k, item in enumerate(moved)]
+            if cutoff < math.inf and self.cost.without_copies_ms(forwards) >= cutoff:
+                return None
+            # each layer's last move taken: does it copy params? (the spanning layer copies its unique moves)
+            copying = dict((self._uva_copying if st.all_uva else self._copying)[:st.taken])
             if st.span is not None:
-                works[st.span] = self.cost.layer_works(st.span, placed[st.span])
-            prefetched = sorted(p for p, (_, copied) in placed.items() if copied)
-            found = self.cost.placed_step_ms(works, prefetched, st.slots, span, cutoff)
-            if found is not None:
-                self._ms[st] = found
+                copying[st.span] = bool(split[1])
+            found = self._ms[st] = self.cost.forward_step_ms(forwards, sorted(compress(copying, copying.values())),
+                                                             st.slots, span)
         return found
 
-    def _split_placed(self, st: Step) -> dict[int, tuple[frozenset, frozenset]]:
-        """``placed(st)``, each layer's placement as (its params read through UVA, its params copied)."""
-        out = dict((self._uva_after if st.all_uva else self._after)[:st.taken])  # a layer's last move taken wins
-        if st.span is not None:
-            out[st.span] = self._span_split(st)
-        return out
+    def _moved_works(self, all_uva: bool) -> list[list[tuple[int, LayerWork]]]:
+        """Per workload item, per move of the order (of the all-UVA order): its layer's position and work once it is
+        taken (``PlacementCost.forward``'s pairs), made once."""
+        if all_uva:
+            if self._uva_moved is None:
+                self._uva_moved = [[(p, w[k]) for p, w in self._uva_works] for k in range(len(self.cost.tokens))]
+            return self._uva_moved
+        if self._moved is None:
+            self._moved = [[(p, w[k]) for p, w in self._works] for k in range(len(self.cost.tokens))]
+        return self._moved
 
     def _span_split(self, st: Step) -> tuple[frozenset, frozenset]:
         """The spanning layer's placement in ``st``: its unique moves prefetched (spanning the slots) instead of read
