@@ -19,6 +19,7 @@ pass:
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from itertools import compress
 
 from planner.assemble import layers_with_prefetch, pool_of
 from planner.strategy.order import Order
@@ -122,7 +123,7 @@ class Signatures:
 def exact_pool_of(signatures: Mapping[int, Signature], slots: int, span: Collection[int] = ()) -> int:
     """``exact_pool`` of the layers at ``signatures`` (position -> the signature of its copied params; an empty one:
     nothing copied), as ``planner.assemble.pool_of`` builds it."""
-    positions = sorted(p for p, sig in signatures.items() if sig)
+    positions = sorted(compress(signatures, signatures.values()))  # the layers copying params, in order
     spanning = [p in span for p in positions] if span else []
-    return pool_bytes(build_pool([signatures[p] for p in positions], num_slots(len(positions) - sum(spanning), slots),
-                                 spanning))
+    return pool_bytes(build_pool(list(map(signatures.__getitem__, positions)),
+                                 num_slots(len(positions) - sum(spanning), slots), spanning))
