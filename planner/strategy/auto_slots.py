@@ -89,7 +89,10 @@ class AutoPath:
         if uva is not None and uva.moves:
             steps.append(Step(len(uva.moves), counts[0], all_uva=True))
         self.steps = steps
-        self._plain = {s: [st for st in steps if st.slots == s and st.span is None and not st.all_uva] for s in counts}
+        self._plain: dict[int, list[Step]] = {s: [] for s in counts}  # per slot count, its steps without a span
+        for st in steps:
+            if st.span is None and not st.all_uva:
+                self._plain[st.slots].append(st)
         # a plain step's lower bound is its prefix's (``_lower_of``)
         self._least_lower = {s: [-lower for lower in accumulate(map(self._lower[s].__getitem__,
                                                                     map(_TAKEN, plain)), min)]
