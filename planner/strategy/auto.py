@@ -172,9 +172,13 @@ def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
     found = [path.first_with(slots, budget, cpu_budget) for slots in path.counts]
     found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, cpu_budget)]
     best = float("inf")
-    for st in found:
-        ms = None if st is None else path.step_ms_under(st, best)  # None: no faster than the best so far
-        if ms is not None and ms < best:
+    # the least of their steps: simulated in the order of a bound under each (``least_ms``) until the bound
+    # reaches the fastest found, so the steps that cannot beat it are never simulated
+    for least, _, st in sorted((path.least_ms(st), i, st) for i, st in enumerate(found) if st is not None):
+        if least >= best:
+            break
+        ms = path.step_ms(st)
+        if ms < best:
             best = ms
     return best
 

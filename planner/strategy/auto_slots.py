@@ -18,7 +18,6 @@ param moves from the GPU to the host, and the predicted step never grows.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate, compress
@@ -59,6 +58,7 @@ class AutoPath:
         self._signatures = Signatures()
         self._span_pools: dict[tuple[int, int, int], int] = {}  # (slots, spanning layer, its bytes moved) -> pool
         self._ms: dict[Step, float] = {}
+        self._least: dict[Step, float] = {}  # the step with every copy free (``least_ms``)
         self._floor: dict[int, float] = {}
         self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
         self._after = _split_after(order)  # per move: its layer's placement once it is taken
@@ -154,32 +154,36 @@ class AutoPath:
         return resident + max(lower - resident, self._span_bytes[st.taken])
 
     def step_ms(self, st: Step) -> float:
-        found = self.step_ms_under(st, math.inf)
-        assert found is not None
-        return found
-
-    def step_ms_under(self, st: Step, cutoff: float) -> float | None:
-        """``step_ms(st)``, or None when it is sure to be no less than ``cutoff`` (found without simulating it)."""
         found = self._ms.get(st)
         if found is None:
-            span = () if st.span is None else (st.span,)
-            moved = self._moved_works(st.all_uva)
-            if st.span is None:
-                forwards = [self.cost.forward(k, item[:st.taken]) for k, item in enumerate(moved)]
-            else:
-                split = self._span_split(st)
-                works = self.cost.layer_works(st.span, split)
-                forwards = [self.cost.forward(k, item[:st.taken] + [(st.span, works[k])])
-                            for k, item in enumerate(moved)]
-            if cutoff < math.inf and self.cost.without_copies_ms(forwards) >= cutoff:
-                return None
             # each layer's last move taken: does it copy params? (the spanning layer copies its unique moves)
             copying = dict((self._uva_copying if st.all_uva else self._copying)[:st.taken])
             if st.span is not None:
-                copying[st.span] = bool(split[1])
-            found = self._ms[st] = self.cost.forward_step_ms(forwards, sorted(compress(copying, copying.values())),
-                                                             st.slots, span)
+                copying[st.span] = bool(self._span_split(st)[1])
+            prefetched = sorted(compress(copying, copying.values()))
+            span = () if st.span is None else (st.span,)
+            found = self._ms[st] = self.cost.forward_step_ms(self._forwards(st), prefetched, st.slots, span)
         return found
+
+    def least_ms(self, st: Step) -> float:
+        """At most ``step_ms(st)``: it, once simulated, else the step with every copy free
+        (``PlacementCost.without_copies_ms``)."""
+        found = self._ms.get(st)
+        return found if found is not None else self._least_of(st)
+
+    def _least_of(self, st: Step) -> float:
+        found = self._least.get(st)
+        if found is None:
+            found = self._least[st] = self.cost.without_copies_ms(self._forwards(st))
+        return found
+
+    def _forwards(self, st: Step) -> list[list[LayerWork]]:
+        """Per workload item, the forward of ``st``'s placement (``PlacementCost.forward``)."""
+        moved = self._moved_works(st.all_uva)
+        if st.span is None:
+            return [self.cost.forward(k, item[:st.taken]) for k, item in enumerate(moved)]
+        works = self.cost.layer_works(st.span, self._span_split(st))
+        return [self.cost.forward(k, item[:st.taken] + [(st.span, works[k])]) for k, item in enumerate(moved)]
 
     def _moved_works(self, all_uva: bool) -> list[list[tuple[int, LayerWork]]]:
         """Per workload item, per move of the order (of the all-UVA order): its layer's position and work once it is
