@@ -22,7 +22,7 @@ from planner.layers import eligible_params
 from planner.strategy.auto_order import Tiers, build_order, candidate_prefers
 from planner.strategy.auto_slots import AutoPath, Step
 from planner.strategy.experts import trial_offload
-from planner.strategy.fit import Chosen, NoFit, first_fit
+from planner.strategy.fit import Chosen, NoFit
 from planner.strategy.infeasible import Infeasible, Need
 from planner.strategy.order import Order, by_name
 from schemas.hardware import HardwareProfile
@@ -152,10 +152,7 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int) -> tuple:
     """The order to keep for every budget: predicted at ``GRID`` budgets between the lowest peak any order
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
     that reach that lowest peak are kept, so keeping one never makes a budget infeasible."""
-    lowest = {}
-    for p, path in paths.items():
-        found = first_fit(path.steps, path.reckoning, 0, cpu_budget)  # nothing fits 0 bytes: the lowest peak
-        lowest[p] = found.peak
+    lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}  # nothing fits 0 bytes: the lowest peak
     floor = min(lowest.values())
     grid = [floor + (total_bytes - floor) * k // (GRID + 1) for k in range(1, GRID + 1)]
     ms = {p: [_estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}

@@ -28,7 +28,7 @@ from typing import NamedTuple
 from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
-from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
+from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk, first_fit
 from planner.strategy.order import Order, placement, prefetched_layers
 from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, peaks
 from schemas.spec import Layer
@@ -59,6 +59,7 @@ class AutoPath:
         self._span_pools: dict[tuple[int, int, int], int] = {}  # (slots, spanning layer, its bytes moved) -> pool
         self._ms: dict[Step, float] = {}
         self._least: dict[Step, float] = {}  # the step with every copy free (``least_ms``)
+        self._step_lowers: list[int] | None = None  # per step, its peak's lower bound (``_lowers``)
         self._floor: dict[int, float] = {}
         self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
         self._after = _split_after(order)  # per move: its layer's placement once it is taken
@@ -218,6 +219,35 @@ class AutoPath:
             self._floor[st.taken] = self.cost.lower_ms(placed)
         found = self._floor[st.taken]
         return found if self._uva_floor is None else min(found, self._uva_floor)
+
+    def lowest_peak(self, cpu_budget: int | None) -> int:
+        """``fit.first_fit(self.steps, self.reckoning, 0, cpu_budget).peak``: the lowest exact peak of the steps
+        within ``cpu_budget`` (a prefix of the path; the first step's peak when none is), reckoned exactly only for
+        the steps whose lower bound does not rule them out, taken in the order of their bounds."""
+        steps = self.steps
+        n = len(steps)
+        if cpu_budget is not None:
+            n = next((i for i, st in enumerate(steps) if self.pinned(st) > cpu_budget), n)
+        if n == 0:
+            return self.peak(steps[0])[0]
+        lower = self._step_lowers if self._step_lowers is not None else self._lowers()
+        if min(lower[:n]) <= 0:  # a step might fit no bytes at all: as first_fit walks it
+            return first_fit(steps, self.reckoning, 0, cpu_budget).peak
+        best: int | None = None
+        for i in sorted(range(n), key=lower.__getitem__):  # stable: the first on the path among equal bounds
+            if best is not None and lower[i] > best:
+                break
+            peak = self.peak(steps[i])[0]
+            if best is None or peak < best:
+                best = peak
+        assert best is not None
+        return best
+
+    def _lowers(self) -> list[int]:
+        """Per step, its peak's lower bound (``_lower_of``), made once."""
+        self._step_lowers = [self._lower[st.slots][st.taken] if st.span is None and not st.all_uva
+                             else self._lower_of(st) for st in self.steps]
+        return self._step_lowers
 
     def fits(self, st: Step, budget: int) -> bool:
         """Does ``st`` peak within ``budget``? (its bounds first, the exact pool only between them)"""
