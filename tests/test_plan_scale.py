@@ -45,3 +45,20 @@ def test_each_distinct_layer_is_costed_once_per_prediction(monkeypatch) -> None:
     assert plan.summary.offloaded_layers > 0
     # the plan's prediction and the runner-ups' prices, of a few distinct layers each, not 3 x 303 layers
     assert len(calls) < 60, len(calls)
+
+
+def test_a_plan_leaves_no_reference_cycles_for_the_collector() -> None:
+    """``plan`` runs with the cycle collector paused; what it leaves in reference cycles (a search path holding its
+    own bound methods: thousands of steps) would be walked by the first collection after it. None is left."""
+    import gc
+
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        plan = planner.plan(_spec(), gpu_budget=BLOCKS * 40_000, strategy="auto")
+        assert plan.summary.offloaded_layers > 0
+        assert gc.collect() < 50
+    finally:
+        if was:
+            gc.enable()

@@ -98,15 +98,20 @@ class AutoPath:
         self._least_lower = {s: [-lower for lower in accumulate(map(self._lower[s].__getitem__,
                                                                     map(_TAKEN, plain)), min)]
                              for s, plain in self._plain.items()}
-        self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned, upper=self._upper_of, lower=self._lower_of)
-        self.speed = Speed(step_ms=self.step_ms, floor=self.floor, moves=lambda st: (st.all_uva, st.taken))
-        self._walks: dict[int | None, Walk] = {}
+
+    # the reckoning and the speed are made on each use: a path holding its own bound methods would be a reference
+    # cycle, and its thousands of steps would wait for the cycle collector (planner/build.py's plan pauses it)
+    @property
+    def reckoning(self) -> Reckoning[Step]:
+        return Reckoning(peak=self.peak, pinned=self.pinned, upper=self._upper_of, lower=self._lower_of)
+
+    @property
+    def speed(self) -> Speed[Step]:
+        return Speed(step_ms=self.step_ms, floor=self.floor, moves=_same_moves)
 
     def choose(self, gpu_budget: int | None, cpu_budget: int | None) -> Chosen[Step] | NoFit[Step]:
-        """``fit.choose`` on this path (which steps are kept is worked out once per CPU budget)."""
-        if cpu_budget not in self._walks:
-            self._walks[cpu_budget] = Walk(self.steps, self.reckoning, cpu_budget, self.speed)
-        return self._walks[cpu_budget].choose(gpu_budget)
+        """``fit.choose`` on this path."""
+        return Walk(self.steps, self.reckoning, cpu_budget, self.speed).choose(gpu_budget)
 
     def placed(self, st: Step) -> dict[int, dict[str, str]]:
         if st.all_uva:
@@ -268,6 +273,11 @@ class AutoPath:
 
 
 _TAKEN = attrgetter("taken")
+
+
+def _same_moves(st: Step) -> tuple[bool, int]:
+    """Equal for steps moving the same params (``fit.Speed.moves``)."""
+    return st.all_uva, st.taken
 
 
 class _AllUva(NamedTuple):

@@ -137,9 +137,13 @@ class _Path:
         self._layers = offloaded_layers(self.order)
         self._exact: dict[int, int] = {}
         self._ms: dict[int, float] = {}
-        self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned,
-                                   upper=lambda c: self._upper[self.ends[c]][0],
-                                   lower=lambda c: self._lower[self.ends[c]])
+
+    @property
+    def reckoning(self) -> Reckoning[int]:
+        """Made on each use: a path holding its own bound methods would be a reference cycle (planner/build.py's
+        plan runs with the cycle collector paused, and what a cycle holds would wait for it)."""
+        return Reckoning(peak=self.peak, pinned=self.pinned, upper=lambda c: self._upper[self.ends[c]][0],
+                         lower=lambda c: self._lower[self.ends[c]])
 
     def pinned(self, count: int) -> int:
         return self._upper[self.ends[count]][1]
