@@ -23,7 +23,7 @@ from schemas.workload import DEFAULT_WORKLOAD, Workload
 
 from planner.assemble import Assignment, assemble
 from planner.cost.placement import PlacementCost
-from planner.cost.predict import predict
+from planner.cost.predict import in_range, predict, weighted_step_ms
 from planner.errors import InfeasibleError, PlanningError
 from planner.layers import build_graph, eligible_params, find_block_stack, group_rule, layers_in_order, tied_owners
 from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budget
@@ -152,13 +152,13 @@ def _decide_group(m: _Model) -> Choice:
                         forced=m.offload.backends or {}, slots=m.step, cost=m.cost)
 
 
-def _decide_budget(m: _Model, requested: str | None = None) -> Choice:
+def _decide_budget(m: _Model, requested: str | None = None, lad: budget.Ladder | None = None) -> Choice:
     gpu = m.memory.gpu_budget
     if gpu is not None and gpu < m.total_bytes and not m.candidates:
         raise InfeasibleError(Infeasible("nothing_to_offload", gpu, m.memory.cpu_budget, m.total_bytes,
                                          total_bytes=m.total_bytes, why_nothing="no_params" if m.stack else "no_stack",
                                          selection=(_tuple(m.offload.params), _tuple(m.offload.kinds))))
-    return budget.decide(m.layers, _ladder(m), total_bytes=m.total_bytes, gpu_budget=gpu,
+    return budget.decide(m.layers, lad if lad is not None else _ladder(m), total_bytes=m.total_bytes, gpu_budget=gpu,
                          cpu_budget=m.memory.cpu_budget, requested=requested or m.offload.backend,
                          forced=m.offload.backends or {}, slots=m.step, cost=m.cost)
 
@@ -336,7 +336,7 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
                       model_name=spec.model.name, spec_sha256=spec_sha256(spec), gpu_budget=gpu_budget,
                       cpu_budget=m.memory.cpu_budget, record_kinds=m.by_kind, memory=mem)
     chosen = m.finished(result, profile, workload)
-    runner_up = _runner_up(spec, m, profile, workload, mem)
+    runner_up = _runner_up(m, profile, workload)
     if runner_up is None:
         return chosen
     # the runner-up's note goes after auto's own notes (the schedule's follow them); nothing else changes
@@ -347,26 +347,36 @@ def _plan_auto(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Wo
     return chosen.model_copy(update={"summary": chosen.summary.model_copy(update={"notes": summary_notes})})
 
 
-def _runner_up(spec: SpecFile, m: _Model, profile: HardwareProfile, workload: Workload,
-               mem: PlanMemory) -> RunnerUp | None:
+def _runner_up(m: _Model, profile: HardwareProfile, workload: Workload) -> RunnerUp | None:
     """The fastest plan of the budget strategy at the same budget (placed as auto's, predicted at the measured
-    routing rates), or None; its ``ours_ms`` is left for the caller."""
+    routing rates), or None; its ``ours_ms`` is left for the caller. Each backend's plan is priced as
+    ``predict`` prices it once assembled (``PlacementCost.plan_timelines``), without assembling it."""
     if m.memory.gpu_budget is None:
         return None
     best = None
+    lad = _ladder(m)
+    # the plan records no kinds: priced by the params' names, as its prediction would be
+    cost = PlacementCost(m.layers, *m.cost.given, kinds=False) if any(
+        t.kind is not None for layer in m.layers for t in layer.params) else m.cost
+    position = {layer.name: layer.index for layer in m.layers}
     for backend in ("prefetch", "uva"):
         if m.offload.backend not in ("auto", backend):
             continue
         try:
-            choice = _decide_budget(m, backend)
+            choice = _decide_budget(m, backend, lad)
         except (InfeasibleError, PlanningError):
             continue
         if not choice.offloads:
             continue
-        assignment = Assignment(_where(m, choice), m.offload.prefetch_step, "budget", "", ())
-        alt = assemble(m.layers, m.placed(assignment, profile, workload), model_name=spec.model.name,
-                       spec_sha256="0" * 64, cpu_budget=m.memory.cpu_budget, checked=False, memory=mem)
-        ms = predict(alt, profile, workload, m.shares).weighted_step_ms
+        placed = m.placed(Assignment(_where(m, choice), m.offload.prefetch_step, "budget", "", ()), profile, workload)
+        timelines = cost.plan_timelines({position[name]: params for name, params in placed.where.items()}, m.step,
+                                        experts={position[name]: split for name, split in placed.experts.items()},
+                                        shares=m.shares)
+        rows = []
+        for (name, item), t in zip(workload.items(), timelines):
+            in_range(t, name, profile)
+            rows.append((round(t.step_ms, 4), item.weight))
+        ms = weighted_step_ms(rows)
         if best is None or ms < best.step_ms:
             best = RunnerUp(choice.backend, choice.offloaded_bytes, ms, 0.0)
     return best

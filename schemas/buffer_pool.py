@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import not_
 from typing import NamedTuple
 
 
@@ -62,24 +64,24 @@ def build_pool(signatures: Sequence[Signature], num_slots: int, span: Sequence[b
     only them. ``every_slot``: each key has a buffer in every one of the ``num_slots`` slots (vLLM's pool).
 
     Layers sharing one signature object (the repeats of a template) are grouped by identity,
-    so sizing a pool for a long stack costs one pass over the layers plus one per distinct signature.
+    and each slot's layers are read as one slice of their identities, so sizing a pool for a long stack costs a
+    few passes over the layers at C speed plus one per distinct signature and slot.
     """
-    by_sig: dict[int, tuple[Signature, set[int]]] = {}
-    spanning: dict[int, Signature] = {}
-    i = 0
-    for j, sig in enumerate(signatures):
-        if span and span[j]:
-            spanning[id(sig)] = sig
-            continue
-        entry = by_sig.get(id(sig))
-        if entry is None:
-            entry = by_sig[id(sig)] = (sig, set())
-        entry[1].add(i % num_slots)
-        i += 1
+    if span and any(span):
+        slotted = list(compress(signatures, map(not_, span)))
+        spanning = {id(sig): sig for sig in compress(signatures, span)}
+    else:
+        slotted, spanning = list(signatures), {}
+    ids = list(map(id, slotted))
+    by_sig = dict(zip(ids, slotted))  # by identity, in the order first seen
+    used: dict[int, set[int]] = {sid: set() for sid in by_sig}
+    for slot in range(min(num_slots, len(ids))):  # the i-th slotted layer takes slot i % num_slots
+        for sid in set(ids[slot::num_slots]):
+            used[sid].add(slot)
     slots_of: dict[PoolKey, tuple[int, set[int]]] = {}
-    for sig, slots in by_sig.values():
+    for sid, sig in by_sig.items():
         for key, nbytes in sig:
-            slots_of.setdefault(key, (nbytes, set()))[1].update(slots)
+            slots_of.setdefault(key, (nbytes, set()))[1].update(used[sid])
     span_keys: set[PoolKey] = set()
     for sig in spanning.values():
         for key, nbytes in sig:

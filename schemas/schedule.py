@@ -72,8 +72,15 @@ def schedule(positions: Sequence[int], num_layers: int, step: int, span: Collect
 
 
 def unrolled_triggers(positions: Sequence[int], num_layers: int, step: int, span: Collection[int] = ()) -> list[int]:
-    """``schedule``'s ``Trigger.trigger`` of each layer alone: what a simulated forward needs (no objects made)."""
-    return _unrolled(positions, num_layers, step, span)[1]
+    """``schedule``'s ``Trigger.trigger`` of each layer alone: what a simulated forward needs (no objects made).
+    Without spanning layers the rule is two slices: the ``i``-th layer's copy follows the ``(i - k)``-th, and each of
+    the first ``k`` follows the last user of its slot one forward back."""
+    m = len(positions)
+    if m == 0 or step < 1 or any(p in span for p in positions):
+        return _unrolled(positions, num_layers, step, span)[1]
+    k = num_slots(m, step)
+    last = [positions[i + k * ((m - 1 - i) // k)] - num_layers + 1 for i in range(k)]
+    return last + [p + 1 for p in positions[:m - k]]
 
 
 def _unrolled(positions: Sequence[int], num_layers: int, step: int,

@@ -43,5 +43,22 @@ def test_each_distinct_layer_is_costed_once_per_prediction(monkeypatch) -> None:
     monkeypatch.setattr(layer_cost, "layer_times", counted)
     plan = planner.plan(_spec(), gpu_budget=BLOCKS * 40_000)
     assert plan.summary.offloaded_layers > 0
-    # three predictions (the plan and two runner-ups) of a few distinct layers each, not 3 x 303 layers
+    # the plan's prediction and the runner-ups' prices, of a few distinct layers each, not 3 x 303 layers
     assert len(calls) < 60, len(calls)
+
+
+def test_a_plan_leaves_no_reference_cycles_for_the_collector() -> None:
+    """``plan`` runs with the cycle collector paused; what it leaves in reference cycles (a search path holding its
+    own bound methods: thousands of steps) would be walked by the first collection after it. None is left."""
+    import gc
+
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        plan = planner.plan(_spec(), gpu_budget=BLOCKS * 40_000, strategy="auto")
+        assert plan.summary.offloaded_layers > 0
+        assert gc.collect() < 50
+    finally:
+        if was:
+            gc.enable()

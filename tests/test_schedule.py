@@ -1,8 +1,10 @@
 """The prefetch schedule against the invariant the runtime relies on, by simulating unrolled forwards."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from schemas.schedule import num_slots, schedule
+from schemas.schedule import num_slots, schedule, unrolled_triggers
 
 FORWARDS = 3
 
@@ -159,3 +161,15 @@ def test_simulator_catches_a_late_copy():
     with unittest.mock.patch(f"{__name__}.schedule", lambda *a: late):
         with pytest.raises(AssertionError, match="copy issued at"):
             simulate([0, 2, 4, 6], 8, 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(st.just(n), st.sets(st.integers(0, n - 1)))),
+       st.integers(1, 6), st.booleans())
+def test_unrolled_triggers_are_the_schedules(layout, step, spanning):
+    """The triggers a simulated forward reads (two slices without spanning layers) are ``schedule``'s."""
+    num_layers, chosen = layout
+    positions = sorted(chosen)
+    span = set(positions[-1:]) if spanning else ()
+    want = [t.trigger for t in schedule(positions, num_layers, step, span)]
+    assert unrolled_triggers(positions, num_layers, step, span) == want

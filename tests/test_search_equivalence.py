@@ -23,7 +23,7 @@ from planner.cost.placement import PlacementCost
 from planner.errors import InfeasibleError, PlanningError
 from planner.strategy.fit import Chosen, Fit, NoFit, Reckoning, Speed, choose
 from planner.strategy.order import placement
-from planner.strategy.peaks import exact_pool, lower_peaks, peaks
+from planner.strategy.peaks import exact_pool, lower_peaks, lower_peaks_by_slots, peaks
 from schemas import dump_model
 from schemas.hardware import load_hardware
 from schemas.workload import Workload, WorkloadItem
@@ -206,6 +206,13 @@ def test_the_bounds_hold_and_the_exact_pool_is_the_slot_rule(case, backend):
         assert lower[taken] <= exact <= upper[taken][0]
         if backend == "uva":
             assert lower[taken] == exact == upper[taken][0]
+    counts = [1, 2, m.step + 3]  # the bounds of several slot counts at once (strategy auto's paths)
+    lowers = lower_peaks_by_slots(order, m.total_bytes, counts)
+    for taken in range(len(order.moves) + 1):
+        placed = placement(order, taken)
+        resident = m.total_bytes - sum(move.nbytes for move in order.moves[:taken])
+        for s in counts:
+            assert lowers[s][taken] <= resident + plain_pool(m.layers, placed, s)
 
 
 def test_uniform_stack_bounds_are_exact():

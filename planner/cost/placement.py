@@ -15,8 +15,9 @@ read through UVA as without ``host``.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate
+from operator import attrgetter
 
 from planner.kinds import name_key, param_kind
 from planner.cost.block import Sequences, sequences_of
@@ -24,7 +25,7 @@ from planner.cost.host_experts import split_work
 from planner.cost.host_split import HOST_MARGIN, balanced, whole_split
 from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
 from planner.cost.link import link_share
-from planner.cost.timeline import simulate
+from planner.cost.timeline import Timeline, simulate
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
@@ -33,11 +34,16 @@ from schemas.spec_layers import Layer
 from schemas.workload import Workload
 
 
+_GPU, _CPU, _HOST, _SYNCED = (attrgetter(f) for f in ("gpu_ms", "cpu_ms", "host_ms", "synced_gpu_ms"))
+
+
 class PlacementCost:
     """Predicted weighted step time of placements of ``layers`` on ``hw`` for ``workload``."""
 
     def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload,
-                 host: frozenset[str] = frozenset(), optional: bool = False):
+                 host: frozenset[str] = frozenset(), optional: bool = False, kinds: bool = True):
+        """``kinds``: price params with the spec's explicit kinds (False: by their names, as a plan that does not
+        record kinds is predicted: ``assemble``'s ``record_kinds``)."""
         self.layers, self.host, self.optional = layers, host, optional
         self.given = (hw, workload)  # the profile and workload it prices for
         items = workload.items()
@@ -57,13 +63,14 @@ class PlacementCost:
             found = classes.get(key)
             if found is None:
                 found = classes[key] = len(self._params)
-                self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
+                self._params.append([(t.name, _param(t, t.kind if kinds else None)) for t in layer.params]
                                     + [(rel, _param(t, None)) for rel, t in tied])
             self._class.append(found)
         self._times: dict[tuple, tuple] = {}
         self._work: dict[tuple, LayerWork] = {}
         self._sets: dict[tuple, tuple[frozenset, frozenset]] = {}  # a layer's placement -> (uva, copied) names
         self._none: dict[tuple, list[LayerWork]] = {}
+        self._by_position: dict[int, dict[int, LayerWork]] = {}  # per workload item: ``_resident`` by position
         self._sums: dict[tuple, tuple[float, float]] = {}  # per workload item: the resident (GPU, CPU) ms
         self._resident_ms: float | None = None  # the weighted step with nothing offloaded
         self._before: dict[tuple, tuple[list[float], list[float]]] = {}  # per item: resident GPU, CPU ms before each layer
@@ -143,21 +150,36 @@ class PlacementCost:
         """The weighted step with the layers at ``works`` doing that work (per workload item: ``layer_works``) and
         the others resident; ``prefetched``: the sorted positions of the layers copying params. None when the step is
         sure to be no faster than ``cutoff``: when the same forward with every copy free (no stall, no UVA read
-        sharing the link) is not, which costs a simulated forward without the copies. (Every clock of ``simulate``
-        is a sum or a max of earlier clocks and the layers' own times, so a copy's wait only makes it later, also
-        as rounded.)"""
-        forwards = []
-        for k, (tokens, _, mode, seqs) in enumerate(self.tokens):
-            work = list(self._resident(tokens, mode, seqs))
-            for i, mine in works.items():
-                work[i] = mine[k]
-            forwards.append(work)
-        if cutoff < math.inf:
-            least = 0.0
-            for (_, weight, _, _), work in zip(self.tokens, forwards):
-                least += weight * simulate(work, (), self._link).step_ms
-            if least >= cutoff:
-                return None
+        sharing the link) is not (``without_copies_ms``). (Every clock of ``simulate`` is a sum or a max of earlier
+        clocks and the layers' own times, so a copy's wait only makes it later, also as rounded.)"""
+        forwards = [self.forward(k, [(i, mine[k]) for i, mine in works.items()]) for k in range(len(self.tokens))]
+        if cutoff < math.inf and self.without_copies_ms(forwards) >= cutoff:
+            return None
+        return self.forward_step_ms(forwards, prefetched, slots, span)
+
+    def forward(self, k: int, moved: Iterable[tuple[int, LayerWork]]) -> list[LayerWork]:
+        """The forward of workload item ``k``: every layer's work, resident but for ``moved`` (position, its work;
+        the last of a position wins)."""
+        resident = self._by_position.get(k)
+        if resident is None:
+            tokens, _, mode, seqs = self.tokens[k]
+            resident = self._by_position[k] = dict(enumerate(self._resident(tokens, mode, seqs)))
+        out = resident.copy()
+        out.update(moved)
+        return list(out.values())
+
+    def without_copies_ms(self, forwards: Sequence[Sequence[LayerWork]]) -> float:
+        """The weighted step of ``forwards`` (per workload item, ``forward``) with no copies: under the step with
+        any copies."""
+        least = 0.0
+        for (_, weight, _, _), work in zip(self.tokens, forwards):
+            least += weight * self._without_copies(work)
+        return least
+
+    def forward_step_ms(self, forwards: Sequence[Sequence[LayerWork]], prefetched: Sequence[int], slots: int,
+                        span: Collection[int] = ()) -> float:
+        """The weighted step of ``forwards`` (per workload item, ``forward``) copying the layers at ``prefetched``
+        (sorted) into ``slots`` slots, those at ``span`` spanning them."""
         n = len(self.layers)
         # Copy's fields as plain tuples (``simulate`` takes either; a tuple is made several times faster)
         copies = [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
@@ -165,6 +187,46 @@ class PlacementCost:
         for (_, weight, _, _), work in zip(self.tokens, forwards):
             total += weight * simulate(work, copies, self._link).step_ms
         return total
+
+    def plan_timelines(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = (),
+                       experts: Mapping[int, ExpertSplit] | None = None,
+                       shares: Mapping[str, Sequence[float]] | None = None) -> list[Timeline]:
+        """Per workload item, the forward ``planner.cost.predict`` simulates for the plan that places ``where``
+        (position -> param -> backend) with ``slots`` buffer slots (``span``: the positions of the layers spanning
+        them) and ``experts`` (position -> that layer's experts split, planner/strategy/experts.py), made without
+        assembling the plan; ``shares``: layer name -> each expert's measured chance, for the split layers. The
+        splits are given, so this cost has no ``host`` of its own."""
+        assert not self.host
+        n = len(self.layers)
+        placed = {p: self._split(params) for p, params in where.items()}
+        prefetched = sorted(p for p, (_, copied) in placed.items() if copied)
+        copies = [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
+        none: tuple[frozenset, frozenset] = (frozenset(), frozenset())
+        out = []
+        for tokens, _, mode, seqs in self.tokens:
+            work = list(self._resident(tokens, mode, seqs))
+            for p, (uva, copied) in placed.items():
+                work[p] = self._layer_work(p, tokens, mode, seqs, uva, copied)
+            for p, split in (experts or {}).items():
+                layer = self._split_layer(p, split, *placed.get(p, none))
+                work[p] = split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs)
+            out.append(simulate(work, copies, self._link))
+        return out
+
+    def _without_copies(self, work: Sequence[LayerWork]) -> float:
+        """``simulate(work, ()).step_ms``, the step of a forward of ``work`` with no copies. Where no layer waits
+        mid-layer and none has a host part, that forward is ``gpu[x] = max(gpu[x-1] + g[x], C[x])`` (``C``: the CPU's
+        issue times summed; no UVA read shares the link with a copy; the stream is never behind the CPU after a
+        layer): walked here on those two numbers alone, the same sums and comparisons, so the same value."""
+        n = len(work)
+        if list(map(_SYNCED, work)).count(None) != n or any(map(_HOST, work)):
+            return simulate(work, (), self._link).step_ms
+        gpu = 0.0
+        for g, issued in zip(map(_GPU, work), accumulate(map(_CPU, work))):
+            gpu += g
+            if issued > gpu:
+                gpu = issued
+        return gpu
 
     def _split(self, params: Mapping[str, str]) -> tuple[frozenset, frozenset]:
         """A layer's placement as (params read through UVA, params copied), made once per distinct placement."""

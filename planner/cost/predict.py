@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from schemas.hardware import HardwareProfile
@@ -47,7 +48,7 @@ def plan_sequences(plan: Plan, name: str, tokens: int) -> Sequences:
     return Sequences(f.batch, max(0, f.context - -(-f.tokens // f.batch))) if f.context else Sequences(f.batch, 0)
 
 
-def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
+def in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
     """A prediction is written only with figures a plan file can hold: finite, at most a day
     (PlanningError naming the figure otherwise; figures of profiles in range keep to this)."""
     for what in ("step_ms", "compute_ms", "copy_ms", "stall_ms", "cpu_ms"):
@@ -59,18 +60,22 @@ def _in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
                                 f"'{hw.name}' {err}; check the profile's figures against the machine") from None
 
 
+def weighted_step_ms(rows: Sequence[tuple[float, float]]) -> float:
+    """A plan's weighted step (as its predictions write it) from its workloads' (step_ms as written, weight)."""
+    scale = max(1.0, *(weight for _, weight in rows))  # shares are relative: weights up to 1.8e308 each never overflow
+    total = sum(weight / scale for _, weight in rows)
+    return round(sum(step * (weight / scale) for step, weight in rows) / total, 4)
+
+
 def predict(plan: Plan, hw: HardwareProfile, workload: Workload, routing=None) -> Predictions:
     rows = []
     for name, item in workload.items():
         t = timeline(plan, profile_for(hw, item.mode), item.rows, sequences_of(item, name), routing)
-        _in_range(t, name, hw)
+        in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.rows, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))
-    scale = max(1.0, *(r.weight for r in rows))  # shares are relative: weights up to 1.8e308 each never overflow
-    total = sum(r.weight / scale for r in rows)
-    weighted = sum(r.step_ms * (r.weight / scale) for r in rows) / total
     return Predictions(hardware=hw.name, hardware_source=hw.source, profile=hw, workloads=rows,
-                       weighted_step_ms=round(weighted, 4),
+                       weighted_step_ms=weighted_step_ms([(r.step_ms, r.weight) for r in rows]),
                        offloaded_layers=sum(1 for layer in plan.layers if layer.offloaded))

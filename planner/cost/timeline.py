@@ -111,7 +111,8 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, 
     stalls: dict[int, float] = {}
     starts, ends = [0.0] * n, [0.0] * n
     link = Link(share)
-    copy_ends = link.ends  # moved in place by the link's reads
+    copy_starts, copy_ends = link.starts, link.ends  # moved in place by the link's reads
+    free = 0.0  # ``link.free``, kept here between the link's reads (``Link.queue`` written out: the same sums)
     cpu = gpu = host = 0.0
     stall_total = shared_total = 0.0
     # the hot loop: max(a, b) is written ``b if b > a else a`` (the same value, without a call)
@@ -120,10 +121,14 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, 
         while issue[j] < limit:  # the copies triggered before layer x
             used = issue[j] - limit + width
             if used < n:
-                queued[used] = link.queue(here, work[used].copy_ms)
                 done.add(used)
             else:
-                queued[used - n] = link.queue(here, work[used - n].copy_ms)
+                used -= n
+            begin = here if here > free else free
+            free = begin + work[used].copy_ms
+            copy_starts.append(begin)
+            copy_ends.append(free)
+            queued[used] = len(copy_ends) - 1
             j += 1
         limit += width
         start = here
@@ -141,21 +146,29 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, 
             gpu = max(reach + wx.joined_ms, host)
         elif wx.synced_gpu_ms is None:
             cpu += wx.cpu_ms
-            shared = link.read(start, wx.uva_link_ms) if wx.uva_link_ms and link.free > start else 0.0
+            if wx.uva_link_ms and free > start:
+                link.free = free
+                shared = link.read(start, wx.uva_link_ms)
+                free = link.free
+            else:
+                shared = 0.0
             gpu = start + wx.gpu_ms + shared
             if cpu > gpu:
                 gpu = cpu
         else:  # the CPU reads a result back mid-layer: it waits for the first part to finish
             cpu += wx.cpu_ms - wx.synced_cpu_ms
+            link.free = free
             shared = link.read(start, wx.uva_link_ms - wx.synced_uva_link_ms)
             gpu = max(start + wx.gpu_ms - wx.synced_gpu_ms + shared, cpu)
             cpu = gpu + wx.synced_cpu_ms
             later = link.read(gpu, wx.synced_uva_link_ms)
+            free = link.free
             gpu = max(gpu + wx.synced_gpu_ms + later, cpu)
             shared += later
         shared_total += shared
         starts[x], ends[x] = start, gpu
-    step = max(gpu, link.free, cpu)
+    link.free = free
+    step = max(gpu, free, cpu)
     return Timeline(step_ms=step, stall_ms=stall_total, cpu_ms=cpu, work=work, shared_ms=shared_total, starts=starts,
                     ends=ends, stalls=stalls, queued=queued, link=link)
 

@@ -14,10 +14,10 @@ A projection's output width is its weight's first dimension (``nn.Linear`` store
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from planner.kinds import param_kind
+from planner.kinds import name_key, param_kind
 from schemas.spec_layers import Layer, MoeSpec, Tensor
 
 _Q = {"q_proj", "wq", "query", "q_b_proj"}
@@ -101,11 +101,22 @@ def layer_shapes(layers: Sequence[Layer], heads: int | None, kv_heads: int | Non
     owners = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
         layer.tied for layer in layers) else {}
     out = []
+    made: dict[tuple, LayerShape] = {}  # one shape per distinct description: a stack of equal blocks is read once
     for layer in layers:
         tensors = list(layer.params) + [_renamed(owners[target], rel) for rel, target in layer.tied.items()
                                         if target in owners]
-        out.append(_shape(layer.name, tensors, layer.moe, heads, kv_heads))
+        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        # all that ``_shape`` reads of the name: its kind rules' key and whether it names a head
+        key = (name_key(layer.name), _in_head(layer.name), tuple(tensors), moe)
+        shape = made.get(key)
+        if shape is None:
+            shape = made[key] = _shape(layer.name, tensors, layer.moe, heads, kv_heads)
+        out.append(shape if shape.name == layer.name else replace(shape, name=layer.name))
     return out
+
+
+def _in_head(name: str) -> bool:
+    return name.lower() == "output" or any(s in _HEADS for s in name.lower().split("."))
 
 
 def _renamed(t: Tensor, rel: str) -> Tensor:
@@ -119,7 +130,7 @@ def _shape(name: str, tensors: Iterable[Tensor], moe: MoeSpec | None, heads: int
     shared: dict[str, Tensor] = {}
     attention: list[str] = []
     lookup = head = hidden = None
-    in_head = name.lower() == "output" or any(s in _HEADS for s in name.lower().split("."))
+    in_head = _in_head(name)
     for t in tensors:
         if len(t.shape) < 2:
             continue

@@ -23,7 +23,7 @@ from planner.strategy.auto_order import (GREEDY_MOST_LAYERS, GREEDY_SLOTS, Tiers
                                          large_kinds)
 from planner.strategy.auto_slots import AutoPath, Step
 from planner.strategy.experts import trial_offload
-from planner.strategy.fit import Chosen, NoFit, first_fit
+from planner.strategy.fit import Chosen, NoFit
 from planner.strategy.infeasible import Infeasible, Need
 from planner.strategy.order import Order, by_name
 from schemas.hardware import HardwareProfile
@@ -164,10 +164,7 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int) -> tuple:
     """The order to keep for every budget: predicted at ``GRID`` budgets between the lowest peak any order
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
     that reach that lowest peak are kept, so keeping one never makes a budget infeasible."""
-    lowest = {}
-    for p, path in paths.items():
-        found = first_fit(path.steps, path.reckoning, 0, cpu_budget)  # nothing fits 0 bytes: the lowest peak
-        lowest[p] = found.peak
+    lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}  # nothing fits 0 bytes: the lowest peak
     floor = min(lowest.values())
     grid = [floor + (total_bytes - floor) * k // (GRID + 1) for k in range(1, GRID + 1)]
     ms = {p: [_estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
@@ -184,9 +181,13 @@ def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
     found = [path.first_with(slots, budget, cpu_budget) for slots in path.counts]
     found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, cpu_budget)]
     best = float("inf")
-    for st in found:
-        ms = None if st is None else path.step_ms_under(st, best)  # None: no faster than the best so far
-        if ms is not None and ms < best:
+    # the least of their steps: simulated in the order of a bound under each (``least_ms``) until the bound
+    # reaches the fastest found, so the steps that cannot beat it are never simulated
+    for least, _, st in sorted((path.least_ms(st), i, st) for i, st in enumerate(found) if st is not None):
+        if least >= best:
+            break
+        ms = path.step_ms(st)
+        if ms < best:
             best = ms
     return best
 

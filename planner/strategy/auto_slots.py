@@ -18,17 +18,19 @@ param moves from the GPU to the host, and the predicted step never grows.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, compress
+from operator import attrgetter
+from weakref import WeakKeyDictionary
 from typing import NamedTuple
 
+from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
-from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
+from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk, first_fit
 from planner.strategy.order import Order, placement, prefetched_layers
-from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks, peaks
+from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, peaks
 from schemas.spec import Layer
 
 
@@ -51,29 +53,35 @@ class AutoPath:
         counts = [slots] if slots is not None else list(range(1, max(1, order.slots) + 1))
         self.counts = counts
         self._upper = {s: peaks(order, total_bytes, s) for s in counts}
-        self._lower = {s: lower_peaks(order, total_bytes, s) for s in counts}
+        self._lower = lower_peaks_by_slots(order, total_bytes, counts)
         self._exact: dict[Step, int] = {}
         self._signatures = Signatures()
         self._span_pools: dict[tuple[int, int, int], int] = {}  # (slots, spanning layer, its bytes moved) -> pool
         self._ms: dict[Step, float] = {}
+        self._least: dict[Step, float] = {}  # the step with every copy free (``least_ms``)
+        self._step_lowers: list[int] | None = None  # per step, its peak's lower bound (``_lowers``)
         self._floor: dict[int, float] = {}
         self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
         self._after = _split_after(order)  # per move: its layer's placement once it is taken
-        self._uva_after = _split_after(uva) if uva is not None else []
         self._works = [(p, cost.layer_works(p, split)) for p, split in self._after]  # and its work per workload item
         self._sigs = [(p, self._signatures.of(layers[p], copied)) for p, (_, copied) in self._after]  # and signature
-        self._uva_pinned = sum(m.nbytes for m in uva.moves) if uva is not None else 0
-        self._uva_works = [(p, cost.layer_works(p, split)) for p, split in self._uva_after]
-        steps: list[Step] = []
+        side = _all_uva(uva, cost)
+        self._uva_after, self._uva_works, self._uva_pinned, self._uva_floor = side
+        self._copying = [(p, bool(copied)) for p, (_, copied) in self._after]  # per move: does its layer copy params?
+        self._uva_copying = [(p, bool(copied)) for p, (_, copied) in self._uva_after]
+        self._moved: list[list[tuple[int, LayerWork]]] | None = None  # ``_moved_works``
+        self._uva_moved: list[list[tuple[int, LayerWork]]] | None = None
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
-        most_first: dict[int, list[int]] = {}  # prefetched layers -> the slot counts of a prefix, the most first
-        for taken in range(n + 1):
-            here = most_first.get(prefetched[taken])
-            if here is None:
-                here = most_first[prefetched[taken]] = [s for s in reversed(counts) if s == counts[0]
-                                                        or s < prefetched[taken]] if prefetched[taken] else counts[:1]
-            span = span_candidate(order, taken) if taken >= last else None  # once every prefetch move is taken
-            options = [Step(taken, s) for s in here]  # the most slots, the highest peak, first
+        cap = counts[-1] + 1  # prefetching more layers than the most slots changes no slot count
+        most_first = {q: [s for s in reversed(counts) if s == counts[0] or s < q] if q else counts[:1]
+                      for q in {min(q, cap) for q in prefetched}}  # prefetched layers -> the slot counts, most first
+        heres = [most_first[q if q < cap else cap] for q in prefetched]
+        # before the last prefetch move no layer spans the slots: the most slots, the highest peak, first
+        steps = [Step(taken, s) for taken in range(last) for s in heres[taken]]
+        for taken in range(last, n + 1):
+            here = heres[taken]
+            span = span_candidate(order, taken)  # once every prefetch move is taken
+            options = [Step(taken, s) for s in here]
             if span is not None:
                 self._span_bytes[taken] = sum(m.nbytes for m in order.moves[:taken] if m.position == span and m.unique)
                 options = sorted(options + [Step(taken, s, span) for s in here],
@@ -82,19 +90,28 @@ class AutoPath:
         if uva is not None and uva.moves:
             steps.append(Step(len(uva.moves), counts[0], all_uva=True))
         self.steps = steps
-        self._plain = {s: [st for st in steps if st.slots == s and st.span is None and not st.all_uva] for s in counts}
-        self._least_lower = {s: [-lower for lower in accumulate((self._lower_of(st) for st in plain), min)]
+        self._plain: dict[int, list[Step]] = {s: [] for s in counts}  # per slot count, its steps without a span
+        for st in steps:
+            if st.span is None and not st.all_uva:
+                self._plain[st.slots].append(st)
+        # a plain step's lower bound is its prefix's (``_lower_of``)
+        self._least_lower = {s: [-lower for lower in accumulate(map(self._lower[s].__getitem__,
+                                                                    map(_TAKEN, plain)), min)]
                              for s, plain in self._plain.items()}
-        self._uva_floor = self.cost.lower_ms(placement(uva, len(uva.moves))) if uva is not None and uva.moves else None
-        self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned, upper=self._upper_of, lower=self._lower_of)
-        self.speed = Speed(step_ms=self.step_ms, floor=self.floor, moves=lambda st: (st.all_uva, st.taken))
-        self._walks: dict[int | None, Walk] = {}
+
+    # the reckoning and the speed are made on each use: a path holding its own bound methods would be a reference
+    # cycle, and its thousands of steps would wait for the cycle collector (planner/build.py's plan pauses it)
+    @property
+    def reckoning(self) -> Reckoning[Step]:
+        return Reckoning(peak=self.peak, pinned=self.pinned, upper=self._upper_of, lower=self._lower_of)
+
+    @property
+    def speed(self) -> Speed[Step]:
+        return Speed(step_ms=self.step_ms, floor=self.floor, moves=_same_moves)
 
     def choose(self, gpu_budget: int | None, cpu_budget: int | None) -> Chosen[Step] | NoFit[Step]:
-        """``fit.choose`` on this path (which steps are kept is worked out once per CPU budget)."""
-        if cpu_budget not in self._walks:
-            self._walks[cpu_budget] = Walk(self.steps, self.reckoning, cpu_budget, self.speed)
-        return self._walks[cpu_budget].choose(gpu_budget)
+        """``fit.choose`` on this path."""
+        return Walk(self.steps, self.reckoning, cpu_budget, self.speed).choose(gpu_budget)
 
     def placed(self, st: Step) -> dict[int, dict[str, str]]:
         if st.all_uva:
@@ -143,31 +160,47 @@ class AutoPath:
         return resident + max(lower - resident, self._span_bytes[st.taken])
 
     def step_ms(self, st: Step) -> float:
-        found = self.step_ms_under(st, math.inf)
-        assert found is not None
-        return found
-
-    def step_ms_under(self, st: Step, cutoff: float) -> float | None:
-        """``step_ms(st)``, or None when it is sure to be no less than ``cutoff`` (found without simulating it)."""
         found = self._ms.get(st)
         if found is None:
-            span = () if st.span is None else (st.span,)
-            placed = self._split_placed(st)
-            works = dict((self._uva_works if st.all_uva else self._works)[:st.taken])
+            # each layer's last move taken: does it copy params? (the spanning layer copies its unique moves)
+            copying = dict((self._uva_copying if st.all_uva else self._copying)[:st.taken])
             if st.span is not None:
-                works[st.span] = self.cost.layer_works(st.span, placed[st.span])
-            prefetched = sorted(p for p, (_, copied) in placed.items() if copied)
-            found = self.cost.placed_step_ms(works, prefetched, st.slots, span, cutoff)
-            if found is not None:
-                self._ms[st] = found
+                copying[st.span] = bool(self._span_split(st)[1])
+            prefetched = sorted(compress(copying, copying.values()))
+            span = () if st.span is None else (st.span,)
+            found = self._ms[st] = self.cost.forward_step_ms(self._forwards(st), prefetched, st.slots, span)
         return found
 
-    def _split_placed(self, st: Step) -> dict[int, tuple[frozenset, frozenset]]:
-        """``placed(st)``, each layer's placement as (its params read through UVA, its params copied)."""
-        out = dict((self._uva_after if st.all_uva else self._after)[:st.taken])  # a layer's last move taken wins
-        if st.span is not None:
-            out[st.span] = self._span_split(st)
-        return out
+    def least_ms(self, st: Step) -> float:
+        """At most ``step_ms(st)``: it, once simulated, else the step with every copy free
+        (``PlacementCost.without_copies_ms``)."""
+        found = self._ms.get(st)
+        return found if found is not None else self._least_of(st)
+
+    def _least_of(self, st: Step) -> float:
+        found = self._least.get(st)
+        if found is None:
+            found = self._least[st] = self.cost.without_copies_ms(self._forwards(st))
+        return found
+
+    def _forwards(self, st: Step) -> list[list[LayerWork]]:
+        """Per workload item, the forward of ``st``'s placement (``PlacementCost.forward``)."""
+        moved = self._moved_works(st.all_uva)
+        if st.span is None:
+            return [self.cost.forward(k, item[:st.taken]) for k, item in enumerate(moved)]
+        works = self.cost.layer_works(st.span, self._span_split(st))
+        return [self.cost.forward(k, item[:st.taken] + [(st.span, works[k])]) for k, item in enumerate(moved)]
+
+    def _moved_works(self, all_uva: bool) -> list[list[tuple[int, LayerWork]]]:
+        """Per workload item, per move of the order (of the all-UVA order): its layer's position and work once it is
+        taken (``PlacementCost.forward``'s pairs), made once."""
+        if all_uva:
+            if self._uva_moved is None:
+                self._uva_moved = [[(p, w[k]) for p, w in self._uva_works] for k in range(len(self.cost.tokens))]
+            return self._uva_moved
+        if self._moved is None:
+            self._moved = [[(p, w[k]) for p, w in self._works] for k in range(len(self.cost.tokens))]
+        return self._moved
 
     def _span_split(self, st: Step) -> tuple[frozenset, frozenset]:
         """The spanning layer's placement in ``st``: its unique moves prefetched (spanning the slots) instead of read
@@ -192,6 +225,35 @@ class AutoPath:
         found = self._floor[st.taken]
         return found if self._uva_floor is None else min(found, self._uva_floor)
 
+    def lowest_peak(self, cpu_budget: int | None) -> int:
+        """``fit.first_fit(self.steps, self.reckoning, 0, cpu_budget).peak``: the lowest exact peak of the steps
+        within ``cpu_budget`` (a prefix of the path; the first step's peak when none is), reckoned exactly only for
+        the steps whose lower bound does not rule them out, taken in the order of their bounds."""
+        steps = self.steps
+        n = len(steps)
+        if cpu_budget is not None:
+            n = next((i for i, st in enumerate(steps) if self.pinned(st) > cpu_budget), n)
+        if n == 0:
+            return self.peak(steps[0])[0]
+        lower = self._step_lowers if self._step_lowers is not None else self._lowers()
+        if min(lower[:n]) <= 0:  # a step might fit no bytes at all: as first_fit walks it
+            return first_fit(steps, self.reckoning, 0, cpu_budget).peak
+        best: int | None = None
+        for i in sorted(range(n), key=lower.__getitem__):  # stable: the first on the path among equal bounds
+            if best is not None and lower[i] > best:
+                break
+            peak = self.peak(steps[i])[0]
+            if best is None or peak < best:
+                best = peak
+        assert best is not None
+        return best
+
+    def _lowers(self) -> list[int]:
+        """Per step, its peak's lower bound (``_lower_of``), made once."""
+        self._step_lowers = [self._lower[st.slots][st.taken] if st.span is None and not st.all_uva
+                             else self._lower_of(st) for st in self.steps]
+        return self._step_lowers
+
     def fits(self, st: Step, budget: int) -> bool:
         """Does ``st`` peak within ``budget``? (its bounds first, the exact pool only between them)"""
         if self._lower_of(st) > budget:
@@ -208,6 +270,40 @@ class AutoPath:
     def within(self, st: Step, budget: int, cpu_budget: int | None) -> bool:
         """Does ``st`` pin at most ``cpu_budget`` (None: any) and peak within ``budget``?"""
         return (cpu_budget is None or self.pinned(st) <= cpu_budget) and self.fits(st, budget)
+
+
+_TAKEN = attrgetter("taken")
+
+
+def _same_moves(st: Step) -> tuple[bool, int]:
+    """Equal for steps moving the same params (``fit.Speed.moves``)."""
+    return st.all_uva, st.taken
+
+
+class _AllUva(NamedTuple):
+    """What the paths of one all-UVA order share (made once per order and cost, ``_all_uva``): per move its layer's
+    placement and work (``_split_after``), the bytes pinned, and the floor under its step (``AutoPath.floor``)."""
+
+    after: list
+    works: list
+    pinned: int
+    floor: float | None
+
+
+_SHARED: WeakKeyDictionary = WeakKeyDictionary()  # cost -> id(all-UVA order) -> (the order, its _AllUva)
+
+
+def _all_uva(uva: Order | None, cost: PlacementCost) -> _AllUva:
+    if uva is None:
+        return _AllUva([], [], 0, None)
+    mine = _SHARED.setdefault(cost, {})
+    found = mine.get(id(uva))
+    if found is None or found[0] is not uva:
+        after = _split_after(uva)
+        floor = cost.lower_ms(placement(uva, len(uva.moves))) if uva.moves else None
+        found = mine[id(uva)] = (uva, _AllUva(after, [(p, cost.layer_works(p, split)) for p, split in after],
+                                              sum(m.nbytes for m in uva.moves), floor))
+    return found[1]
 
 
 def _split_after(order: Order) -> list[tuple[int, tuple[frozenset, frozenset]]]:

@@ -137,9 +137,18 @@ class _Path:
         self._layers = offloaded_layers(self.order)
         self._exact: dict[int, int] = {}
         self._ms: dict[int, float] = {}
-        self.reckoning = Reckoning(peak=self.peak, pinned=self.pinned,
-                                   upper=lambda c: self._upper[self.ends[c]][0],
-                                   lower=lambda c: self._lower[self.ends[c]])
+
+    @property
+    def reckoning(self) -> Reckoning[int]:
+        """Made on each use: a path holding its own bound methods would be a reference cycle (planner/build.py's
+        plan runs with the cycle collector paused, and what a cycle holds would wait for it)."""
+        return Reckoning(peak=self.peak, pinned=self.pinned, upper=self.upper, lower=self.lower)
+
+    def upper(self, count: int) -> int:
+        return self._upper[self.ends[count]][0]
+
+    def lower(self, count: int) -> int:
+        return self._lower[self.ends[count]]
 
     def pinned(self, count: int) -> int:
         return self._upper[self.ends[count]][1]
@@ -210,8 +219,7 @@ def decide(layers: Sequence[Layer], lad: Ladder, *, total_bytes: int, gpu_budget
     paths = {b: _Path(layers, lad, b, forced, total_bytes, slots) for b in backends}
     steps = [(count, b) for count in range(lad.steps + 1) for b in backends]
     reckon = Reckoning(peak=lambda st: paths[st[1]].peak(st[0]), pinned=lambda st: paths[st[1]].pinned(st[0]),
-                       upper=lambda st: paths[st[1]].reckoning.upper(st[0]),  # type: ignore[misc]
-                       lower=lambda st: paths[st[1]].reckoning.lower(st[0]))  # type: ignore[misc]
+                       upper=lambda st: paths[st[1]].upper(st[0]), lower=lambda st: paths[st[1]].lower(st[0]))
     floors: dict[int, float] = {}
 
     def floor(st: tuple[int, str]) -> float:

@@ -19,6 +19,7 @@ pass:
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from itertools import compress
 
 from planner.assemble import layers_with_prefetch, pool_of
 from planner.strategy.order import Order
@@ -63,11 +64,16 @@ def peaks(order: Order, total_bytes: int, slots: int | None = None) -> list[tupl
 
 def lower_peaks(order: Order, total_bytes: int, slots: int) -> list[int]:
     """A lower bound on the peak after taking 0, 1, ..., len(order) moves, with ``slots`` buffer slots."""
-    out = [total_bytes]
-    offloaded = prefetched = 0
+    return lower_peaks_by_slots(order, total_bytes, [slots])[slots]
+
+
+def lower_peaks_by_slots(order: Order, total_bytes: int, counts: Sequence[int]) -> dict[int, list[int]]:
+    """``lower_peaks`` for each slot count of ``counts``, from one pass over the order: with ``P`` prefetched layers
+    in ``k = min(P, slots)`` slots, at least ``k`` times the smallest prefetched layer (its bytes when it was first
+    prefetched: a layer only grows) and the prefetched bytes over the most layers one slot serves."""
+    resident, held, least, copied = [total_bytes], [0], [0], [0]  # after each prefix
+    offloaded = prefetched = smallest = 0
     layers: set[int] = set()
-    smallest = 0  # bytes of the smallest prefetched layer when it was first prefetched (a layer only grows)
-    pool = 0  # the pool's bound, changed by prefetch moves only
     for move, sig in zip(order.moves, order.signatures):
         offloaded += move.nbytes
         if sig is not None:
@@ -76,10 +82,15 @@ def lower_peaks(order: Order, total_bytes: int, slots: int) -> list[int]:
                 layers.add(move.position)
                 if len(layers) == 1 or move.nbytes < smallest:
                     smallest = move.nbytes
-            k = num_slots(len(layers), slots)
-            per_slot = -(-len(layers) // k)  # the most layers one slot serves
-            pool = max(k * smallest, -(-prefetched // per_slot))
-        out.append(total_bytes - offloaded + pool)
+        resident.append(total_bytes - offloaded)
+        held.append(len(layers))
+        least.append(smallest)
+        copied.append(prefetched)
+    out = {}
+    for s in counts:  # k = min(h, s) slots in use; the most layers one serves: -(-h // k); as ``lower_peaks``
+        out[s] = [r + (a if a > b else b) if h else r
+                  for r, h, m, c in zip(resident, held, least, copied)
+                  for k in (s if h > s else h,) for a, b in ((k * m, -(-c // -(-h // k)) if h else 0),)]
     return out
 
 
@@ -112,7 +123,7 @@ class Signatures:
 def exact_pool_of(signatures: Mapping[int, Signature], slots: int, span: Collection[int] = ()) -> int:
     """``exact_pool`` of the layers at ``signatures`` (position -> the signature of its copied params; an empty one:
     nothing copied), as ``planner.assemble.pool_of`` builds it."""
-    positions = sorted(p for p, sig in signatures.items() if sig)
+    positions = sorted(compress(signatures, signatures.values()))  # the layers copying params, in order
     spanning = [p in span for p in positions] if span else []
-    return pool_bytes(build_pool([signatures[p] for p in positions], num_slots(len(positions) - sum(spanning), slots),
-                                 spanning))
+    return pool_bytes(build_pool(list(map(signatures.__getitem__, positions)),
+                                 num_slots(len(positions) - sum(spanning), slots), spanning))

@@ -1,0 +1,57 @@
+"""Strategy auto's search takes shortcuts that change no result (issue 18): the lowest peak of a path from the
+bounds in order (``AutoPath.lowest_peak``), and the estimate at a grid budget simulating its candidates in the
+order of a bound under each (``auto._estimate``). Checked against the plain definitions on the paths a plan makes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import weights_only
+
+import planner
+from planner.strategy import auto, auto_slots
+from planner.strategy.fit import first_fit
+from schemas import load_spec
+from schemas.workload import Workload, WorkloadItem
+
+GENERATED = Path(__file__).resolve().parent.parent / "examples" / "generated"
+DECODE32 = Workload({"decode": WorkloadItem(tokens=32)})
+MIXED = Workload({"decode": WorkloadItem(tokens=1, weight=3.0), "prefill": WorkloadItem(tokens=512, mode="graph")})
+
+
+def _paths(monkeypatch, spec, **options) -> list[auto_slots.AutoPath]:
+    made = []
+    real = auto_slots.AutoPath.__init__
+
+    def keep(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(auto_slots.AutoPath, "__init__", keep)
+    planner.plan(spec, **options)
+    monkeypatch.undo()
+    assert len(made) > 1  # several orders weighed
+    return made
+
+
+@pytest.mark.parametrize("name, options", [
+    ("llama-3-8b", {"gpu_budget": 6 * 10**9, "workload": MIXED}),
+    ("qwen3-30b-a3b", {"gpu_budget": 12 * 10**9, "workload": DECODE32}),  # with auto's trial of the host
+    ("llama-3.2-1b", {"gpu_budget": 10**9, "workload": MIXED, "prefetch_step": 3}),
+])
+def test_the_shortcuts_give_what_the_definitions_give(monkeypatch, name, options):
+    spec = weights_only(load_spec(GENERATED / f"{name}.yaml"))
+    for path in _paths(monkeypatch, spec, **options):
+        pinned = sorted({path.pinned(st) for st in path.steps})
+        for cpu in (None, pinned[0], pinned[len(pinned) // 2]):
+            assert path.lowest_peak(cpu) == first_fit(path.steps, path.reckoning, 0, cpu).peak
+        low, total = path.lowest_peak(None), path.total
+        for k in range(1, 6):
+            budget = low + (total - low) * k // 6
+            found = [path.first_with(s, budget, None) for s in path.counts]
+            found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, None)]
+            steps = [st for st in found if st is not None]
+            estimate = auto._estimate(path, budget, None)  # first: the steps it skips are not simulated yet
+            assert all(path.least_ms(st) <= path.step_ms(st) for st in steps)
+            assert estimate == min((path.step_ms(st) for st in steps), default=float("inf"))
