@@ -220,9 +220,9 @@ def test_a_context_adds_the_cache_read_to_a_graph_decode():
         {"decode": WorkloadItem(batch=32, context=c, mode="graph")})).predictions.workloads[0] for c in (1, 8192)]
     # nothing offloaded: the step is the compute stream's; the grouped keys and values of 32 x 8,192 tokens (32 GiB)
     # are copied out for the 32 query heads by transformers' repeat_kv (read 32 GiB, write 128 GiB: a strided copy)
-    # and SDPA reads the 128 GiB copies (planner/cost/block.py)
+    # and SDPA reads the 128 GiB copies at kv_read_gbps (planner/cost/block.py)
     copied, read = 131072 + 32 * 2 * 4096 * 2, 32 * 2 * 4096 * 2
-    per_token_ms = copied / H200.strided_copy_gbps / 1e6 + read / H200.gpu_mem_gbps / 1e6
+    per_token_ms = copied / H200.strided_copy_gbps / 1e6 + read / H200.kv_read_gbps / 1e6
     assert steps[1].compute_ms - steps[0].compute_ms == pytest.approx(32 * 8191 * per_token_ms, rel=1e-3)
 
 
