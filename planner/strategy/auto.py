@@ -32,6 +32,10 @@ from schemas.workload import Workload
 
 GREEDY = "greedy"  # the key of auto_order.greedy_order's order among the orders weighed
 GRID = 8  # budgets the orders are weighed at (between the lowest peak and the whole model, ends left out)
+# with the greedy order among them: its path is of no tier's shape and its slow spots fell between 8 budgets (the
+# Llama-3-8B shape at decode with the 2026-12-02 profile: kept on 8 budgets, 1.63x the attention-first order's step
+# at 13.55 GB on a sweep of 201; bench/results/search-2026-12-02b/); 16 budgets see them
+GREEDY_GRID = 16
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,9 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
             if greedy is not None and tuple(greedy.moves) not in seen:
                 seen.add(tuple(greedy.moves))
                 paths[(GREEDY, v)] = AutoPath(layers, greedy, total_bytes, cost, step, uva)
-    kept, weighed = _keep(paths, memory.cpu_budget, total_bytes) if len(paths) > 1 else (next(iter(paths)), None)
+    grid = GREEDY_GRID if any(key == GREEDY for key, _ in paths) else GRID
+    kept, weighed = (_keep(paths, memory.cpu_budget, total_bytes, grid) if len(paths) > 1
+                     else (next(iter(paths)), None))
     greedy = kept[0] == GREEDY
     prefer, first = ((), ()) if greedy else kept[0]
     path = paths[kept]
@@ -160,13 +166,13 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
                         greedy=greedy)
 
 
-def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int) -> tuple:
-    """The order to keep for every budget: predicted at ``GRID`` budgets between the lowest peak any order
+def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int = GRID) -> tuple:
+    """The order to keep for every budget: predicted at ``points`` budgets between the lowest peak any order
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
     that reach that lowest peak are kept, so keeping one never makes a budget infeasible."""
     lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}  # nothing fits 0 bytes: the lowest peak
     floor = min(lowest.values())
-    grid = [floor + (total_bytes - floor) * k // (GRID + 1) for k in range(1, GRID + 1)]
+    grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
     ms = {p: [_estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
     best = [min(ms[p][i] for p in paths) for i in range(len(grid))]
     ratios = {p: [m / b if b > 0 else 1.0 for m, b in zip(ms[p], best)] for p in paths}
