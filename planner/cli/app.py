@@ -562,8 +562,9 @@ def spec_command(
     "planner calibrate -o my-gpu.yaml",
     "planner plan spec.yaml --gpu-budget 8GB --hardware my-gpu.yaml",
     tail="Needs torch with CUDA and a GPU; takes well under a minute. Measures the host-to-GPU link, UVA "
-    "reads by token count, GPU memory and matmul rates, and eager-PyTorch CPU costs (with transformers "
-    "installed: per decoder block and per routed expert).\n\n"
+    "reads by token count, GPU memory and matmul rates, attention's read of a KV cache, and eager-PyTorch "
+    "CPU costs (with transformers installed: per decoder block and per routed expert, and a block's GPU "
+    "floor in CUDA graph replay).\n\n"
     + exit_codes_note("0 written", "2 no GPU here or bad input")
 ))
 @_reports
