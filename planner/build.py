@@ -87,8 +87,13 @@ class _Model:
 
     @property
     def by_kind(self) -> bool:
-        """The selection used kinds (offload.kinds or offload.prefer): the plan records each param's kind."""
-        return self.offload.kinds is not None or self.offload.prefer is not None
+        """The plan records each param's kind: the selection used kinds (offload.kinds or offload.prefer), or the
+        spec gives a param its kind (the search priced it by that kind, so the plan's prediction must too)."""
+        return self.offload.kinds is not None or self.offload.prefer is not None or self.explicit_kinds
+
+    @property
+    def explicit_kinds(self) -> bool:
+        return any(t.kind is not None for layer in self.layers for t in layer.params)
 
     @property
     def step(self) -> int:
@@ -355,9 +360,7 @@ def _runner_up(m: _Model, profile: HardwareProfile, workload: Workload) -> Runne
         return None
     best = None
     lad = _ladder(m)
-    # the plan records no kinds: priced by the params' names, as its prediction would be
-    cost = PlacementCost(m.layers, *m.cost.given, kinds=False) if any(
-        t.kind is not None for layer in m.layers for t in layer.params) else m.cost
+    cost = m.cost
     position = {layer.name: layer.index for layer in m.layers}
     for backend in ("prefetch", "uva"):
         if m.offload.backend not in ("auto", backend):

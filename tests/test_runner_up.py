@@ -34,7 +34,7 @@ def _spec(name: str) -> SpecFile:
 
 
 def _kinds_spec() -> SpecFile:
-    """llama-3.2-1b with explicit kinds that its names do not give (a plan that records no kinds drops them)."""
+    """llama-3.2-1b with explicit kinds that its names do not give (the plan records them, and is priced by them)."""
     text = (GENERATED / "llama-3.2-1b.yaml").read_text()
     text = text.replace("mlp.down_proj.weight: [2048, 8192]", "mlp.down_proj.weight: {shape: [2048, 8192], kind: norm}")
     text = text.replace("mlp.gate_proj.weight: [8192, 2048]",
@@ -56,7 +56,7 @@ def _priced(spec: SpecFile, plan: Plan, workload: Workload, shares=None) -> tupl
             experts[i] = split
         if layer.prefetch is not None and layer.prefetch.span:
             span.append(i)
-    cost = PlacementCost(layers, load_hardware(spec.hardware), workload, kinds=False)
+    cost = PlacementCost(layers, load_hardware(spec.hardware), workload)
     timelines = cost.plan_timelines(where, plan.summary.prefetch_step or 1, span, experts, shares)
     steps = [round(t.step_ms, 4) for t in timelines]
     return steps, weighted_step_ms([(s, item.weight) for s, (_, item) in zip(steps, workload.items())])
@@ -88,6 +88,9 @@ def test_explicit_kinds_and_measured_routing_price_as_the_plan_does():
     spec = _kinds_spec()
     plan = planner.plan(spec, gpu_budget=1_200_000_000, workload=MIXED, strategy="budget", backend="uva")
     assert _priced(spec, plan, MIXED)[1] == plan.predictions.weighted_step_ms
+    # the spec's kinds are in the plan (its prediction prices a gate_proj given as an embedding as a lookup)
+    kinds = {rel: p.kind for layer in plan.layers for rel, p in layer.params.items()}
+    assert kinds["mlp.gate_proj.weight"] == "embedding" and kinds["mlp.down_proj.weight"] == "norm"
     routing = _routing()
     spec = _spec("qwen3-30b-a3b")
     for backends in (None, {"routed_experts": "cpu"}):

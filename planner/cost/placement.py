@@ -41,9 +41,7 @@ class PlacementCost:
     """Predicted weighted step time of placements of ``layers`` on ``hw`` for ``workload``."""
 
     def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload,
-                 host: frozenset[str] = frozenset(), optional: bool = False, kinds: bool = True):
-        """``kinds``: price params with the spec's explicit kinds (False: by their names, as a plan that does not
-        record kinds is predicted: ``assemble``'s ``record_kinds``)."""
+                 host: frozenset[str] = frozenset(), optional: bool = False):
         self.layers, self.host, self.optional = layers, host, optional
         self.given = (hw, workload)  # the profile and workload it prices for
         items = workload.items()
@@ -63,7 +61,7 @@ class PlacementCost:
             found = classes.get(key)
             if found is None:
                 found = classes[key] = len(self._params)
-                self._params.append([(t.name, _param(t, t.kind if kinds else None)) for t in layer.params]
+                self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
                                     + [(rel, _param(t, None)) for rel, t in tied])
             self._class.append(found)
         self._times: dict[tuple, tuple] = {}
