@@ -192,35 +192,64 @@ def _forward_ms(model: torch.nn.Module, ids: torch.Tensor) -> float:
         return _wall_ms(lambda: model(ids, use_cache=False), repeat=21, warmup=3)
 
 
+TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16)  # the tiny transformers models a block's fixed costs are measured on: their work is nothing
+TINY_BLOCKS = (4, 20)  # the tiny models' depths: one more block costs the difference over the blocks between
+
+
+def _has_transformers() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def tiny_llama(layers: int) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **TINY))
+
+
+def tiny_moe(layers: int, top_k: int = 2) -> torch.nn.Module:
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    return Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, num_experts=8, num_experts_per_tok=top_k,
+                                              moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
+                                              **TINY))
+
+
+def _by_depth(time_ms: Callable[[torch.nn.Module], float], make: Callable[[int], torch.nn.Module]) -> dict[int, float]:
+    """``time_ms`` of the tiny model ``make`` builds, at each of ``TINY_BLOCKS`` depths."""
+    return {n: time_ms(make(n)) for n in TINY_BLOCKS}
+
+
+def _per_block_us(times: dict[int, float]) -> float:
+    """Microseconds one more block adds, from ``_by_depth``'s times."""
+    few, many = TINY_BLOCKS
+    return (times[many] - times[few]) / (many - few) * 1e3
+
+
 def model_cpu_costs(device: torch.device) -> dict[str, object]:
     """CPU time of one more eager decoder block (dense and MoE) and of one more routed expert per
     token, from tiny transformers models whose GPU work is negligible."""
-    try:
-        from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
-    except ImportError:
+    if not _has_transformers():
         return {}
     ids = torch.zeros(1, 1, dtype=torch.long, device=device)
-    small = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16)
 
     def forward_ms(model: torch.nn.Module) -> float:
         return _forward_ms(model.to(device, torch.bfloat16).eval(), ids)
 
-    def moe_model(layers: int, top_k: int) -> torch.nn.Module:
-        return Qwen3MoeForCausalLM(Qwen3MoeConfig(
-            num_hidden_layers=layers, num_experts=8, num_experts_per_tok=top_k, moe_intermediate_size=32,
-            decoder_sparse_step=1, mlp_only_layers=[], **small))
-
-    dense = {n: forward_ms(LlamaForCausalLM(LlamaConfig(num_hidden_layers=n, **small))) for n in (4, 20)}
-    sparse = {n: forward_ms(moe_model(n, 2)) for n in (4, 20)}
-    figures: dict[str, object] = {"block_cpu_us": (dense[20] - dense[4]) / 16 * 1e3,
-                                  "moe_block_cpu_us": (sparse[20] - sparse[4]) / 16 * 1e3}
+    dense, sparse = _by_depth(forward_ms, tiny_llama), _by_depth(forward_ms, tiny_moe)
+    figures: dict[str, object] = {"block_cpu_us": _per_block_us(dense), "moe_block_cpu_us": _per_block_us(sparse)}
     # grouped expert kernels cost the same whatever the experts a batch touches; a per-expert loop
     # (transformers' eager experts) costs launches per expert and reads the routing back first
-    implementation = getattr(moe_model(1, 2).config, "_experts_implementation", None)
+    implementation = getattr(tiny_moe(1).config, "_experts_implementation", None)
     looped = implementation in (None, "eager")
     figures["moe_sync"] = looped
-    figures["expert_cpu_us"] = max(0.0, (forward_ms(moe_model(20, 6)) - sparse[20]) / 20 / 4 * 1e3) if looped else 0.0
+    many = TINY_BLOCKS[1]  # the tiny MoE at top-6 against top-2: 4 more experts a token in each of its blocks
+    figures["expert_cpu_us"] = max(0.0, (forward_ms(tiny_moe(many, 6)) - sparse[many]) / many / 4 * 1e3) \
+        if looped else 0.0
     return figures
 
 
@@ -265,16 +294,13 @@ def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
     experts module (128 experts, hidden 2048, width 768, top-8) with its weights resident and
     through UVA, at 1 and 32 tokens (two grouped matmuls a call)."""
     try:
-        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        from transformers import Qwen3MoeConfig
         from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
     except ImportError:
         return {}
     config = Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8)
-    tiny = Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
-                                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=4,
-                                              num_experts_per_tok=2, moe_intermediate_size=16))
     # the experts kernel a whole model picks (grouped_mm where available), not a bare module's fallback
-    config._experts_implementation = getattr(tiny.config, "_experts_implementation", None)
+    config._experts_implementation = getattr(tiny_moe(1).config, "_experts_implementation", None)
     experts = Qwen3MoeExperts(config).to(device, torch.bfloat16).eval()
     params = dict(experts.named_parameters())
     total = sum(p.numel() * p.element_size() for p in params.values())
@@ -344,29 +370,18 @@ def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]]
     pays besides its roofline (on the H200 a graph-replayed decode of the Llama-3-8B shape took 1.84 ms more
     than its weights' reads, 57 us a block; the Qwen3-MoE shape 217 us an MoE block: 2026-12-02)."""
     timer = timer or graph_ms
-    try:
-        from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
-    except ImportError:
+    if not _has_transformers():
         return {}
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     ids = torch.zeros(1, 1, dtype=torch.long, device=device)
-    small = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16)
 
     def step_ms(model: torch.nn.Module) -> float:
         model = model.to(device, dtype).eval()
         with torch.inference_mode():
             return timer(lambda: model(ids, use_cache=False))
 
-    def moe(layers: int) -> torch.nn.Module:
-        return Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, num_experts=8, num_experts_per_tok=2,
-                                                  moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
-                                                  **small))
-
-    dense = {n: step_ms(LlamaForCausalLM(LlamaConfig(num_hidden_layers=n, **small))) for n in (4, 20)}
-    sparse = {n: step_ms(moe(n)) for n in (4, 20)}
-    return {"block_gpu_us": max(0.0, (dense[20] - dense[4]) / 16 * 1e3),
-            "moe_block_gpu_us": max(0.0, (sparse[20] - sparse[4]) / 16 * 1e3)}
+    return {"block_gpu_us": max(0.0, _per_block_us(_by_depth(step_ms, tiny_llama))),
+            "moe_block_gpu_us": max(0.0, _per_block_us(_by_depth(step_ms, tiny_moe)))}
 
 
 def kv_read(device: torch.device, batch: int = 32, heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
