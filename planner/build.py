@@ -360,7 +360,6 @@ def _runner_up(m: _Model, profile: HardwareProfile, workload: Workload) -> Runne
         return None
     best = None
     lad = _ladder(m)
-    cost = m.cost
     position = {layer.name: layer.index for layer in m.layers}
     for backend in ("prefetch", "uva"):
         if m.offload.backend not in ("auto", backend):
@@ -372,9 +371,9 @@ def _runner_up(m: _Model, profile: HardwareProfile, workload: Workload) -> Runne
         if not choice.offloads:
             continue
         placed = m.placed(Assignment(_where(m, choice), m.offload.prefetch_step, "budget", "", ()), profile, workload)
-        timelines = cost.plan_timelines({position[name]: params for name, params in placed.where.items()}, m.step,
-                                        experts={position[name]: split for name, split in placed.experts.items()},
-                                        shares=m.shares)
+        timelines = m.cost.plan_timelines({position[name]: params for name, params in placed.where.items()}, m.step,
+                                          experts={position[name]: split for name, split in placed.experts.items()},
+                                          shares=m.shares)
         rows = []
         for (name, item), t in zip(workload.items(), timelines):
             in_range(t, name, profile)

@@ -113,7 +113,7 @@ def _runner_up(plan: Plan) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("name, budget, options", [
-    ("kinds", 1_200_000_000, {}),  # priced by the params' names, as the budget strategy's plan file predicts
+    ("kinds", 1_200_000_000, {}),  # priced by the spec's kinds, which the budget strategy's plan file records
     ("qwen3-30b-a3b", 16_000_000_000, {"backends": {"routed_experts": "cpu"}}),  # with the host's split experts
 ])
 def test_the_runner_up_is_the_budget_strategys_plan_as_predicted(name, budget, options):

@@ -13,7 +13,7 @@ import planner
 from conftest import EXAMPLES
 from planner.cost.layer import LayerWork, layers_work
 from planner.cost.link import ONE_LINK, Link, link_share
-from planner.cost.timeline import Copy, LayerTime, simulate
+from planner.cost.timeline import Copy, simulate
 from schemas.io import load_spec
 from schemas.hardware import load_hardware
 
@@ -44,12 +44,12 @@ def test_reads_with_no_copy_in_flight_are_not_slowed():
 
 def test_link_keeps_a_copy_queue_and_moves_the_copies_a_read_overlaps():
     link = Link(0.5)
-    a, b = LayerTime(), LayerTime()
-    link.copy(0.0, 2.0, a)
-    link.copy(0.0, 2.0, b)  # queued behind a: [2, 4]
+    a = link.queue(0.0, 2.0)
+    b = link.queue(0.0, 2.0)  # queued behind a: [2, 4]
+    assert (a, b) == (0, 1)
     assert link.read(1.0, 1.0) == pytest.approx(1.0)  # 1 ms of read overlaps: 1 ms later, both of them
-    assert (a.copy_start, a.copy_end) == (0.0, pytest.approx(3.0))
-    assert (b.copy_start, b.copy_end) == (pytest.approx(3.0), pytest.approx(5.0))
+    assert (link.starts[a], link.ends[a]) == (0.0, pytest.approx(3.0))
+    assert (link.starts[b], link.ends[b]) == (pytest.approx(3.0), pytest.approx(5.0))
     assert link.free == pytest.approx(5.0) and link.read(5.0, 3.0) == 0.0  # nothing left in flight
 
 

@@ -36,8 +36,9 @@ def link_share(hw: HardwareProfile) -> float:
 
 
 class Link:
-    """The copy stream's queue on the host link. ``queue`` (or ``copy``) queues a copy; ``read`` lets UVA reads of
-    the compute stream share the link with the copies in flight, delaying both.
+    """The copy stream's queue on the host link. ``queue`` queues a copy (``simulate`` writes it out in its loop:
+    the same sums); ``read`` lets UVA reads of the compute stream share the link with the copies in flight,
+    delaying both.
 
     The copies are kept as numbers, by their place in the queue: ``starts[k]`` and ``ends[k]`` are the k-th
     copy's times, moved by the reads that overlap it."""
@@ -51,7 +52,6 @@ class Link:
         # copies queued since the last read)
         self._open: list[int] = []
         self._unread = 0
-        self._records: list = []  # (queue place, LayerTime) of the copies queued with ``copy``
 
     def queue(self, issued: float, ms: float) -> int:
         """Queue a copy of ``ms`` issued at ``issued``: its place in the queue."""
@@ -60,13 +60,6 @@ class Link:
         self.starts.append(start)
         self.ends.append(self.free)
         return len(self.ends) - 1
-
-    def copy(self, issued: float, ms: float, record) -> None:
-        """Queue a copy of ``ms`` issued at ``issued``; ``record`` (a LayerTime) gets its start and end, and keeps
-        them as reads move them."""
-        k = self.queue(issued, ms)
-        record.copy_start, record.copy_end = self.starts[k], self.ends[k]
-        self._records.append((k, record))
 
     def read(self, at: float, ms: float) -> float:
         """UVA reads needing ``ms`` of the link alone, from ``at``: the delay they take, the same delay the
@@ -88,7 +81,5 @@ class Link:
         self._unread = len(ends)
         for k in self._open:
             starts[k], ends[k] = moved(starts[k]), moved(ends[k])
-        for k, record in self._records:
-            record.copy_start, record.copy_end = starts[k], ends[k]
         self.free = moved(self.free)
         return delay

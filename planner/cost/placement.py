@@ -178,9 +178,7 @@ class PlacementCost:
                         span: Collection[int] = ()) -> float:
         """The weighted step of ``forwards`` (per workload item, ``forward``) copying the layers at ``prefetched``
         (sorted) into ``slots`` slots, those at ``span`` spanning them."""
-        n = len(self.layers)
-        # Copy's fields as plain tuples (``simulate`` takes either; a tuple is made several times faster)
-        copies = [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
+        copies = self._copies(prefetched, slots, span)
         total = 0.0
         for (_, weight, _, _), work in zip(self.tokens, forwards):
             total += weight * simulate(work, copies, self._link).step_ms
@@ -195,10 +193,8 @@ class PlacementCost:
         assembling the plan; ``shares``: layer name -> each expert's measured chance, for the split layers. The
         splits are given, so this cost has no ``host`` of its own."""
         assert not self.host
-        n = len(self.layers)
         placed = {p: self._split(params) for p, params in where.items()}
-        prefetched = sorted(p for p, (_, copied) in placed.items() if copied)
-        copies = [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
+        copies = self._copies(sorted(p for p, (_, copied) in placed.items() if copied), slots, span)
         none: tuple[frozenset, frozenset] = (frozenset(), frozenset())
         out = []
         for tokens, _, mode, seqs in self.tokens:
@@ -210,6 +206,12 @@ class PlacementCost:
                 work[p] = split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs)
             out.append(simulate(work, copies, self._link))
         return out
+
+    def _copies(self, prefetched: Sequence[int], slots: int, span: Collection[int]) -> list[tuple[int, int, bool]]:
+        """The copies of a forward prefetching the layers at ``prefetched`` (sorted) into ``slots`` slots, as
+        ``simulate`` takes them: Copy's fields as plain tuples (a tuple is made several times faster)."""
+        n = len(self.layers)
+        return [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
 
     def _without_copies(self, work: Sequence[LayerWork]) -> float:
         """``simulate(work, ()).step_ms``, the step of a forward of ``work`` with no copies. Where no layer waits

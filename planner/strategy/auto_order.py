@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from schemas.buffer_pool import Signature, signature
 from planner.kinds import name_key, param_kind
 from planner.cost.layer import gpu_and_uva_ms
-from planner.strategy.order import Move, Order, placement, tier_of
+from planner.strategy.order import NOT_MOVED, Move, Order, Split, after_move, placement, tier_of
 from planner.strategy.peaks import Signatures, exact_pool_of
 from planner.cost.placement import PlacementCost
 from planner.strategy.spread_order import van_der_corput
@@ -239,8 +239,6 @@ GREEDY_MOST_LAYERS = 128  # no greedy order for more layers: each step simulates
 GREEDY_SLOTS = 1  # the slot count the greedy order prices its steps with
 LINK_WEIGHT = 0.5  # a millisecond of the copy stream's busy time, against a millisecond of the step (greedy_order)
 
-_Split = tuple[frozenset, frozenset]  # a layer's placement: (its params read through UVA, its params copied)
-
 
 def greedy_order(layers: Sequence[Layer], base: Order, cost: PlacementCost, total_bytes: int, apart: int,
                  slots: int = GREEDY_SLOTS, link_weight: float = LINK_WEIGHT) -> Order | None:
@@ -298,19 +296,17 @@ def _greedy(layers: Sequence[Layer], base: Order, queues: list[list[list[int]]],
     grain = max(1, sum(m.nbytes for m in moves) // GREEDY_STEPS)
     made = Signatures()
     shares = [share for _, share, _, _ in cost.tokens]
-    split: dict[int, _Split] = {}  # the placement so far
+    split: dict[int, Split] = {}  # the placement so far
     sigs: dict[int, object] = {}  # and its prefetched layers' signatures
     done: set[int] = set()
     taken: list[int] = []
 
-    def place(placed: dict[int, _Split], chunk: Sequence[int]) -> None:
+    def place(placed: dict[int, Split], chunk: Sequence[int]) -> None:
         for i in chunk:
             m = moves[i]
-            uva, copied = placed.get(m.position, (frozenset(), frozenset()))
-            names = frozenset(m.params)
-            placed[m.position] = (uva | names, copied - names) if m.backend == "uva" else (uva - names, copied | names)
+            placed[m.position] = after_move(placed.get(m.position, NOT_MOVED), m)
 
-    def peak(placed: Mapping[int, _Split], touched: set[int], freed: int) -> int:
+    def peak(placed: Mapping[int, Split], touched: set[int], freed: int) -> int:
         mine = dict(sigs)
         for p in touched:
             copied = placed[p][1]
@@ -322,7 +318,7 @@ def _greedy(layers: Sequence[Layer], base: Order, queues: list[list[list[int]]],
         """The copy stream's weighted busy time (ms) with the layers at ``works`` doing that work."""
         return sum(share * work.copy_ms for ws in works.values() for share, work in zip(shares, ws) if work.copy_bytes)
 
-    def step_ms(placed: Mapping[int, _Split], works: Mapping[int, Sequence], cutoff: float = math.inf) -> float | None:
+    def step_ms(placed: Mapping[int, Split], works: Mapping[int, Sequence], cutoff: float = math.inf) -> float | None:
         """The predicted weighted step with ``slots`` slots (None: sure to be no less than ``cutoff``)."""
         return cost.placed_step_ms(works, sorted(p for p, (_, copied) in placed.items() if copied), slots, (), cutoff)
 

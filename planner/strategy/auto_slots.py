@@ -29,7 +29,7 @@ from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk, first_fit
-from planner.strategy.order import Order, placement, prefetched_layers
+from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement, prefetched_layers
 from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, peaks
 from schemas.spec import Layer
 
@@ -202,7 +202,7 @@ class AutoPath:
             self._moved = [[(p, w[k]) for p, w in self._works] for k in range(len(self.cost.tokens))]
         return self._moved
 
-    def _span_split(self, st: Step) -> tuple[frozenset, frozenset]:
+    def _span_split(self, st: Step) -> Split:
         """The spanning layer's placement in ``st``: its unique moves prefetched (spanning the slots) instead of read
         through UVA."""
         moved = frozenset(p for m in self.order.moves[:st.taken] if m.position == st.span and m.unique
@@ -306,20 +306,17 @@ def _all_uva(uva: Order | None, cost: PlacementCost) -> _AllUva:
     return found[1]
 
 
-def _split_after(order: Order) -> list[tuple[int, tuple[frozenset, frozenset]]]:
-    """Per move of ``order``: its layer's position and that layer's placement once the moves up to it are taken,
-    as (params read through UVA, params copied)."""
-    none: tuple[frozenset, frozenset] = (frozenset(), frozenset())
-    current: dict[int, tuple[frozenset, frozenset]] = {}
-    made: dict[tuple, tuple[frozenset, frozenset]] = {}  # (placement before, params, backend) -> after
+def _split_after(order: Order) -> list[tuple[int, Split]]:
+    """Per move of ``order``: its layer's position and that layer's placement once the moves up to it are taken
+    (``order.after_move``)."""
+    current: dict[int, Split] = {}
+    made: dict[tuple, Split] = {}  # (placement before, params, backend) -> after
     out = []
     for m in order.moves:
-        key = (current.get(m.position, none), m.params, m.backend)
+        key = (current.get(m.position, NOT_MOVED), m.params, m.backend)
         after = made.get(key)
         if after is None:
-            (uva, copied), moved = key[0], frozenset(m.params)
-            after = made[key] = (uva | moved if m.backend == "uva" else uva - moved,
-                                 copied | moved if m.backend == "prefetch" else copied - moved)
+            after = made[key] = after_move(key[0], m)
         current[m.position] = after
         out.append((m.position, after))
     return out

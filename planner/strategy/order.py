@@ -30,6 +30,19 @@ class Move(NamedTuple):  # a tuple: a search makes and hashes thousands
     unique: bool = False  # auto: a UVA move of units that would rather be copied, in a layer no other layer is like
 
 
+Split = tuple[frozenset, frozenset]  # a layer's placement: (its params read through UVA, its params copied)
+NOT_MOVED: Split = (frozenset(), frozenset())
+
+
+def after_move(split: Split, move: Move) -> Split:
+    """A layer's placement ``split`` once ``move`` is taken: its params read through UVA, or copied."""
+    uva, copied = split
+    moved = frozenset(move.params)
+    if move.backend == "uva":
+        return uva | moved, copied - moved
+    return uva - moved, copied | moved
+
+
 @dataclass(frozen=True)
 class Order:
     """The moves in the order they are taken, and what a prefix of them costs in memory."""
