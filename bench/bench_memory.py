@@ -319,15 +319,21 @@ def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write
         measured = {}
         for batch in sweep:
             item = WorkloadItem(batch=batch, context=setup.context, mode=setup.mode)
+            _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: planning")
             plan = auto if batch == chosen else plan_for(spec, budget, item, "decode")[0]
             if plan is None:
                 continue
+            _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: applying ({plan.summary.backend})")
             with runtime.apply(plan, model, device=setup.device):
+                _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: generating")
+                sizes = _forward_sizes(model)
                 held = setup.context - setup.steps
                 kv = filled_cache(model, config, "static", batch, held, setup.context, setup.device)
                 clock = StepClock(setup.device)
                 generate(model, kv, batch, held, setup.steps, vocab, setup.device, clock, graph=setup.mode == "graph")
                 del kv
+                sizes.remove()
+            _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: tokens a forward {sizes.tokens[:4]}...")
             timed = step_row(plan, item, clock, setup.warm)
             measured[batch] = batch * 1000 / timed["measured_step_ms"]
             write({"kind": "throughput", "model": kind, "budget": budget, "chosen": batch == chosen, "cache": "static",
@@ -341,6 +347,29 @@ def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write
                "measured_tokens_per_s": round(measured[chosen], 2),
                "measured_over_predicted": round(measured[chosen] / auto.throughput.tokens_per_s, 4),
                "best_batch_by_hand": best, "chosen_over_best": round(measured[chosen] / measured[best], 4)})
+
+
+class _forward_sizes:
+    """The tokens of each forward of the model's decoder while it is held (a decode step feeds one a sequence)."""
+
+    def __init__(self, model) -> None:
+        self.tokens: list[int] = []
+        decoder = getattr(model, "model", model)
+
+        def hook(_module, args, kwargs):
+            x = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
+            x = x if x is not None else args[0]
+            self.tokens.append(int(x.shape[:2].numel()))
+
+        self._handle = decoder.register_forward_pre_hook(hook, with_kwargs=True)
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def _progress(what: str) -> None:
+    """Where a long run is (stderr: the rows stay on stdout), so that a run cut by a time limit says where."""
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
 def _timed_ms(fn, device: torch.device, repeats: int) -> float:
@@ -434,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                "context": setup.context, "dry_run": setup.dry_run})
         probe_rows(setup, write)
         for kind in args.only or sorted(FULL):
+            _progress(f"{kind}: building")
             model, config = build(kind, setup)
             spec = described(model, kind, setup)
             budgets = budgets_of(kind, spec, setup)
