@@ -5,15 +5,18 @@ dimension: ``gpu`` experts' slices go to GPU memory, ``uva`` experts' to pinned 
 read in place, ``cpu`` experts' to host memory that the host CPU computes from. The experts module's forward
 is replaced (an instance attribute, removed again by ``restore``) by ``SplitForward``:
 
-1. the routed tokens' hidden states and their routing are copied to the host (pinned, asynchronous) and an
-   event is recorded;
+1. the routed tokens' hidden states and their routing are copied to the layer's host buffers (pinned,
+   asynchronous; made at the layer's first call and reused, ``_Staging``) and the stream then writes a count to
+   host memory (or records an event, where the issuing thread computes);
 2. the GPU parts (gpu, uva) are launched: ``runtime.expert_math.part_rows``, grouped matmuls that read no
    value back;
 3. on a GPU whose streams can wait on a flag in host memory (``runtime.stream_wait``): the stream is told to
    wait for the host's rows, their copy to the GPU is queued behind that wait, and the host's part goes to
-   ``HostWorker``, one thread of the process that waits for the event, computes the experts (``host_rows``:
-   the padded pass, torch's oneDNN batched matmuls, every CPU of the process's affinity but one: that one is
-   left to the thread issuing the forward) into the pinned rows and raises the flag. The issuing thread never
+   ``HostWorker``, one thread of the process that reads host memory until the stream's count arrives, computes
+   the experts (``host_rows``: the padded pass, torch's oneDNN batched matmuls, every CPU of the process's
+   affinity but one: that one is left to the thread issuing the forward) into the pinned rows and raises the
+   flag. That thread makes no CUDA call and frees no buffer a stream used (either can wait for a stream whose
+   queue is full, while the stream waits for the thread: a stalled `generate()`). The issuing thread never
    waits: it goes on to the next layers' kernels, so their Python and launches overlap the host's matmuls, and
    per layer the GPU's UVA reads and the host's part run at once, joined by the stream's wait. Elsewhere (no
    flag waits, or the CPU as device) the issuing thread itself waits for the event and computes;
@@ -176,6 +179,38 @@ def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
 
 
 @dataclass(eq=False)
+class _Staging:
+    """One split layer's host buffers: the routed tokens' inputs copied to the host and the rows the host writes,
+    made on the issuing thread at a layer's first call and grown (never shrunk) when a call needs more, pinned on a
+    GPU. Nothing is allocated or freed per call, and the host's thread never frees a buffer: freeing a pinned
+    buffer that a copy used records an event on the copy's stream, which blocks while that stream's queue is full
+    (the stream waiting for the host's thread: runtime/stream_wait.py). Buffers outgrown stay until ``release``
+    (a copy or the host's thread may still be using them)."""
+
+    pin: bool
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    outgrown: list[torch.Tensor] = field(default_factory=list)
+
+    def take(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A contiguous ``shape`` of ``dtype`` at the start of buffer ``name``."""
+        need = 1
+        for n in shape:
+            need *= n
+        buf = self.buffers.get(name)
+        if buf is None or buf.dtype != dtype or buf.numel() < need:
+            if buf is not None:
+                self.outgrown.append(buf)
+            size = max(need, 2 * buf.numel() if buf is not None and buf.dtype == dtype else 0)
+            buf = self.buffers[name] = torch.empty(size, dtype=dtype, pin_memory=self.pin)
+        return buf[:need].view(shape)
+
+    def release(self) -> None:
+        """Drop every buffer (after the stream and the host's thread are done with them)."""
+        self.buffers.clear()
+        self.outgrown.clear()
+
+
+@dataclass(eq=False)
 class SplitForward:
     """An experts module's forward while its experts are split (the steps in the module docstring)."""
 
@@ -187,7 +222,9 @@ class SplitForward:
     host_on_gpu: _Part | None = None  # the same, read through UVA by GPU kernels (calls over max_tokens)
     max_tokens: int | None = None
     worker: HostWorker | None = None  # the host's thread, where the stream can wait for it (step 3)
-    flag: HostFlag | ThreadFlag | None = None
+    flag: HostFlag | ThreadFlag | None = None  # raised by the host's thread when its rows are written
+    staged: HostFlag | None = None  # written by the stream when the routed tokens are on the host (a GPU's worker)
+    staging: _Staging = field(default_factory=lambda: _Staging(pin=False))
 
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                  *args, **kwargs) -> torch.Tensor:
@@ -211,46 +248,55 @@ class SplitForward:
         return join_rows(rows, tokens, hidden_states.dtype)
 
     def _to_host(self, hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor):
+        """The routed tokens' inputs in this layer's host buffers, and what says they have landed: on a GPU a count
+        the stream writes after the copies (the host's thread) or an event (the issuing thread), else None."""
         if self.worker is not None:
             self.worker.check()
-        if self.device.type != "cuda":
-            return hidden, index, weights, None
-        if torch.cuda.is_current_stream_capturing():
+        cuda = self.device.type == "cuda"
+        if cuda and torch.cuda.is_current_stream_capturing():
             raise HostExpertsCaptureError(
                 f"a CUDA graph capture reached '{type(self.module).__name__}', whose experts {CPU_BACKEND} are "
                 "computed by the host CPU: host work is not part of a captured graph. Run this plan eagerly (or "
                 "under torch.compile without CUDA graphs), or plan without cpu experts for graph replay "
                 "(--backends routed_experts=uva)")
         staged = []
-        for t in (hidden, index, weights):
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            host.copy_(t, non_blocking=True)
+        for name, t in (("hidden", hidden), ("index", index), ("weights", weights)):
+            host = self.staging.take(name, tuple(t.shape), t.dtype)
+            host.copy_(t, non_blocking=cuda)
             staged.append(host)
+        if not cuda:
+            return (*staged, None)
+        stream = torch.cuda.current_stream(self.device)
+        if self.staged is not None:
+            count = self.staged.next()
+            self.staged.write(count, stream)
+            return (*staged, count)
         event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(self.device))
+        event.record(stream)
         return (*staged, event)
 
     def _host_rows(self, hidden, index, weights, event) -> torch.Tensor | None:
         if event is not None:
             event.synchronize()  # the copies have landed; the GPU runs its parts meanwhile
-        pinned = self.device.type == "cuda"
-        out = torch.zeros(index.numel(), hidden.shape[-1], dtype=rows_dtype(hidden, weights), pin_memory=pinned)
+        out = self.staging.take("rows", (index.numel(), hidden.shape[-1]), rows_dtype(hidden, weights))
+        out.zero_()
         if not host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index, weights,
                          out):
             return None
-        return out.to(self.device, non_blocking=True) if pinned else out
+        return out.to(self.device, non_blocking=True) if self.device.type == "cuda" else out.clone()
 
-    def _host_async(self, hidden, index, weights, event) -> torch.Tensor:
-        """Step 3 on the host's thread: the stream waits for the flag, then copies the rows the thread wrote."""
+    def _host_async(self, hidden, index, weights, staged: int | None) -> torch.Tensor:
+        """Step 3 on the host's thread: the stream waits for the flag, then copies the rows the thread wrote. The
+        thread makes no CUDA call: it reads the count the stream writes (``staged``) and writes host memory."""
         cuda = self.device.type == "cuda"
-        out = torch.empty(index.numel(), hidden.shape[-1], dtype=rows_dtype(hidden, weights), pin_memory=cuda)
+        out = self.staging.take("rows", (index.numel(), hidden.shape[-1]), rows_dtype(hidden, weights))
         count = self.flag.next()
         inference = torch.is_inference_mode_enabled()
 
         def job() -> None:
             try:
-                if event is not None:
-                    event.synchronize()
+                if staged is not None:
+                    self.staged.host_wait(staged)
                 with torch.inference_mode(inference), torch.no_grad():
                     out.zero_()
                     host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index,
@@ -264,7 +310,7 @@ class SplitForward:
 
         self.worker.submit(job)
         self.flag.wait(count, torch.cuda.current_stream(self.device) if cuda else None)
-        return out.to(self.device, non_blocking=True)
+        return out.to(self.device, non_blocking=True) if cuda else out.clone()
 
 
 @dataclass(eq=False)
@@ -302,6 +348,7 @@ class ExpertSplits:
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
     worker: HostWorker | None = None
+    stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
 
     def build(self, plan: Plan, model: nn.Module, pin: bool) -> None:
         """Split every layer with ``experts`` (``split_problems`` found nothing). On failure what was done stays
@@ -371,8 +418,11 @@ class ExpertSplits:
             if split.cpu_max_tokens is not None:
                 host_on_gpu = part("cpu", uva_view, self.device)
         worker = self._worker() if host is not None else None
+        staging = _Staging(pin=cuda)
+        self.stagings.append(staging)
         forward = SplitForward(module, layout, self.device, gpu_parts, host, host_on_gpu, split.cpu_max_tokens,
-                               worker, new_flag(self.device) if worker is not None else None)
+                               worker, new_flag(self.device) if worker is not None else None,
+                               HostFlag() if worker is not None and cuda else None, staging)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT)))
         module.forward = torch.compiler.disable(forward) if host is not None else forward
 
@@ -401,6 +451,8 @@ class ExpertSplits:
             return problems
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        while self.stagings:
+            self.stagings.pop().release()
         while self.arenas:
             self.arenas.pop().close()
         self.params.clear()

@@ -236,3 +236,43 @@ def test_routing_is_recorded_alone_and_while_applied(tmp_path):
     with pytest.raises(runtime.ApplyError, match="record_routing=True"):
         with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
             handle.routing_stats()
+
+
+def test_the_host_buffers_are_made_on_the_issuing_thread_once_and_reused(threaded, monkeypatch):
+    """Nothing is allocated per call and nothing ever on the host's thread: a pinned buffer that the host's thread
+    freed would record an event on the copy's stream, which waits while the stream's queue is full, the stream
+    waiting for that thread (runtime/stream_wait.py; a stalled generate() on the H200, 2026-12-02)."""
+    made = []
+    real = cpu_experts._Staging.take
+
+    def take(self, name, shape, dtype):
+        before = self.buffers.get(name)
+        out = real(self, name, shape, dtype)
+        if self.buffers[name] is not before:
+            made.append((name, threading.current_thread().name))
+        return out
+
+    monkeypatch.setattr(cpu_experts._Staging, "take", take)
+    model = make_moe("qwen3_moe")
+    ids = torch.randint(0, model.config.vocab_size, (4, 6), generator=torch.Generator().manual_seed(5))
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+        assert handle._splits.worker is not None
+        stagings = list(handle._splits.stagings)
+        first = _logits(model, ids)
+        at_first = len(made)
+        assert at_first and {thread for _, thread in made} == {threading.main_thread().name}
+        assert torch.equal(_logits(model, ids), first)  # the buffers reused, the result the same
+        _logits(model, ids[:, :2])
+        assert len(made) == at_first
+        _logits(model, torch.cat([ids, ids]))  # more tokens: each buffer grows once, the old one kept
+        assert len(made) > at_first and any(s.outgrown for s in stagings)
+        assert {thread for _, thread in made} == {threading.main_thread().name}
+    assert all(not s.buffers and not s.outgrown for s in stagings)  # remove let them go
+
+
+def test_a_count_the_stream_writes_is_reached_across_the_wrap():
+    from runtime.stream_wait import reached
+
+    assert reached(1, 1) and reached(2, 1) and not reached(0, 1)
+    assert reached(0, 0xFFFFFFFF) and reached(3, 0xFFFFFFFE)  # the count wrapped past 2**32 - 1
+    assert not reached(0xFFFFFFFF, 2)  # far behind (the driver's signed difference), not far ahead

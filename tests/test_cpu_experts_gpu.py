@@ -1,0 +1,61 @@
+"""The cpu backend on a GPU while the issuing thread fills the stream's queue (issue 21; a stalled generate()
+on the H200, docs/BENCHMARKS.md 2026-12-02 04:20). The host's thread must finish every layer whatever the issuing
+thread does: it makes no CUDA call (runtime/stream_wait.py). Each run is a child process with a time limit, so a
+stall fails the test instead of hanging the suite. Skipped without CUDA."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = textwrap.dedent("""
+    import sys, torch
+    sys.path.insert(0, {tests!r})
+    import runtime
+    from moe_models import make_moe, split_plan
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    ids = torch.randint(0, model.config.vocab_size, (8, 4), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits.float()
+    model = model.cuda()
+    flood = torch.zeros(1, device="cuda")
+
+    def fill_the_queue(module, args):  # thousands of tiny kernels before each decoder layer
+        for _ in range({kernels}):
+            flood.add_(0)
+
+    hooks = [layer.register_forward_pre_hook(fill_the_queue) for layer in model.model.layers]
+    plan = split_plan(model, lambda n: {{"cpu": list(range(n))}})
+    with runtime.apply(plan, model, device="cuda") as handle:
+        assert handle._splits.worker is not None, "no host thread on this GPU"
+        for _ in range(3):
+            with torch.no_grad():
+                got = model(ids.cuda()).logits.float().cpu()
+        torch.cuda.synchronize()
+    for h in hooks:
+        h.remove()
+    # the host computes in its own rounding: as close as the cpu backend's tests hold it on the CPU
+    assert (got - want).abs().max() < 0.1, (got - want).abs().max()
+    print("done")
+""")
+
+
+@pytest.mark.parametrize("kernels", [0, 4000])
+def test_the_host_thread_finishes_while_the_issuing_thread_fills_the_queue(kernels):
+    code = CHILD.format(tests=str(ROOT / "tests"), kernels=kernels)
+    try:
+        run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], cwd=ROOT, capture_output=True,
+                             text=True, timeout=180)
+    except subprocess.TimeoutExpired as stalled:
+        pytest.fail(f"the forward stalled ({kernels} kernels a layer before it): {stalled.stderr}")
+    assert run.returncode == 0 and run.stdout.strip().endswith("done"), run.stderr[-3000:]
