@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import statistics
 import sys
@@ -445,13 +446,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("eager", "graph"), default="eager",
                     help="the tokens-per-second rows' decode step: eager, or graph (compiled, CUDA-graph replay)")
     ap.add_argument("--out", default=f"bench/results/memory-{datetime.date.today().isoformat()}.jsonl")
+    ap.add_argument("--stall-s", type=float, default=None,
+                    help="end the run with every thread's stack on stderr when no row comes for this long (a "
+                         "stalled run says where, and a device call's later commands still run)")
     args = ap.parse_args(argv)
     setup = Setup(args.dry_run, args.device, args.mode)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    if args.stall_s:
+        faulthandler.dump_traceback_later(args.stall_s, exit=True)
     with out.open("w") as f:
         def write(row: dict) -> None:
+            if args.stall_s:
+                faulthandler.dump_traceback_later(args.stall_s, exit=True)  # the clock starts again at each row
             row = {**row, "at_s": round(time.perf_counter() - started, 1)}
             line = json.dumps(row)
             print(line, flush=True)
