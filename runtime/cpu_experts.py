@@ -358,7 +358,9 @@ class ExpertSplits:
                 self._split_layer(layer, model, pin)
         if any(layer.experts is not None and layer.experts.cpu for layer in plan.layers):
             self.threads = torch.get_num_threads()
-            torch.set_num_threads(self.host_threads or host_threads())
+            # the issuing thread computes the host's part itself, or, where the host's thread does, keeps one CPU
+            # for issuing (its own torch work stays small; a team of its own would contend with the host's)
+            torch.set_num_threads(1 if self.worker is not None else self.host_threads or host_threads())
 
     def _worker(self) -> HostWorker | None:
         """The host's thread, made once, where the device's streams can wait on host flags (else None)."""

@@ -186,7 +186,7 @@ def test_a_cuda_graph_capture_reaching_host_experts_is_refused(monkeypatch):
         forward(h, torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
 
 
-def test_host_threads_are_set_and_given_back():
+def test_host_threads_are_set_and_given_back(monkeypatch):
     model = make_moe("qwen3_moe")
     torch.set_num_threads(1)
     with runtime.apply(split_plan(model), model, device="cpu"):
@@ -195,6 +195,12 @@ def test_host_threads_are_set_and_given_back():
     with runtime.apply(split_plan(model), model, device="cpu", host_threads=2):
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == 1
+    torch.set_num_threads(3)
+    monkeypatch.setattr(cpu_experts, "flag_waits", lambda device: True)  # the host's own thread computes
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=2) as handle:
+        assert torch.get_num_threads() == 1 and handle._splits.worker.threads == 2  # one CPU left for issuing
+    assert torch.get_num_threads() == 3
+    torch.set_num_threads(1)
     for bad in (0, 1.5, True):
         with pytest.raises(runtime.ApplyError, match="host_threads="):
             runtime.apply(split_plan(model), model, device="cpu", host_threads=bad)
