@@ -3,10 +3,10 @@
 Exit codes: schemas/exit_codes.py (0 ok, 1 infeasible budget or `diff` found changes, 2 bad
 input, 70 internal error, 141 stdout closed early); how an exception becomes one:
 planner/cli/errors.py. Start-up stays fast: only typer is imported here at module level;
-pydantic, the schemas and the planner core are imported inside the commands.
+pydantic, the schemas and the planner core are imported inside the commands. The annotations are
+evaluated as the module is read (no ``from __future__ import annotations``): typer reads every command's
+annotations at each run, and evaluating them from strings took 0.03 s of it.
 """
-
-from __future__ import annotations
 
 import functools
 import gc
