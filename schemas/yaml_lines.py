@@ -71,6 +71,18 @@ def _too_large(line: int | None = None, column: int | None = None, path: Path_ =
                        line, column, path)
 
 
+_PLAIN_TAGS = yaml.resolver.Resolver()
+_PLAIN_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_NO_MARK = yaml.Mark("<plain>", 0, 0, 0, None, None)
+
+
+def construct_plain(text: str) -> Any:
+    """The value of ``text`` as a plain (unquoted, untagged) scalar, as ``yaml.SafeLoader`` reads it, or
+    YamlProblem (without a line) for a scalar that cannot be read."""
+    node = yaml.ScalarNode(_PLAIN_TAGS.resolve(yaml.ScalarNode, text, (True, False)), text, _NO_MARK, _NO_MARK)
+    return _construct(_PLAIN_CONSTRUCTOR.construct_object, node)
+
+
 class _Builder:
     def __init__(self, loader: yaml.SafeLoader) -> None:
         self.loader = loader
@@ -374,7 +386,13 @@ def load_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
 
 def load_data(text: str) -> Any:
     """Parse one YAML/JSON document into plain data, faster than ``load_with_lines``:
-    no line map (re-read with ``load_with_lines`` to report a problem with lines)."""
+    no line map (re-read with ``load_with_lines`` to report a problem with lines). Plain block
+    YAML, the shape of specs and plans, is read by ``schemas.yaml_plain`` faster still."""
+    from schemas.yaml_plain import read_plain
+
+    data = read_plain(text)
+    if data is not None:
+        return data
     try:
         return _load_events(text, None)
     except _NeedLines:
