@@ -125,63 +125,51 @@ def _read(text: str) -> Any:
             raise _Decline
         spaces, dash, key, value = m.groups()
         indent = len(spaces)
-        if dash is None:
-            if key is None:
-                if value is None:
-                    continue  # blank or comment
-                raise _Decline  # a bare scalar: a document of one scalar, or a multi-line scalar
-            if pending is None and indent == top_indent and not top_seq:  # the common line: key: value
-                name = (known.get(key) or learn(key))[2]
-                if name in top:
-                    raise _Decline  # a duplicate key: PyYAML's path names both lines
-                if value is None:
-                    top[name] = None
-                    pending = (top, name, indent, True)
-                    nodes += 2
-                else:
-                    n, kind, what = known.get(value) or learn(value)
-                    top[name] = what if kind == 0 else _make(kind, what)
-                    nodes += 1 + n
-                continue
-        if pending is not None:
-            owner, slot, owner_indent, from_key = pending
-            pending = None
-            if indent > owner_indent or (indent == owner_indent and from_key and dash is not None):
-                new: Any = [] if dash is not None else {}
-                owner[slot] = new
+        if dash is None and key is None:
+            if value is None:
+                continue  # blank or comment
+            raise _Decline  # a bare scalar: a document of one scalar, or a multi-line scalar
+        if dash is not None or pending is not None or indent != top_indent or top_seq:
+            # not the common line (key: value in the open mapping): open or close collections first
+            if pending is not None:
+                owner, slot, owner_indent, from_key = pending
+                pending = None
+                if indent > owner_indent or (indent == owner_indent and from_key and dash is not None):
+                    new: Any = [] if dash is not None else {}
+                    owner[slot] = new
+                    if len(outer) >= MAX_DEPTH:
+                        raise _Decline
+                    outer.append((top_indent, top, top_seq, top_at_key))
+                    top, top_indent, top_seq, top_at_key = new, indent, dash is not None, indent == owner_indent
+            if root is None:
+                root = top = [] if dash is not None else {}
+                top_indent, top_seq = indent, dash is not None
+            # close what this line is not inside of
+            while top_indent > indent or (top_indent == indent and top_at_key and dash is None):
+                if not outer:
+                    raise _Decline
+                top_indent, top, top_seq, top_at_key = outer.pop()
+            if top_indent != indent or top_seq != (dash is not None):
+                raise _Decline
+            if dash is not None:
+                if key is None:
+                    if value is None:
+                        pending = (top, len(top), indent, False)
+                        top.append(None)
+                        nodes += 1
+                    else:
+                        n, kind, what = known.get(value) or learn(value)
+                        top.append(what if kind == 0 else _make(kind, what))
+                        nodes += n
+                    continue
+                item: dict[Any, Any] = {}
+                top.append(item)
                 if len(outer) >= MAX_DEPTH:
                     raise _Decline
                 outer.append((top_indent, top, top_seq, top_at_key))
-                top, top_indent, top_seq, top_at_key = new, indent, dash is not None, indent == owner_indent
-        if root is None:
-            root = top = [] if dash is not None else {}
-            top_indent, top_seq = indent, dash is not None
-        # close what this line is not inside of
-        while top_indent > indent or (top_indent == indent and top_at_key and dash is None):
-            if not outer:
-                raise _Decline
-            top_indent, top, top_seq, top_at_key = outer.pop()
-        if top_indent != indent or top_seq != (dash is not None):
-            raise _Decline
-        if dash is not None:
-            if key is None:
-                if value is None:
-                    pending = (top, len(top), indent, False)
-                    top.append(None)
-                    nodes += 1
-                else:
-                    n, kind, what = known.get(value) or learn(value)
-                    top.append(what if kind == 0 else _make(kind, what))
-                    nodes += n
-                continue
-            item: dict[Any, Any] = {}
-            top.append(item)
-            if len(outer) >= MAX_DEPTH:
-                raise _Decline
-            outer.append((top_indent, top, top_seq, top_at_key))
-            indent = m.start(3)  # the mapping's keys line up with its first
-            top, top_indent, top_seq, top_at_key = item, indent, False, False
-            nodes += 1
+                indent = m.start(3)  # the mapping's keys line up with its first
+                top, top_indent, top_seq, top_at_key = item, indent, False, False
+                nodes += 1
         name = (known.get(key) or learn(key))[2]
         if name in top:
             raise _Decline  # a duplicate key: PyYAML's path names both lines
