@@ -79,6 +79,9 @@ _NO_MARK = yaml.Mark("<plain>", 0, 0, 0, None, None)
 def construct_plain(text: str) -> Any:
     """The value of ``text`` as a plain (unquoted, untagged) scalar, as ``yaml.SafeLoader`` reads it, or
     YamlProblem (without a line) for a scalar that cannot be read."""
+    implicit = _PLAIN_TAGS.yaml_implicit_resolvers
+    if text[0] not in implicit and None not in implicit and not _PLAIN_TAGS.yaml_path_resolvers:
+        return text  # no implicit type starts so: a string, as it is (Resolver.resolve, construct_yaml_str)
     node = yaml.ScalarNode(_PLAIN_TAGS.resolve(yaml.ScalarNode, text, (True, False)), text, _NO_MARK, _NO_MARK)
     return _construct(_PLAIN_CONSTRUCTOR.construct_object, node)
 
