@@ -47,7 +47,7 @@ class _Decline(Exception):
 class _Reader:
     """Each distinct scalar or flow text read once: ``known[text]`` is (nodes, kind, what), kind 0 a scalar (the
     value, immutable, shared), 1 a flow sequence (its items), 2 a flow mapping (its (key, value) pairs, a nested
-    sequence as a tuple); a collection is made anew at each use (``make``), so no data is shared."""
+    sequence as a tuple); a collection is made anew at each use (``_make``), so no data is shared."""
 
     def __init__(self) -> None:
         self.known: dict[str, tuple[int, int, Any]] = {}
