@@ -1,8 +1,8 @@
 """Reading and writing spec and plan files (YAML or JSON), deterministically.
 
-Loading parses fast without a line map (``yaml_lines.load_data``, duplicate keys still
-rejected) and re-reads the text with lines only when validation fails, to point at the
-lines. A plan is checked against itself too (``schemas.plan_check``): every derived field
+Loading parses fast without a line map (``yaml_plain.read_plain`` for plain block YAML, else
+``yaml_lines.load_data``; duplicate keys still rejected) and re-reads the text with lines only when
+validation fails, to point at the lines. A plan is checked against itself too (``schemas.plan_check``): every derived field
 is recomputed, so a hand-edited plan that contradicts itself is refused. Plans are written compactly: fields equal to their default are left out (loading
 fills them back in), except ``plan_version`` and each layer's ``offloaded``.
 """
@@ -26,6 +26,7 @@ from schemas.plan_check import plan_findings
 from schemas.routing import RoutingStats, file_sha256
 from schemas.spec import SpecFile
 from schemas.yaml_lines import YamlProblem, load_data, load_with_lines
+from schemas.yaml_plain import read_plain
 from schemas.yaml_write import dump_yaml
 
 M = TypeVar("M", bound=BaseModel)
@@ -78,8 +79,10 @@ def _yaml_problem(err: YamlProblem, name: str) -> InputError:
 
 def parse_text(text: str, name: str) -> Any:
     """Parse YAML/JSON text into a non-empty mapping, or InputError."""
+    data = read_plain(text)  # None: not plain block YAML, or not valid: PyYAML's parser reads it
     try:
-        data = load_data(text)
+        if data is None:
+            data = load_data(text)
     except YamlProblem as err:
         raise _yaml_problem(err, name) from None
     if data is None:

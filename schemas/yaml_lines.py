@@ -390,12 +390,7 @@ def load_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
 def load_data(text: str) -> Any:
     """Parse one YAML/JSON document into plain data, faster than ``load_with_lines``:
     no line map (re-read with ``load_with_lines`` to report a problem with lines). Plain block
-    YAML, the shape of specs and plans, is read by ``schemas.yaml_plain`` faster still."""
-    from schemas.yaml_plain import read_plain
-
-    data = read_plain(text)
-    if data is not None:
-        return data
+    YAML, the shape of specs, is read by ``schemas.yaml_plain.read_plain`` faster still (schemas.io tries it first)."""
     try:
         return _load_events(text, None)
     except _NeedLines:
