@@ -7,7 +7,7 @@ scalars without spaces, ``:`` or ``#`` (``4096``, ``bfloat16``, ``model.layers.{
 and one-line flow collections of such scalars (``[4096, 4096]``, ``{weight: [32000, 1024]}``), with
 blank lines and comments anywhere. It returns None (``schemas.yaml_lines`` then reads the text with
 PyYAML's parser) for everything else: quotes, anchors, tags, multi-line scalars, nested flow
-collections, tabs, a duplicate key, a character other than printable ASCII, more than ``MAX_NODES``
+collections, tabs, a duplicate key, a character other than printable ASCII outside comments, more than ``MAX_NODES``
 nodes or ``MAX_DEPTH`` levels, and any text that is not valid YAML; so the messages for bad input
 stay PyYAML's.
 
@@ -34,7 +34,9 @@ _MAP = rf"\{{ *(?:{_KEY}: +(?:{_WORD}|{_SEQ})(?: *, *{_KEY}: +(?:{_WORD}|{_SEQ})
 # a line: indent, '-', key, value (possessive: each part, once matched, is kept), a comment after a space
 _LINE = re.compile(rf"( *+)(?:(-)(?: ++|$))?+(?:({_KEY}):(?: ++|$))?+({_BLOCK_WORD}|{_SEQ}|{_MAP})?+ *+(?:(?<= )#.*)?$")
 _SKIP = re.compile(r" *(?:#.*)?")  # a blank or comment line
-_ODD = re.compile(r"[^\n -~]")  # anything but printable ASCII and line feeds (tabs, CR, NEL, controls)
+# what PyYAML refuses (a non-printable character) or reads as a break or indentation (tabs, CR, NEL, U+2028/9), and
+# a byte order mark; other characters outside ASCII are read only in comments (a line with one elsewhere is declined)
+_ODD = re.compile("[^\n -~\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029\ufeff]")
 MAX_LINE = 1000  # a longer line could hold a key past the 1,024 characters PyYAML looks ahead for its ':'
 _SEQ_ITEMS = re.compile(_WORD)
 _MAP_ITEMS = re.compile(rf"({_KEY}): +({_WORD}|{_SEQ})")

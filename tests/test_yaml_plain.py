@@ -79,6 +79,7 @@ def test_the_large_synthetic_spec_is_read_here() -> None:
     "a:  \n  x: 1\n",
     "  a: 1\n  b: 2\n",  # an indented root
     "a: [ 1 , 2 ]\nb: []\nc: {}\nd: { k: v }\n",
+    "# a comment … in UTF-8, ×\na: 1  # é\n",
 ])
 def test_tricky_documents_are_read_as_pyyaml_reads_them(text: str) -> None:
     assert _check(text) is not None
@@ -91,7 +92,7 @@ def test_tricky_documents_are_read_as_pyyaml_reads_them(text: str) -> None:
     "a: two words\n", "a: b: c\n", "a:\tb\n", "a: 1\r\nb: 2\r\n", "a: x\n  continued\n",
     "a: 1\n  b: 2\n", "- a\nb: 1\n", "a:\n  - x\n  b: 1\n", "---\na: 1\n", "a: 1\n...\n", "just a scalar\n",
     "a: [1, [2]]\n", "a: [x: 1]\n", "a: value#not-a-comment\n", "a: " + "9" * 150 + "\n",
-    "a: 2026-02-31\n", "", "# only a comment\n", "a: [1, 2,]\n", "? a\n: b\n", "a: é\n", "a: -\n", "- - a\n",
+    "a: 2026-02-31\n", "a: 1 # \x07\n", "# \u2028\na: 1\n", "a: 1  # \x85\n", "a: 1 # \ufeff\n", "", "# only a comment\n", "a: [1, 2,]\n", "? a\n: b\n", "a: é\n", "a: -\n", "- - a\n",
     "k" * 1001 + ": 1\n",
 ])
 def test_other_documents_are_left_to_pyyaml(text: str) -> None:
@@ -122,7 +123,7 @@ def test_random_documents_read_the_same(data: Any) -> None:
 
 
 _EDITS = [" ", "  ", "-", "- ", ":", ": ", "#", " #", "[", "]", "{", "}", ",", "\n", "\n  ", "a", "1", "'", '"',
-          "\t", "&", "*", "!", "|", "?", "{i}", "."]
+          "\t", "&", "*", "!", "|", "?", "{i}", ".", "é", "…", "\x85", "\u2028", "\ufeff", "\x07", "\r"]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
