@@ -1,8 +1,8 @@
 """Reading and writing spec and plan files (YAML or JSON), deterministically.
 
-Loading parses fast without a line map (``yaml_lines.load_data``, duplicate keys still
-rejected) and re-reads the text with lines only when validation fails, to point at the
-lines. A plan is checked against itself too (``schemas.plan_check``): every derived field
+Loading parses fast without a line map (``yaml_plain.read_plain`` for plain block YAML, else
+``yaml_lines.load_data``; duplicate keys still rejected) and re-reads the text with lines only when
+validation fails, to point at the lines. A plan is checked against itself too (``schemas.plan_check``): every derived field
 is recomputed, so a hand-edited plan that contradicts itself is refused. Plans are written compactly: fields equal to their default are left out (loading
 fills them back in), except ``plan_version`` and each layer's ``offloaded``.
 """
@@ -26,6 +26,7 @@ from schemas.plan_check import plan_findings
 from schemas.routing import RoutingStats, file_sha256
 from schemas.spec import SpecFile
 from schemas.yaml_lines import YamlProblem, load_data, load_with_lines
+from schemas.yaml_plain import read_plain
 from schemas.yaml_write import dump_yaml
 
 M = TypeVar("M", bound=BaseModel)
@@ -78,8 +79,10 @@ def _yaml_problem(err: YamlProblem, name: str) -> InputError:
 
 def parse_text(text: str, name: str) -> Any:
     """Parse YAML/JSON text into a non-empty mapping, or InputError."""
+    data = read_plain(text)  # None: not plain block YAML, or not valid: PyYAML's parser reads it
     try:
-        data = load_data(text)
+        if data is None:
+            data = load_data(text)
     except YamlProblem as err:
         raise _yaml_problem(err, name) from None
     if data is None:
@@ -175,19 +178,40 @@ def load_spec_or_plan(path: str | Path) -> SpecFile | Plan:
 _LAYER_FIELDS = tuple(PlanLayer.model_fields)
 
 
+_NO_PARAMS = {"layers": {"__all__": {"params"}}}
+
+
 def plan_data(plan: Plan) -> dict[str, Any]:
     """The plan as plain data for a file: fields equal to their default left out, except
-    ``plan_version`` and each layer's ``offloaded`` (an empty list for a resident layer)."""
-    data = plan.model_dump(mode="json", exclude_defaults=True)
+    ``plan_version`` and each layer's ``offloaded`` (an empty list for a resident layer).
+
+    Each param object is dumped once (a 1,000-layer plan lists some 20 distinct ones 20,000 times; dumping them
+    with the plan was four fifths of its model_dump), layers listing the same params (names and param objects)
+    share one ``params`` dict, and equal ``offloaded`` lists one list, so that the YAML writer lays each out
+    once (schemas/yaml_write.py). Nothing here is changed after it is returned."""
+    data = plan.model_dump(mode="json", exclude_defaults=True, exclude=_NO_PARAMS)
     data = {"plan_version": plan.plan_version, **data}
-    shared: dict[int, Any] = {}  # id(PlanParam) -> its data: layers listing one param object share one dict
-    for i, (model, layer) in enumerate(zip(plan.layers, data["layers"])):
-        params = layer["params"]
-        for rel, p in model.params.items():
-            params[rel] = shared.setdefault(id(p), params[rel])
-        if "offloaded" not in layer:
-            layer["offloaded"] = []
-            data["layers"][i] = {k: layer[k] for k in _LAYER_FIELDS if k in layer}
+    dumped: dict[int, Any] = {}  # id(PlanParam) -> its data
+    shared_params: dict[tuple[Any, ...], dict[str, Any]] = {}  # (names, ids of the params) -> a layer's params
+    shared_lists: dict[tuple[str, ...], list[str]] = {}
+    layers = data["layers"]
+    for i, (model, layer) in enumerate(zip(plan.layers, layers)):
+        key = (*model.params, *map(id, model.params.values()))
+        params = shared_params.get(key)
+        if params is None:
+            params = shared_params[key] = {rel: _param_data(p, dumped) for rel, p in model.params.items()}
+        offloaded = layer.get("offloaded")
+        offloaded = [] if offloaded is None else shared_lists.setdefault(tuple(offloaded), offloaded)
+        layer.update(params=params, offloaded=offloaded)
+        layers[i] = {k: layer[k] for k in _LAYER_FIELDS if k in layer}
+    return data
+
+
+def _param_data(param: BaseModel, dumped: dict[int, Any]) -> Any:
+    """``param`` as data (dumped once, by object)."""
+    data = dumped.get(id(param))
+    if data is None:
+        data = dumped[id(param)] = param.model_dump(mode="json", exclude_defaults=True)
     return data
 
 

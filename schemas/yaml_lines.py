@@ -71,6 +71,21 @@ def _too_large(line: int | None = None, column: int | None = None, path: Path_ =
                        line, column, path)
 
 
+_PLAIN_TAGS = yaml.resolver.Resolver()
+_PLAIN_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_NO_MARK = yaml.Mark("<plain>", 0, 0, 0, None, None)
+
+
+def construct_plain(text: str) -> Any:
+    """The value of ``text`` as a plain (unquoted, untagged) scalar, as ``yaml.SafeLoader`` reads it, or
+    YamlProblem (without a line) for a scalar that cannot be read."""
+    implicit = _PLAIN_TAGS.yaml_implicit_resolvers
+    if text[0] not in implicit and None not in implicit and not _PLAIN_TAGS.yaml_path_resolvers:
+        return text  # no implicit type starts so: a string, as it is (Resolver.resolve, construct_yaml_str)
+    node = yaml.ScalarNode(_PLAIN_TAGS.resolve(yaml.ScalarNode, text, (True, False)), text, _NO_MARK, _NO_MARK)
+    return _construct(_PLAIN_CONSTRUCTOR.construct_object, node)
+
+
 class _Builder:
     def __init__(self, loader: yaml.SafeLoader) -> None:
         self.loader = loader
@@ -374,7 +389,8 @@ def load_with_lines(text: str) -> tuple[Any, dict[Path_, int]]:
 
 def load_data(text: str) -> Any:
     """Parse one YAML/JSON document into plain data, faster than ``load_with_lines``:
-    no line map (re-read with ``load_with_lines`` to report a problem with lines)."""
+    no line map (re-read with ``load_with_lines`` to report a problem with lines). Plain block
+    YAML, the shape of specs, is read by ``schemas.yaml_plain.read_plain`` faster still (schemas.io tries it first)."""
     try:
         return _load_events(text, None)
     except _NeedLines:

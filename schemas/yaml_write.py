@@ -10,7 +10,8 @@ whether or not PyYAML has libyaml) and ``yaml.safe_load`` reads it back to equal
 
 Why not ``yaml.dump``: for a plan of 20,000 params PyYAML's representer and emitter take
 seconds (libyaml's emitter still over 1 s); this takes a few hundredths. A collection object that the data
-holds more than once (``schemas.io.plan_data`` gives a plan's repeated params one dict) is laid out once.
+holds more than once (``schemas.io.plan_data`` gives a plan's repeated params one dict, and layers listing the same
+params one ``params`` mapping) is laid out once.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class _Writer:
         self.width = width
         self.strings: dict[tuple[str, bool], str] = {}
         self.flows: dict[int, str | None] = {}  # id(collection) -> its flow text: an object met again is not re-read
+        # (id(collection), indent) -> where its lines are in the output: a mapping's value met again at the same
+        # indent is copied, not laid out again (the lines of a value depend only on it and its indent)
+        self.spans: dict[tuple[int, int], tuple[int, int]] = {}
 
     def scalar(self, value: Any, flow: bool) -> str:
         """``flow``: the scalar sits inside a flow collection or is a key."""
@@ -128,9 +132,15 @@ class _Writer:
                 text = self.inline(v, depth + 1, len(head) + 1)
                 if text is not None:
                     out.append(f"{head} {text}")
-                else:
-                    out.append(head)
-                    self.block(v, indent + 2, depth + 1, out)
+                    continue
+                out.append(head)
+                span = self.spans.get((id(v), indent))
+                if span is not None:
+                    out.extend(out[span[0]:span[1]])
+                    continue
+                start = len(out)
+                self.block(v, indent + 2, depth + 1, out)
+                self.spans[id(v), indent] = start, len(out)
             return
         for v in value:
             text = self.inline(v, depth + 1, indent + 2)

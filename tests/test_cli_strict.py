@@ -93,3 +93,38 @@ def test_the_reported_cases() -> None:
     assert hardware.exit_code == 2 and "'--hardware': an empty value; give NAME|FILE" in hardware.output
     show = invoke("show", "plan.yaml", "--workload", "decode", "--workload", "prefill")
     assert show.exit_code == 2 and "'--workload': given twice" in show.output
+
+
+def _typers_own(cmd: Any, name: str, args: list[str]) -> Any:
+    """The params typer itself parses for ``args`` (every parameter's coercion built up front, as typer does), or
+    its usage message."""
+    from typer._coercion import build_runtime_param
+
+    kept = [(param, param._runtime_param) for param in cmd.params]
+    try:
+        for param in cmd.params:
+            param._runtime_param = build_runtime_param(param.type_descriptor)
+        return cmd.make_context(name, args).params
+    except USAGE_ERROR as err:
+        return err.format_message()
+    finally:
+        for param, runtime in kept:
+            param._runtime_param = runtime
+
+
+@pytest.mark.parametrize("args", [
+    ["spec.yaml"],
+    ["spec.yaml", "-g", "12GB", "-w", "decode", "-w", "prefill=2048", "--group-size", "4", "--format", "json",
+     "--backend", "uva", "--tp", "2", "--context", "4096"],
+])
+def test_options_not_given_parse_as_typer_parses_them(args: list[str]) -> None:
+    """Coercion is built only for a value given (start-up time); what a command gets is what typer gives."""
+    cmd = dict(COMMANDS)["plan"]
+    assert cmd.make_context("plan", list(args)).params == _typers_own(cmd, "plan", list(args))
+
+
+@pytest.mark.parametrize("args", [["--group-size", "0"], ["--format", "xml"], ["--tp", "two"], ["--context", "0"]])
+def test_a_bad_value_gets_typers_message(args: list[str]) -> None:
+    cmd = dict(COMMANDS)["plan"]
+    said = _parse_error("plan", cmd, ["spec.yaml", *args])
+    assert said.startswith("Invalid value for") and said == _typers_own(cmd, "plan", ["spec.yaml", *args])

@@ -226,6 +226,32 @@ def test_compact_plan_leaves_out_defaults_and_keeps_what_reviewers_need() -> Non
     assert "    prefetch: {slot: 0, copy_before: model.layers.30, previous_forward: true}" in text
 
 
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_plan_data_dumps_each_param_once_and_equals_the_whole_model_dump(name: str) -> None:
+    """plan_data dumps each param object once and shares what layers repeat; the data is what dumping the whole
+    plan gives (fields equal to their default left out, offloaded always there), and so is its YAML."""
+    plan = PLANS[name]
+    data = plan_data(plan)
+    whole = plan.model_dump(mode="json", exclude_defaults=True)
+    for layer in whole["layers"]:
+        layer.setdefault("offloaded", [])
+    fields = list(type(plan.layers[0]).model_fields)
+    whole["layers"] = [{k: layer[k] for k in fields if k in layer} for layer in whole["layers"]]
+    assert data == {"plan_version": plan.plan_version, **whole}
+    assert [list(layer) for layer in data["layers"]] == [list(layer) for layer in whole["layers"]]
+    unshared = json.loads(json.dumps(data))
+    assert dump_yaml(data) == dump_yaml(unshared)
+    params = [layer["params"] for layer in data["layers"]]
+    assert len({id(p) for p in params}) < len(params)  # layers listing the same params share them
+
+
+def test_the_writer_copies_a_value_met_again_only_at_the_same_indent() -> None:
+    shared = {"a": [1, {"b": 2}], "c": {"d": [3, 4]}}
+    data = {"x": shared, "y": {"z": shared}, "w": [shared, {"v": shared}], "u": shared}
+    assert dump_yaml(data) == dump_yaml(json.loads(json.dumps(data)))
+    assert yaml.safe_load(dump_yaml(data)) == data
+
+
 def test_tied_params_and_notes_are_written_when_present() -> None:
     data = plan_data(PLANS["tied"])
     assert any(layer.get("tied") for layer in data["layers"])
