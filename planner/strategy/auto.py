@@ -169,27 +169,81 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
 def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int = GRID) -> tuple:
     """The order to keep for every budget: predicted at ``points`` budgets between the lowest peak any order
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
-    that reach that lowest peak are kept, so keeping one never makes a budget infeasible."""
+    that reach that lowest peak are kept, so keeping one never makes a budget infeasible.
+
+    An order's estimate at a budget (``_estimate``) is simulated only where it can matter: each starts as its
+    bound (``_Estimate.low``, no more than it), the fastest order's at each budget is found among those whose bound
+    is below the fastest so far, and the kept order is the least by its ratios with the bounds standing in for the
+    estimates not simulated (a ratio of a bound is no more than the order's: division and sums round monotonically),
+    simulated until its own are all exact: then no other order's ratios can come out less."""
     lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}  # nothing fits 0 bytes: the lowest peak
     floor = min(lowest.values())
     grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
-    ms = {p: [_estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
-    best = [min(ms[p][i] for p in paths) for i in range(len(grid))]
-    ratios = {p: [m / b if b > 0 else 1.0 for m, b in zip(ms[p], best)] for p in paths}
+    rows = {p: [_Estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
+    best = [_fastest([row[i] for row in rows.values()]) for i in range(len(grid))]
+    index = {p: k for k, p in enumerate(paths)}
     reach = [p for p in paths if lowest[p] == floor]
-    keep = min(reach, key=lambda p: (max(ratios[p]), sum(ratios[p]), list(paths).index(p)))
-    return keep, Weighed(len(paths), max(ratios[keep]))
+    if not all(0 < b < float("inf") for b in best):  # a ratio of a bound would not bound the ratio: all exact
+        for row in rows.values():
+            for e in row:
+                e.exact()
+
+    def ratios(p) -> list[float]:
+        return [m / b if b > 0 else 1.0 for m, b in zip((e.value for e in rows[p]), best)]
+
+    while True:
+        keep = min(reach, key=lambda p: (max(ratios(p)), sum(ratios(p)), index[p]))
+        bounded = [e for e in rows[keep] if not e.known]
+        if not bounded:
+            return keep, Weighed(len(paths), max(ratios(keep)))
+        for e in bounded:
+            e.exact()
+
+
+def _fastest(estimates: Sequence[_Estimate]) -> float:
+    """The least of ``estimates``, simulating only those whose bound is below the least found so far."""
+    best = float("inf")
+    for e in sorted(estimates, key=lambda e: e.low):  # stable
+        if e.low >= best:
+            break
+        best = min(best, e.exact())
+    return best
+
+
+class _Estimate:
+    """``_estimate(path, budget, cpu_budget)``, made when asked for (``exact``); until then ``value`` is a bound no
+    more than it (``low``: the least of its steps' ``least_ms``)."""
+
+    def __init__(self, path: AutoPath, budget: int, cpu_budget: int | None):
+        self.path = path
+        self.ranked = _ranked(path, budget, cpu_budget)
+        self.low = self.value = self.ranked[0][0] if self.ranked else float("inf")
+        self.known = not self.ranked
+
+    def exact(self) -> float:
+        if not self.known:
+            self.value, self.known = _least_step(self.path, self.ranked), True
+        return self.value
 
 
 def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
     """A cheap stand-in for the step ``choose`` takes at ``budget``: the fastest of the first steps that fit with
     each slot count (and the all-UVA step, when it fits); infinite when none fits."""
+    return _least_step(path, _ranked(path, budget, cpu_budget))
+
+
+def _ranked(path: AutoPath, budget: int, cpu_budget: int | None) -> list[tuple[float, int, Step]]:
+    """``_estimate``'s steps at ``budget``, each with a bound under its step (``least_ms``), by that bound."""
     found = [path.first_with(slots, budget, cpu_budget) for slots in path.counts]
     found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, cpu_budget)]
+    return sorted((path.least_ms(st), i, st) for i, st in enumerate(found) if st is not None)
+
+
+def _least_step(path: AutoPath, ranked: Sequence[tuple[float, int, Step]]) -> float:
+    """The least step of ``ranked`` (``_ranked``): simulated in the order of their bounds until the bound reaches
+    the fastest found, so the steps that cannot beat it are never simulated."""
     best = float("inf")
-    # the least of their steps: simulated in the order of a bound under each (``least_ms``) until the bound
-    # reaches the fastest found, so the steps that cannot beat it are never simulated
-    for least, _, st in sorted((path.least_ms(st), i, st) for i, st in enumerate(found) if st is not None):
+    for least, _, st in ranked:
         if least >= best:
             break
         ms = path.step_ms(st)

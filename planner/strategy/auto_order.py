@@ -107,73 +107,134 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     by cost), a layer's units of those kinds prefetched apart from its others; ``whole``: kinds a layer
     moves as one unit even where ``SPLIT`` parts them (the host computes an experts module whole)."""
     apart = len(first) + 1
-    forced = forced or {}
-    tokens = _weighted(workload)
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
-    cost_cache: dict[tuple, float] = {}
-    made: dict[tuple, list[_Unit]] = {}  # a layer's units, made once for the layers like it
-    uva_moves: list[Move] = []
-    fallback: dict[tuple[int, int], list[Move]] = {}  # (position, tier): its units on UVA, if not prefetched
-    prefetch_parts: dict[tuple[int, int], list[Tensor]] = {}
-    prefetch_kinds: dict[tuple[int, int], set[str]] = {}
+    kinds = _Kinds(hw, workload, forced or {}, only, prefer, first, whole, link_ms_per_byte)
+    # the layers like one another (name up to numbers, params, eligible params) share one description, made once
+    described: dict[tuple, _Described] = {}
+    at: list[tuple[int, _Described]] = []  # per eligible layer, in order: its position and description
     for position, params in eligible.items():
         layer = layers[position]
         moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-        key = (name_key(layer.name), moe, tuple(map(id, params)))
-        units = made.get(key)
+        key = (name_key(layer.name), moe, id(layer.params), tuple(map(id, params)))
+        found = described.get(key)
+        if found is None:
+            found = described[key] = kinds.describe(layer, params, moe, (key[0], moe, key[3]))
+        found.count += 1
+        at.append((position, found))
+    # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
+    count: dict[tuple[int, int], int] = {}
+    for d in described.values():
+        for tier, (_, _, sig) in d.parts.items():
+            count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + d.count
+    if slots is None:
+        slots = max(1, min(MAX_SLOTS, max(count.values(), default=2) - 1))
+    for d in described.values():
+        d.shared = {tier: count[(tier, id(sig))] for tier, (_, _, sig) in d.parts.items()}
+    # merged by prefer's tier, then cost per byte, then first's tier; prefetch moves keep their spread order among
+    # themselves (a stable sort: each key's moves in the order made, UVA moves, the fallbacks, then the prefetches)
+    buckets: dict[tuple, list[tuple[Move, Signature | None]]] = {}
+
+    def bucket(tier: int, ms_per_byte: float) -> list[tuple[Move, Signature | None]]:
+        return buckets.setdefault((tier // apart, ms_per_byte, tier % apart), [])
+
+    for position, d in at:
+        for unit in d.uva:
+            bucket(unit[5], unit[3]).append((Move(position, *unit), None))
+    for position, d in at:
+        for tier, units in d.fallback.items():
+            if d.shared[tier] > slots:
+                continue  # prefetched
+            unique = d.shared[tier] == 1
+            for unit in units:
+                bucket(unit[5], unit[3]).append((Move(position, *unit, unique), None))
+    candidates: dict[int, list[int]] = {}
+    for position, d in at:
+        for tier in d.parts:
+            if d.shared[tier] > slots:
+                candidates.setdefault(tier, []).append(position)
+    of = dict(at)
+    for tier in sorted(candidates):
+        mine = sorted(candidates[tier])
+        for rank in van_der_corput(len(mine)):
+            position = mine[rank]
+            names, nbytes, sig = of[position].parts[tier]
+            bucket(tier, link_ms_per_byte).append(
+                (Move(position, names, nbytes, "prefetch", link_ms_per_byte, of[position].kinds[tier], tier), sig))
+    keys = list(buckets)
+    if any(k[1] != k[1] for k in keys):  # a NaN cost: no key equals it, as sorting compares them
+        ordered = sorted((pair for k in keys for pair in buckets[k]),
+                         key=lambda pair: (pair[0].tier // apart, pair[0].ms_per_byte, pair[0].tier % apart))
+    else:
+        ordered = [pair for k in sorted(keys) for pair in buckets[k]]
+    return Order(tuple(m for m, _ in ordered), tuple(sig for _, sig in ordered), slots)
+
+
+class _Described:
+    """What one description of a layer (``build_order``: its name up to numbers, its params, the eligible ones) gives
+    every layer of it, but for its position: its units on UVA (Move's fields after the position), per tier its units
+    on UVA if it is not prefetched, and per tier its prefetched params in the layer's order (names, bytes, signature)
+    and their kinds; ``count``: the layers of it; ``shared``: per tier, the layers sharing its prefetched signature."""
+
+    def __init__(self) -> None:
+        self.uva: list[tuple] = []
+        self.fallback: dict[int, list[tuple]] = {}
+        self.parts: dict[int, tuple[tuple[str, ...], int, Signature]] = {}
+        self.kinds: dict[int, tuple[str, ...]] = {}
+        self.count = 0
+        self.shared: dict[int, int] = {}
+
+
+class _Kinds:
+    """``build_order``'s rules for one call: a layer's units (``_units``), each on UVA or prefetched by its kind, made
+    once per description; the signatures one object each."""
+
+    def __init__(self, hw: HardwareProfile, workload: Workload, forced: Mapping[str, str], only: str | None,
+                 prefer: Sequence[str] | None, first: Sequence[str], whole: frozenset[str], link_ms_per_byte: float):
+        self.hw, self.forced, self.only, self.prefer, self.first, self.whole = hw, forced, only, prefer, first, whole
+        self.tokens = _weighted(workload)
+        self.link_ms_per_byte = link_ms_per_byte
+        self.cost_cache: dict[tuple, float] = {}
+        self.made: dict[tuple, list[_Unit]] = {}  # a layer's units, made once for the layers like it
+        self.interned: dict[Signature, Signature] = {}
+        # a layer's prefetched params in the layer's own order (the pool key order of its signature), and their
+        # signature, made once per distinct (layer params, prefetched params)
+        self.sorted_parts: dict[tuple, tuple[tuple[str, ...], int, Signature]] = {}
+
+    def describe(self, layer: Layer, params: Sequence[Tensor], moe: tuple[int, int] | None,
+                 key: tuple) -> _Described:
+        units = self.made.get(key)
         if units is None:
-            units = made[key] = _units(layer, params, moe, whole, tokens, hw, cost_cache)
+            units = self.made[key] = _units(layer, params, moe, self.whole, self.tokens, self.hw, self.cost_cache)
+        apart = len(self.first) + 1
+        out = _Described()
+        groups: dict[int, list[Tensor]] = {}
+        kinds: dict[int, set[str]] = {}
         for kind, group, names, nbytes, ms_per_byte in units:
-            tier = tier_of(kind, prefer) * apart + tier_of(kind, first)
-            move = Move(position, names, nbytes, "uva", ms_per_byte, (kind,), tier)
-            want = forced.get(kind, only)
-            if want == "uva" or (want is None and ms_per_byte < link_ms_per_byte):
-                uva_moves.append(move)
+            tier = tier_of(kind, self.prefer) * apart + tier_of(kind, self.first)
+            unit = (names, nbytes, "uva", ms_per_byte, (kind,), tier)
+            want = self.forced.get(kind, self.only)
+            if want == "uva" or (want is None and ms_per_byte < self.link_ms_per_byte):
+                out.uva.append(unit)
             else:
-                prefetch_parts.setdefault((position, tier), []).extend(group)
-                prefetch_kinds.setdefault((position, tier), set()).add(kind)
+                groups.setdefault(tier, []).extend(group)
+                kinds.setdefault(tier, set()).add(kind)
                 if want is None:
-                    fallback.setdefault((position, tier), []).append(move)
-    # a layer's prefetched params in the layer's own order (the pool key order of its signature), and their
-    # signature (one object per distinct signature), made once per distinct (layer params, prefetched params)
-    sigs: dict[tuple[int, int], Signature] = {}
-    interned: dict[Signature, Signature] = {}
-    sorted_parts: dict[tuple, tuple[tuple[str, ...], int, Signature]] = {}
-    parts: dict[tuple[int, int], tuple[tuple[str, ...], int]] = {}  # (position, tier) -> its param names, bytes
-    for unit, group in prefetch_parts.items():
-        params = layers[unit[0]].params
+                    out.fallback.setdefault(tier, []).append(unit)
+        for tier, group in groups.items():
+            out.parts[tier] = self._part(layer.params, group)
+            out.kinds[tier] = tuple(sorted(kinds[tier]))
+        return out
+
+    def _part(self, params: Sequence[Tensor], group: Sequence[Tensor]) -> tuple[tuple[str, ...], int, Signature]:
         key = (id(params), tuple(map(id, group)))
-        found = sorted_parts.get(key)
+        found = self.sorted_parts.get(key)
         if found is None:
             rank = {t.name: i for i, t in enumerate(params)}
             ordered = sorted(group, key=lambda t: rank[t.name])
             sig = signature(ordered)
-            found = sorted_parts[key] = (tuple(t.name for t in ordered), sum(t.nbytes for t in ordered),
-                                         interned.setdefault(sig, sig))
-        parts[unit], sigs[unit] = found[:2], found[2]
-    # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
-    count: dict[tuple[int, int], int] = {}
-    for (_, tier), sig in sigs.items():
-        count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + 1
-    if slots is None:
-        slots = max(1, min(MAX_SLOTS, max(count.values(), default=2) - 1))
-    candidates = sorted((u for u, sig in sigs.items() if count[(u[1], id(sig))] > slots), key=lambda u: (u[1], u[0]))
-    chosen = set(candidates)
-    moves = uva_moves + [m._replace(unique=count[(unit[1], id(sigs[unit]))] == 1)
-                         for unit, ms in fallback.items() if unit not in chosen for m in ms]
-    prefetch = []
-    for tier in sorted({t for _, t in candidates}):
-        mine = [u for u in candidates if u[1] == tier]
-        for rank in van_der_corput(len(mine)):
-            unit = mine[rank]
-            names, nbytes = parts[unit]
-            prefetch.append(Move(unit[0], names, nbytes, "prefetch", link_ms_per_byte,
-                                 tuple(sorted(prefetch_kinds[unit])), tier))
-    # merge by prefer's tier, then cost per byte, then first's tier; prefetch moves keep their spread order
-    # among themselves (stable sort)
-    ordered_moves = sorted(moves + prefetch, key=lambda m: (m.tier // apart, m.ms_per_byte, m.tier % apart))
-    signatures = tuple(sigs[(m.position, m.tier)] if m.backend == "prefetch" else None for m in ordered_moves)
-    return Order(tuple(ordered_moves), signatures, slots)
+            found = self.sorted_parts[key] = (tuple(t.name for t in ordered), sum(t.nbytes for t in ordered),
+                                              self.interned.setdefault(sig, sig))
+        return found
 
 
 def where(order: Order, taken: int, layers: Sequence[Layer], span: int | None = None) -> dict[str, dict[str, str]]:
