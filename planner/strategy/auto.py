@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 
 from planner.assemble import Assignment
 from planner.cost.placement import PlacementCost
@@ -171,11 +172,11 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int 
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
     that reach that lowest peak are kept, so keeping one never makes a budget infeasible.
 
-    An order's estimate at a budget (``_estimate``) is simulated only where it can matter: each starts as its
-    bound (``_Estimate.low``, no more than it), the fastest order's at each budget is found among those whose bound
-    is below the fastest so far, and the kept order is the least by its ratios with the bounds standing in for the
-    estimates not simulated (a ratio of a bound is no more than the order's: division and sums round monotonically),
-    simulated until its own are all exact: then no other order's ratios can come out less."""
+    An order's estimate at a budget (``_estimate``) is simulated only where it can matter: each stands for a bound
+    no more than it (``_Estimate``) until asked for; the fastest order's at each budget is found among those whose
+    bound is below the fastest so far, and the kept order is the least by its ratios with the bounds standing in for
+    the estimates not made (a ratio of a bound is no more than the order's: division and sums round monotonically),
+    made until its own are all exact: then no other order's ratios can come out less."""
     lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}  # nothing fits 0 bytes: the lowest peak
     floor = min(lowest.values())
     grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
@@ -189,41 +190,62 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int 
                 e.exact()
 
     def ratios(p) -> list[float]:
-        return [m / b if b > 0 else 1.0 for m, b in zip((e.value for e in rows[p]), best)]
+        return [m / b if b > 0 else 1.0 for m, b in zip((e.low for e in rows[p]), best)]
 
     while True:
         keep = min(reach, key=lambda p: (max(ratios(p)), sum(ratios(p)), index[p]))
         bounded = [e for e in rows[keep] if not e.known]
         if not bounded:
             return keep, Weighed(len(paths), max(ratios(keep)))
-        for e in bounded:
-            e.exact()
+        if not [e.tighten() for e in bounded].count(True):
+            for e in bounded:
+                e.exact()
 
 
 def _fastest(estimates: Sequence[_Estimate]) -> float:
-    """The least of ``estimates``, simulating only those whose bound is below the least found so far."""
+    """The least of ``estimates``, made only where its bound is below the least found so far."""
     best = float("inf")
-    for e in sorted(estimates, key=lambda e: e.low):  # stable
-        if e.low >= best:
+    heap = [(e.low, k, e) for k, e in enumerate(estimates)]
+    heapify(heap)
+    while heap:
+        low, k, e = heappop(heap)
+        if low >= best:
             break
-        best = min(best, e.exact())
+        if e.tighten():
+            heappush(heap, (e.low, k, e))
+        else:
+            best = min(best, e.exact())
     return best
 
 
 class _Estimate:
-    """``_estimate(path, budget, cpu_budget)``, made when asked for (``exact``); until then ``value`` is a bound no
-    more than it (``low``: the least of its steps' ``least_ms``)."""
+    """``_estimate(path, budget, cpu_budget)``, made when asked for (``exact``). Until then ``low`` is a bound no more
+    than it: the path's step with nothing offloaded where that is one (``AutoPath.resident_floor``), then (once
+    ``tighten``\ed) the least of its steps' ``least_ms``; ``known``: ``low`` is the estimate."""
 
     def __init__(self, path: AutoPath, budget: int, cpu_budget: int | None):
-        self.path = path
-        self.ranked = _ranked(path, budget, cpu_budget)
-        self.low = self.value = self.ranked[0][0] if self.ranked else float("inf")
+        self.path, self.budget, self.cpu_budget = path, budget, cpu_budget
+        self.ranked: list[tuple[float, int, Step]] | None = None
+        resident = path.resident_floor()
+        self.low, self.known = (resident, False) if resident is not None else (0.0, False)
+        if resident is None:
+            self.tighten()
+
+    def tighten(self) -> bool:
+        """Bound the estimate by its steps' ``least_ms``; False when it was already."""
+        if self.ranked is not None:
+            return False
+        self.ranked = _ranked(self.path, self.budget, self.cpu_budget)
+        self.low = self.ranked[0][0] if self.ranked else float("inf")
         self.known = not self.ranked
+        return True
 
     def exact(self) -> float:
+        self.tighten()
         if not self.known:
-            self.value, self.known = _least_step(self.path, self.ranked), True
-        return self.value
+            assert self.ranked is not None
+            self.low, self.known = _least_step(self.path, self.ranked), True
+        return self.low
 
 
 def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:

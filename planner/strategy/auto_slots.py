@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import accumulate, compress
+from itertools import accumulate, chain, compress
 from operator import attrgetter
 from weakref import WeakKeyDictionary
 from typing import NamedTuple
@@ -28,7 +28,7 @@ from typing import NamedTuple
 from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
-from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk, first_fit
+from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
 from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement, prefetched_layers
 from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, peaks
 from schemas.spec import Layer
@@ -70,6 +70,7 @@ class AutoPath:
         self._copying = [(p, bool(copied)) for p, (_, copied) in self._after]  # per move: does its layer copy params?
         self._uva_copying = [(p, bool(copied)) for p, (_, copied) in self._uva_after]
         self._moved: list[list[tuple[int, LayerWork]]] | None = None  # ``_moved_works``
+        self._resident: tuple[float | None] | None = None  # ``resident_floor``, once made
         self._uva_moved: list[list[tuple[int, LayerWork]]] | None = None
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
         cap = counts[-1] + 1  # prefetching more layers than the most slots changes no slot count
@@ -177,6 +178,13 @@ class AutoPath:
         found = self._ms.get(st)
         return found if found is not None else self._least_of(st)
 
+    def resident_floor(self) -> float | None:
+        """Under the predicted step of every step of the path: the step with nothing offloaded, where the cost can
+        tell it is (``PlacementCost.resident_floor``); else None."""
+        if self._resident is None:
+            self._resident = (self.cost.resident_floor(chain(self._works, self._uva_works)),)
+        return self._resident[0]
+
     def _least_of(self, st: Step) -> float:
         found = self._least.get(st)
         if found is None:
@@ -236,8 +244,11 @@ class AutoPath:
         if n == 0:
             return self.peak(steps[0])[0]
         lower = self._step_lowers if self._step_lowers is not None else self._lowers()
-        if min(lower[:n]) <= 0:  # a step might fit no bytes at all: as first_fit walks it
-            return first_fit(steps, self.reckoning, 0, cpu_budget).peak
+        if min(lower[:n]) <= 0:  # a step might fit no bytes at all: the first that does, as first_fit walks them
+            for i in compress(range(n), [low <= 0 for low in lower[:n]]):
+                peak = self.peak(steps[i])[0]
+                if peak <= 0:
+                    return peak
         best: int | None = None
         for i in sorted(range(n), key=lower.__getitem__):  # stable: the first on the path among equal bounds
             if best is not None and lower[i] > best:
