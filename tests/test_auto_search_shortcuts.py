@@ -1,6 +1,8 @@
 """Strategy auto's search takes shortcuts that change no result (issue 18): the lowest peak of a path from the
-bounds in order (``AutoPath.lowest_peak``), and the estimate at a grid budget simulating its candidates in the
-order of a bound under each (``auto._estimate``). Checked against the plain definitions on the paths a plan makes."""
+bounds in order (``AutoPath.lowest_peak``), the first step of a slot count that fits from the bounds
+(``AutoPath.first_with``), the estimate at a grid budget simulating its candidates in the order of a bound under
+each (``auto._estimate``), and the orders weighed from bounds (``auto._keep``). Checked against the plain
+definitions on the paths a plan makes."""
 
 from __future__ import annotations
 
@@ -50,6 +52,8 @@ def test_the_shortcuts_give_what_the_definitions_give(monkeypatch, name, options
         for k in range(1, 6):
             budget = low + (total - low) * k // 6
             found = [path.first_with(s, budget, None) for s in path.counts]
+            assert found == [next((st for st in path.steps if st.slots == s and st.span is None and not st.all_uva
+                                   and path.within(st, budget, None)), None) for s in path.counts]
             found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, None)]
             steps = [st for st in found if st is not None]
             estimate = auto._estimate(path, budget, None)  # first: the steps it skips are not simulated yet

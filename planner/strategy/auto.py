@@ -257,7 +257,7 @@ def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
 def _ranked(path: AutoPath, budget: int, cpu_budget: int | None) -> list[tuple[float, int, Step]]:
     """``_estimate``'s steps at ``budget``, each with a bound under its step (``least_ms``), by that bound."""
     found = [path.first_with(slots, budget, cpu_budget) for slots in path.counts]
-    found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, cpu_budget)]
+    found += [st for st in [path.all_uva_step] if st is not None and path.within(st, budget, cpu_budget)]
     return sorted((path.least_ms(st), i, st) for i, st in enumerate(found) if st is not None)
 
 
