@@ -22,6 +22,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import accumulate, chain, compress
 from weakref import WeakKeyDictionary
+from functools import cached_property
 from typing import NamedTuple
 
 from planner.cost.layer import LayerWork
@@ -30,6 +31,7 @@ from planner.strategy.auto_order import span_candidate, span_placement
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
 from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement, prefetched_layers
 from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, pools_by_slots
+from schemas.buffer_pool import Signature
 from schemas.spec import Layer
 
 
@@ -51,9 +53,7 @@ class AutoPath:
         prefetched = prefetched_layers(order)
         counts = [slots] if slots is not None else list(range(1, max(1, order.slots) + 1))
         self.counts = counts
-        # per prefix: the bytes it moves (pinned), and per slot count an upper bound on its pool (``peaks``)
-        self._pinned, self._pools = pools_by_slots(order, counts)
-        self._lower = lower_peaks_by_slots(order, total_bytes, counts)
+        self._pinned = list(accumulate((m.nbytes for m in order.moves), initial=0))  # per prefix: the bytes it moves
         self._exact: dict[Step, int] = {}
         self._signatures = Signatures()
         self._span_pools: dict[tuple[int, int, int], int] = {}  # (slots, spanning layer, its bytes moved) -> pool
@@ -62,10 +62,8 @@ class AutoPath:
         self._floor: dict[int, float] = {}
         self._after = _split_after(order)  # per move: its layer's placement once it is taken
         self._works = [(p, cost.layer_works(p, split)) for p, split in self._after]  # and its work per workload item
-        self._sigs = [(p, self._signatures.of(layers[p], copied)) for p, (_, copied) in self._after]  # and signature
         side = _all_uva(uva, cost)
         self._uva_after, self._uva_works, self._uva_pinned, self._uva_floor = side
-        self._copying = [(p, bool(copied)) for p, (_, copied) in self._after]  # per move: does its layer copy params?
         self._uva_copying = [(p, bool(copied)) for p, (_, copied) in self._uva_after]
         self._moved: list[list[tuple[int, LayerWork]]] | None = None  # ``_moved_works``
         self._uva_moved: list[list[tuple[int, LayerWork]]] | None = None
@@ -85,10 +83,35 @@ class AutoPath:
                 self._spans[taken] = span
                 self._span_bytes[taken] = sum(m.nbytes for m in order.moves[:taken] if m.position == span and m.unique)
         self.all_uva_step = Step(len(uva.moves), counts[0], all_uva=True) if uva is not None and uva.moves else None
-        # per slot count, minus the lowest lower bound on the peak of its steps without a span up to each (from
-        # ``self._from``): nondecreasing (``first_with``)
-        self._least_lower = {s: [-lower for lower in accumulate(self._lower[s][self._from[s]:], min)] for s in counts}
         self._steps: list[Step] | None = None
+
+    # what only some paths need is made on first use: the bounds (a path whose steps no search asks about needs
+    # none), and what an exact peak or a predicted step reads
+    @cached_property
+    def _pools(self) -> dict[int, list[int]]:
+        """Per slot count, per prefix: an upper bound on its pool (``peaks``)."""
+        return pools_by_slots(self.order, self.counts)[1]
+
+    @cached_property
+    def _lower(self) -> dict[int, list[int]]:
+        """Per slot count, per prefix: a lower bound on its peak (``lower_peaks``)."""
+        return lower_peaks_by_slots(self.order, self.total, self.counts)
+
+    @cached_property
+    def _least_lower(self) -> dict[int, list[int]]:
+        """Per slot count, minus the lowest lower bound on the peak of its steps without a span up to each (from
+        ``self._from``): nondecreasing (``first_with``)."""
+        return {s: [-lower for lower in accumulate(self._lower[s][self._from[s]:], min)] for s in self.counts}
+
+    @cached_property
+    def _sigs(self) -> list[tuple[int, Signature]]:
+        """Per move: its layer's pool signature once it is taken."""
+        return [(p, self._signatures.of(self.layers[p], copied)) for p, (_, copied) in self._after]
+
+    @cached_property
+    def _copying(self) -> list[tuple[int, bool]]:
+        """Per move: does its layer copy params once it is taken?"""
+        return [(p, bool(copied)) for p, (_, copied) in self._after]
 
     @property
     def steps(self) -> list[Step]:
@@ -258,9 +281,13 @@ class AutoPath:
         end = n + 1 if cpu_budget is None else bisect_right(self._pinned, cpu_budget)  # the prefixes within
         if end == 0:
             return self.peak(self.steps[0])[0]
+        uva = self.all_uva_step
+        uva = uva if end > n and uva is not None and (cpu_budget is None or self._uva_pinned <= cpu_budget) else None
+        if uva is not None and self.peak(uva)[0] <= self.total - self._pinned[end - 1]:
+            return self.peak(uva)[0]  # no other step within holds fewer bytes than the last one's resident ones
         others = [(self._lower_of(st), st) for st in self._span_steps(end)]
-        if end > n and self.all_uva_step is not None and (cpu_budget is None or self._uva_pinned <= cpu_budget):
-            others.append((self._lower_of(self.all_uva_step), self.all_uva_step))
+        if uva is not None:
+            others.append((self._lower_of(uva), uva))
         plain = {s: self._lower[s][self._from[s]:end] for s in self.counts if self._from[s] < end}
         least = min([(min(lows), s) for s, lows in plain.items()] + [(bound, -1) for bound, _ in others])
         if least[1] >= 0:
