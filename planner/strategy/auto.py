@@ -21,7 +21,7 @@ from planner.cost.placement import PlacementCost
 from planner.errors import InfeasibleError
 from planner.layers import eligible_params
 from planner.strategy.auto_order import (GREEDY_MOST_LAYERS, GREEDY_SLOTS, Tiers, build_order, candidate_prefers, greedy_order,
-                                         large_kinds)
+                                         large_kinds, like)
 from planner.strategy.auto_slots import AutoPath, Step
 from planner.strategy.experts import trial_offload
 from planner.strategy.fit import Chosen, NoFit
@@ -120,25 +120,29 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
                             tuple(offload.prefer or ()), whole=whole)
         return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None,
                             prefer=tuple(offload.prefer or ()), given_prefer=given)
+    likes = like(layers, eligible)  # the layers by description, for every order
     variants = [offload] + ([trial_offload(offload, trial)] if trial else [])
-    tiers: list[Tiers] = [(tuple(offload.prefer or ()), ())] if given else candidate_prefers(layers, eligible)
+    tiers: list[Tiers] = ([(tuple(offload.prefer or ()), ())] if given
+                          else candidate_prefers(layers, eligible, likeness=likes))
     paths: dict[tuple[Tiers, int], AutoPath] = {}
     seen: set[tuple] = set()
     for v, chosen in enumerate(variants):
         forced = dict(chosen.backends or {})
         units = whole | trial if v else whole  # the trial's kinds move a layer's experts module as one unit
-        uva = build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=units) if only is None else None
+        uva = (build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=units, likeness=likes)
+               if only is None else None)
         if uva is not None and any(sig is not None for sig in uva.signatures):
             uva = None  # a kind held to prefetch (offload.backends): no plan reads every param in place
         for t in tiers:
-            order = build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=units)
+            order = build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=units, likeness=likes)
             if v and tuple(order.moves) in seen:
                 continue  # holding the trial's kinds to UVA changed nothing in this order
             seen.add(tuple(order.moves))
             paths[(t, v)] = AutoPath(layers, order, total_bytes, cost, step, uva)
         if not given and len(layers) <= GREEDY_MOST_LAYERS:  # and one by marginal predicted cost per byte freed
             large = large_kinds(tiers)
-            base = build_order(layers, eligible, hw, workload, step, forced, only, (), large, whole=units)
+            base = build_order(layers, eligible, hw, workload, step, forced, only, (), large, whole=units,
+                               likeness=likes)
             greedy = greedy_order(layers, base, cost, total_bytes, len(large), step or GREEDY_SLOTS)
             if greedy is not None and tuple(greedy.moves) not in seen:
                 seen.add(tuple(greedy.moves))

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import NamedTuple
 
 from schemas.buffer_pool import Signature, signature
 from planner.kinds import name_key, param_kind
@@ -92,10 +94,44 @@ def _units(layer: Layer, params: Sequence[Tensor], moe: tuple[int, int] | None, 
     return out
 
 
+class Likeness(NamedTuple):
+    """The eligible layers by description (``like``): per distinct description (the layer's name up to numbers, its
+    MoE, its params and the eligible ones) one of its layers and its eligible params, and per eligible layer in
+    order its position and the index of its description. ``build_order`` describes each once."""
+
+    layers: tuple[tuple[Layer, Sequence[Tensor]], ...]
+    at: tuple[tuple[int, int], ...]
+    counts: tuple[int, ...]  # per description, its layers
+
+
+def like(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]]) -> Likeness:
+    """``eligible``'s layers by description (made once for the orders of one search)."""
+    index: dict[tuple, int] = {}
+    first: list[tuple[Layer, Sequence[Tensor]]] = []
+    at = []
+    for position, params in eligible.items():
+        layer = layers[position]
+        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        key = (name_key(layer.name), moe, id(layer.params), tuple(map(id, params)))
+        i = index.get(key)
+        if i is None:
+            i = index[key] = len(first)
+            first.append((layer, params))
+        at.append((position, i))
+    counts = [0] * len(first)
+    for _, i in at:
+        counts[i] += 1
+    return Likeness(tuple(first), tuple(at), tuple(counts))
+
+
+_new_move = partial(tuple.__new__, Move)  # Move from all its fields as one tuple (a search makes thousands)
+
+
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
                 workload: Workload, slots: int | None, forced: Mapping[str, str] | None = None,
                 only: str | None = None, prefer: Sequence[str] | None = None,
-                first: Sequence[str] = (), whole: frozenset[str] = frozenset()) -> Order:
+                first: Sequence[str] = (), whole: frozenset[str] = frozenset(),
+                likeness: Likeness | None = None) -> Order:
     """The fixed order of moves for these layers (``eligible``: position -> params that may move).
 
     ``forced``: kind -> backend for the kinds whose backend is given (offload.backends); ``only``:
@@ -105,83 +141,74 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     whose moves come first, in this order (offload.prefer), the other kinds after them; ``first``:
     kinds whose prefetch moves come before the other kinds' prefetch moves (UVA moves keep their place
     by cost), a layer's units of those kinds prefetched apart from its others; ``whole``: kinds a layer
-    moves as one unit even where ``SPLIT`` parts them (the host computes an experts module whole)."""
+    moves as one unit even where ``SPLIT`` parts them (the host computes an experts module whole);
+    ``likeness``: ``like(layers, eligible)``, when made already."""
     apart = len(first) + 1
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
     kinds = _Kinds(hw, workload, forced or {}, only, prefer, first, whole, link_ms_per_byte)
-    # the layers like one another (name up to numbers, params, eligible params) share one description, made once
-    described: dict[tuple, _Described] = {}
-    at: list[tuple[int, _Described]] = []  # per eligible layer, in order: its position and description
-    for position, params in eligible.items():
-        layer = layers[position]
-        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-        key = (name_key(layer.name), moe, id(layer.params), tuple(map(id, params)))
-        found = described.get(key)
-        if found is None:
-            found = described[key] = kinds.describe(layer, params, moe, (key[0], moe, key[3]))
-        found.count += 1
-        at.append((position, found))
+    likes = likeness if likeness is not None else like(layers, eligible)
+    # the layers like one another share one description, made once
+    described = [kinds.describe(layer, params) for layer, params in likes.layers]
     # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
     count: dict[tuple[int, int], int] = {}
-    for d in described.values():
+    for d, n in zip(described, likes.counts):
         for tier, (_, _, sig) in d.parts.items():
-            count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + d.count
+            count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + n
     if slots is None:
         slots = max(1, min(MAX_SLOTS, max(count.values(), default=2) - 1))
-    for d in described.values():
-        d.shared = {tier: count[(tier, id(sig))] for tier, (_, _, sig) in d.parts.items()}
     # merged by prefer's tier, then cost per byte, then first's tier; prefetch moves keep their spread order among
     # themselves (a stable sort: each key's moves in the order made, UVA moves, the fallbacks, then the prefetches)
     buckets: dict[tuple, list[tuple[Move, Signature | None]]] = {}
+    # a NaN cost equals no key, as sorting compares them: then one list, sorted
+    nan = any(unit[3] != unit[3] for d in described for units in (d.uva, *d.fallback.values()) for unit in units)
 
     def bucket(tier: int, ms_per_byte: float) -> list[tuple[Move, Signature | None]]:
-        return buckets.setdefault((tier // apart, ms_per_byte, tier % apart), [])
+        return buckets.setdefault((0, 0.0, 0) if nan else (tier // apart, ms_per_byte, tier % apart), [])
 
-    for position, d in at:
-        for unit in d.uva:
-            bucket(unit[5], unit[3]).append((Move(position, *unit), None))
-    for position, d in at:
-        for tier, units in d.fallback.items():
-            if d.shared[tier] > slots:
-                continue  # prefetched
-            unique = d.shared[tier] == 1
-            for unit in units:
-                bucket(unit[5], unit[3]).append((Move(position, *unit, unique), None))
+    uva = [[(unit, bucket(unit[5], unit[3])) for unit in d.uva] for d in described]
+    fallback = [[(unit + (count[(tier, id(d.parts[tier][2]))] == 1,), bucket(unit[5], unit[3]))
+                 for tier, units in d.fallback.items() if count[(tier, id(d.parts[tier][2]))] <= slots
+                 for unit in units] for d in described]  # those of the tiers not prefetched, unique when alone
+    prefetched = [[tier for tier, (_, _, sig) in d.parts.items() if count[(tier, id(sig))] > slots]
+                  for d in described]
+    for position, i in likes.at:
+        for unit, into in uva[i]:
+            into.append((_new_move((position, *unit, False)), None))
+    for position, i in likes.at:
+        for unit, into in fallback[i]:
+            into.append((_new_move((position, *unit)), None))
     candidates: dict[int, list[int]] = {}
-    for position, d in at:
-        for tier in d.parts:
-            if d.shared[tier] > slots:
-                candidates.setdefault(tier, []).append(position)
-    of = dict(at)
+    for position, i in likes.at:
+        for tier in prefetched[i]:
+            candidates.setdefault(tier, []).append(position)
+    of = dict(likes.at)
     for tier in sorted(candidates):
         mine = sorted(candidates[tier])
+        into = bucket(tier, link_ms_per_byte)
         for rank in van_der_corput(len(mine)):
             position = mine[rank]
-            names, nbytes, sig = of[position].parts[tier]
-            bucket(tier, link_ms_per_byte).append(
-                (Move(position, names, nbytes, "prefetch", link_ms_per_byte, of[position].kinds[tier], tier), sig))
-    keys = list(buckets)
-    if any(k[1] != k[1] for k in keys):  # a NaN cost: no key equals it, as sorting compares them
-        ordered = sorted((pair for k in keys for pair in buckets[k]),
+            d = described[of[position]]
+            names, nbytes, sig = d.parts[tier]
+            into.append((_new_move((position, names, nbytes, "prefetch", link_ms_per_byte, d.kinds[tier], tier, False)),
+                         sig))
+    if nan:
+        ordered = sorted(buckets[(0, 0.0, 0)],
                          key=lambda pair: (pair[0].tier // apart, pair[0].ms_per_byte, pair[0].tier % apart))
     else:
-        ordered = [pair for k in sorted(keys) for pair in buckets[k]]
+        ordered = [pair for k in sorted(buckets) for pair in buckets[k]]
     return Order(tuple(m for m, _ in ordered), tuple(sig for _, sig in ordered), slots)
 
 
 class _Described:
-    """What one description of a layer (``build_order``: its name up to numbers, its params, the eligible ones) gives
-    every layer of it, but for its position: its units on UVA (Move's fields after the position), per tier its units
-    on UVA if it is not prefetched, and per tier its prefetched params in the layer's order (names, bytes, signature)
-    and their kinds; ``count``: the layers of it; ``shared``: per tier, the layers sharing its prefetched signature."""
+    """What one description of a layer (``like``) gives every layer of it, but for its position: its units on UVA
+    (Move's fields after the position, but ``unique``), per tier its units on UVA if it is not prefetched, and per
+    tier its prefetched params in the layer's order (names, bytes, signature) and their kinds."""
 
     def __init__(self) -> None:
         self.uva: list[tuple] = []
         self.fallback: dict[int, list[tuple]] = {}
         self.parts: dict[int, tuple[tuple[str, ...], int, Signature]] = {}
         self.kinds: dict[int, tuple[str, ...]] = {}
-        self.count = 0
-        self.shared: dict[int, int] = {}
 
 
 class _Kinds:
@@ -200,8 +227,9 @@ class _Kinds:
         # signature, made once per distinct (layer params, prefetched params)
         self.sorted_parts: dict[tuple, tuple[tuple[str, ...], int, Signature]] = {}
 
-    def describe(self, layer: Layer, params: Sequence[Tensor], moe: tuple[int, int] | None,
-                 key: tuple) -> _Described:
+    def describe(self, layer: Layer, params: Sequence[Tensor]) -> _Described:
+        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        key = (name_key(layer.name), moe, tuple(map(id, params)))
         units = self.made.get(key)
         if units is None:
             units = self.made[key] = _units(layer, params, moe, self.whole, self.tokens, self.hw, self.cost_cache)
@@ -271,22 +299,23 @@ def large_kinds(tiers: Sequence[Tiers]) -> tuple[str, ...]:
 
 
 def candidate_prefers(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]],
-                      share: float = 0.1) -> list[Tiers]:
+                      share: float = 0.1, likeness: Likeness | None = None) -> list[Tiers]:
     """The (prefer, first) tiers of the orders auto weighs: none; each kind holding at least ``share`` of the
     eligible bytes prefetched first (a layer's MLP before, and apart from, its attention); and both with the
-    embedding kind's moves (an embedding, an LM head) before all others."""
+    embedding kind's moves (an embedding, an LM head) before all others (``likeness``: ``like(layers, eligible)``,
+    when made already: each description's kinds are read once)."""
+    likes = likeness if likeness is not None else like(layers, eligible)
     by_kind: dict[str, int] = {}
     total = 0
     embedding = False
-    for position, params in eligible.items():
-        name = layers[position].name
+    for (layer, params), count in zip(likes.layers, likes.counts):
         for t in params:
-            kind = param_kind(name, t.name, t.kind)
-            total += t.nbytes
+            kind = param_kind(layer.name, t.name, t.kind)
+            total += t.nbytes * count
             if kind == "embedding":
                 embedding = True
             else:
-                by_kind[kind] = by_kind.get(kind, 0) + t.nbytes
+                by_kind[kind] = by_kind.get(kind, 0) + t.nbytes * count
     large = sorted((k for k, n in by_kind.items() if total and n >= share * total), key=lambda k: (-by_kind[k], k))
     firsts: list[tuple[str, ...]] = [()] + [(k,) for k in large]
     out: list[Tiers] = [((), f) for f in firsts]
