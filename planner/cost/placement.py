@@ -275,10 +275,10 @@ class PlacementCost:
             self._resident_ms = self.step_ms({}, 1)
         return self._resident_ms
 
-    def resident_floor(self, moved: Iterable[tuple[int, Sequence[LayerWork]]]) -> float | None:
-        """``resident_ms`` where it is under the step (``forward_step_ms``) of every placement whose moved layers do
-        work of ``moved`` (position, its work per workload item: ``layer_works``), else None. It is where each such
-        work is at least its layer's resident work on the compute stream and the CPU and no layer, moved or not,
+    def resident_floor(self, moved: Iterable[tuple[int, tuple[frozenset, frozenset]]]) -> float | None:
+        """``resident_ms`` where it is under the step (``forward_step_ms``) of every placement whose moved layers are
+        placed as in ``moved`` (position, (params read through UVA, params copied))), else None. It is where each such
+        layer's work is at least its resident work on the compute stream and the CPU and no layer, moved or not,
         waits mid-layer or has a host part: then every clock of ``simulate`` is a sum or a max of terms no smaller
         than the resident forward's (a copy's wait and a shared read only add), also as rounded."""
         if self.host:
@@ -286,13 +286,9 @@ class PlacementCost:
         resident = [self._by_item(k) for k in range(len(self.tokens))]
         if any(w.synced_gpu_ms is not None or w.host_ms for works in resident for w in works.values()):
             return None
-        seen: set[tuple[int, int]] = set()
-        for p, works in moved:
-            key = (self._class[p], id(works))
-            if key in seen:
-                continue
-            seen.add(key)
-            for k, w in enumerate(works):
+        classes = self._class
+        for p, split in {(classes[p], id(split)): (p, split) for p, split in moved}.values():
+            for k, w in enumerate(self.layer_works(p, split)):
                 r = resident[k][p]
                 if w.synced_gpu_ms is not None or w.host_ms or w.gpu_ms < r.gpu_ms or w.cpu_ms < r.cpu_ms:
                     return None

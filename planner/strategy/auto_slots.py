@@ -29,7 +29,7 @@ from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
-from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement, prefetched_layers
+from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement
 from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, pools_by_slots
 from schemas.buffer_pool import Signature
 from schemas.spec import Layer
@@ -50,7 +50,6 @@ class AutoPath:
                  slots: int | None, uva: Order | None):
         self.layers, self.order, self.total, self.cost, self.uva = layers, order, total_bytes, cost, uva
         n = len(order.moves)
-        prefetched = prefetched_layers(order)
         counts = [slots] if slots is not None else list(range(1, max(1, order.slots) + 1))
         self.counts = counts
         self._pinned = list(accumulate((m.nbytes for m in order.moves), initial=0))  # per prefix: the bytes it moves
@@ -61,7 +60,6 @@ class AutoPath:
         self._least: dict[Step, float] = {}  # the step with every copy free (``least_ms``)
         self._floor: dict[int, float] = {}
         self._after = _split_after(order)  # per move: its layer's placement once it is taken
-        self._works = [(p, cost.layer_works(p, split)) for p, split in self._after]  # and its work per workload item
         side = _all_uva(uva, cost)
         self._uva_after, self._uva_works, self._uva_pinned, self._uva_floor = side
         self._uva_copying = [(p, bool(copied)) for p, (_, copied) in self._uva_after]
@@ -71,8 +69,7 @@ class AutoPath:
         # a prefix has a step of each slot count from 1 (or the one given) to the most, fewer than it prefetches
         # layers but for the first (that pool would hold every prefetched layer: no memory saved); prefetched layers
         # never decrease along the order, so the prefixes with a step of ``s`` slots are those from ``self._from[s]``
-        self._prefetched = prefetched
-        self._from = {s: 0 if s == counts[0] else bisect_right(prefetched, s) for s in counts}
+        self._from = _first_with_slots(order, counts)
         # past the last prefetch move: the prefixes that may prefetch a layer spanning the slots, and its bytes
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
         self._spans: dict[int, int] = {}  # taken -> the spanning layer's position
@@ -102,6 +99,11 @@ class AutoPath:
         """Per slot count, minus the lowest lower bound on the peak of its steps without a span up to each (from
         ``self._from``): nondecreasing (``first_with``)."""
         return {s: [-lower for lower in accumulate(self._lower[s][self._from[s]:], min)] for s in self.counts}
+
+    @cached_property
+    def _works(self) -> list[tuple[int, tuple[LayerWork, ...]]]:
+        """Per move: its layer's position and work per workload item once it is taken."""
+        return [(p, self.cost.layer_works(p, split)) for p, split in self._after]
 
     @cached_property
     def _sigs(self) -> list[tuple[int, Signature]]:
@@ -221,7 +223,7 @@ class AutoPath:
         """Under the predicted step of every step of the path: the step with nothing offloaded, where the cost can
         tell it is (``PlacementCost.resident_floor``); else None."""
         if self._resident is None:
-            self._resident = (self.cost.resident_floor(chain(self._works, self._uva_works)),)
+            self._resident = (self.cost.resident_floor(chain(self._after, self._uva_after)),)
         return self._resident[0]
 
     def _least_of(self, st: Step) -> float:
@@ -361,6 +363,23 @@ def _all_uva(uva: Order | None, cost: PlacementCost) -> _AllUva:
         found = mine[id(uva)] = (uva, _AllUva(after, [(p, cost.layer_works(p, split)) for p, split in after],
                                               sum(m.nbytes for m in uva.moves), floor))
     return found[1]
+
+
+def _first_with_slots(order: Order, counts: Sequence[int]) -> dict[int, int]:
+    """Per slot count of ``counts``, the first prefix of ``order`` with a step of that many slots: the first
+    count at once, another once more layers are prefetched than it (``len(order.moves) + 1``: never)."""
+    out = {counts[0]: 0}
+    waiting = sorted(s for s in counts[1:])
+    seen: set[int] = set()
+    for i, m in enumerate(order.moves):
+        if not waiting:
+            break
+        if m.backend == "prefetch" and m.position not in seen:
+            seen.add(m.position)
+            while waiting and len(seen) > waiting[0]:
+                out[waiting.pop(0)] = i + 1
+    out.update(dict.fromkeys(waiting, len(order.moves) + 1))
+    return out
 
 
 def _split_after(order: Order) -> list[tuple[int, Split]]:
