@@ -52,17 +52,23 @@ class PlacementCost:
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}
         classes: dict[tuple, int] = {}
+        listed: dict[tuple, int] = {}  # the class of layers listing the same params object, untied: found at once
         self._class: list[int] = []
         self._params: list[list[tuple[str, PlanParam]]] = []
         for layer in layers:
-            tied = tuple((rel, owner[target]) for rel, target in layer.tied.items())
             moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-            key = (name_key(layer.name), layer.params, tied, moe)
-            found = classes.get(key)
+            same = None if layer.tied else (name_key(layer.name), id(layer.params), moe)
+            found = listed.get(same) if same is not None else None
             if found is None:
-                found = classes[key] = len(self._params)
-                self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
-                                    + [(rel, _param(t, None)) for rel, t in tied])
+                tied = tuple((rel, owner[target]) for rel, target in layer.tied.items())
+                key = (name_key(layer.name), layer.params, tied, moe)
+                found = classes.get(key)
+                if found is None:
+                    found = classes[key] = len(self._params)
+                    self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
+                                        + [(rel, _param(t, None)) for rel, t in tied])
+                if same is not None:
+                    listed[same] = found
             self._class.append(found)
         self._times: dict[tuple, tuple] = {}
         self._work: dict[tuple, LayerWork] = {}
