@@ -126,6 +126,8 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
                           else candidate_prefers(layers, eligible, likeness=likes))
     paths: dict[tuple[Tiers, int], AutoPath] = {}
     seen: set[tuple] = set()
+    # the orders made so far, where a later one could repeat one (the trial's, the greedy order)
+    track = len(variants) > 1 or (not given and len(layers) <= GREEDY_MOST_LAYERS)
     for v, chosen in enumerate(variants):
         forced = dict(chosen.backends or {})
         units = whole | trial if v else whole  # the trial's kinds move a layer's experts module as one unit
@@ -137,7 +139,8 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
             order = build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=units, likeness=likes)
             if v and tuple(order.moves) in seen:
                 continue  # holding the trial's kinds to UVA changed nothing in this order
-            seen.add(tuple(order.moves))
+            if track:
+                seen.add(tuple(order.moves))
             paths[(t, v)] = AutoPath(layers, order, total_bytes, cost, step, uva)
         if not given and len(layers) <= GREEDY_MOST_LAYERS:  # and one by marginal predicted cost per byte freed
             large = large_kinds(tiers)

@@ -386,13 +386,16 @@ def _split_after(order: Order) -> list[tuple[int, Split]]:
     """Per move of ``order``: its layer's position and that layer's placement once the moves up to it are taken
     (``order.after_move``)."""
     current: dict[int, Split] = {}
-    made: dict[tuple, Split] = {}  # (placement before, params, backend) -> after
+    # (placement before, params, backend) -> after, by the objects' identity (the moves of one description share
+    # their params tuple): equal keys of other objects make equal placements, only once more
+    made: dict[tuple[int, int, str], tuple[Split, Split, tuple[str, ...]]] = {}
     out = []
     for m in order.moves:
-        key = (current.get(m.position, NOT_MOVED), m.params, m.backend)
-        after = made.get(key)
-        if after is None:
-            after = made[key] = after_move(key[0], m)
-        current[m.position] = after
-        out.append((m.position, after))
+        before = current.get(m.position, NOT_MOVED)
+        key = (id(before), id(m.params), m.backend)
+        found = made.get(key)
+        if found is None:
+            found = made[key] = (after_move(before, m), before, m.params)  # holds the keys' objects alive
+        current[m.position] = found[0]
+        out.append((m.position, found[0]))
     return out
