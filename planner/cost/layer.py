@@ -46,7 +46,7 @@ from schemas.spec_layers import Tensor
 _HEADS = {"lm_head", "embed_out"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerWork:
     gpu_ms: float  # compute stream: kernels, UVA reads included
     cpu_ms: float  # CPU time to issue the layer's kernels
