@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import NamedTuple
 
 from schemas.buffer_pool import Signature, signature
 from planner.kinds import name_key, param_kind
 from planner.cost.layer import gpu_and_uva_ms
-from planner.strategy.order import NOT_MOVED, Move, Order, Split, after_move, placement, tier_of
+from planner.strategy.order import NOT_MOVED, Move, Order, Split, after_move, new_move, placement, tier_of
 from planner.strategy.peaks import Signatures, exact_pool_of
 from planner.cost.placement import PlacementCost
 from planner.strategy.spread_order import van_der_corput
@@ -124,9 +123,6 @@ def like(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]]) -> L
     return Likeness(tuple(first), tuple(at), tuple(counts))
 
 
-_new_move = partial(tuple.__new__, Move)  # Move from all its fields as one tuple (a search makes thousands)
-
-
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
                 workload: Workload, slots: int | None, forced: Mapping[str, str] | None = None,
                 only: str | None = None, prefer: Sequence[str] | None = None,
@@ -173,10 +169,10 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
                   for d in described]
     for position, i in likes.at:
         for unit, into in uva[i]:
-            into.append((_new_move((position, *unit, False)), None))
+            into.append((new_move((position, *unit, False)), None))
     for position, i in likes.at:
         for unit, into in fallback[i]:
-            into.append((_new_move((position, *unit)), None))
+            into.append((new_move((position, *unit)), None))
     candidates: dict[int, list[int]] = {}
     for position, i in likes.at:
         for tier in prefetched[i]:
@@ -189,7 +185,7 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
             position = mine[rank]
             d = described[of[position]]
             names, nbytes, sig = d.parts[tier]
-            into.append((_new_move((position, names, nbytes, "prefetch", link_ms_per_byte, d.kinds[tier], tier, False)),
+            into.append((new_move((position, names, nbytes, "prefetch", link_ms_per_byte, d.kinds[tier], tier, False)),
                          sig))
     if nan:
         ordered = sorted(buckets[(0, 0.0, 0)],
