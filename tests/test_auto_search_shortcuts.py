@@ -1,6 +1,8 @@
 """Strategy auto's search takes shortcuts that change no result (issue 18): the lowest peak of a path from the
-bounds in order (``AutoPath.lowest_peak``), and the estimate at a grid budget simulating its candidates in the
-order of a bound under each (``auto._estimate``). Checked against the plain definitions on the paths a plan makes."""
+bounds in order (``AutoPath.lowest_peak``), the first step of a slot count that fits from the bounds
+(``AutoPath.first_with``), the estimate at a grid budget simulating its candidates in the order of a bound under
+each (``auto._estimate``), and the orders weighed from bounds (``auto._keep``). Checked against the plain
+definitions on the paths a plan makes."""
 
 from __future__ import annotations
 
@@ -50,8 +52,47 @@ def test_the_shortcuts_give_what_the_definitions_give(monkeypatch, name, options
         for k in range(1, 6):
             budget = low + (total - low) * k // 6
             found = [path.first_with(s, budget, None) for s in path.counts]
+            assert found == [next((st for st in path.steps if st.slots == s and st.span is None and not st.all_uva
+                                   and path.within(st, budget, None)), None) for s in path.counts]
             found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, None)]
             steps = [st for st in found if st is not None]
             estimate = auto._estimate(path, budget, None)  # first: the steps it skips are not simulated yet
             assert all(path.least_ms(st) <= path.step_ms(st) for st in steps)
             assert estimate == min((path.step_ms(st) for st in steps), default=float("inf"))
+
+
+def _kept_by_definition(paths: dict, cpu_budget, total_bytes: int, points: int) -> tuple:
+    """``auto._keep`` as its docstring defines it: every order's estimate made at every grid budget."""
+    lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}
+    floor = min(lowest.values())
+    grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
+    ms = {p: [auto._estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
+    best = [min(ms[p][i] for p in paths) for i in range(len(grid))]
+    ratios = {p: [m / b if b > 0 else 1.0 for m, b in zip(ms[p], best)] for p in paths}
+    keep = min((p for p in paths if lowest[p] == floor), key=lambda p: (max(ratios[p]), sum(ratios[p]), p))
+    return keep, auto.Weighed(len(paths), max(ratios[keep]))
+
+
+@pytest.mark.parametrize("name, options", [
+    ("llama-3-8b", {"gpu_budget": 6 * 10**9, "workload": MIXED}),
+    ("qwen3-30b-a3b", {"gpu_budget": 12 * 10**9, "workload": DECODE32}),  # with auto's trial of the host
+    ("mixtral-8x7b", {"gpu_budget": 30 * 10**9}),
+])
+def test_weighing_from_bounds_keeps_what_the_definition_keeps(monkeypatch, name, options):
+    """``auto._keep`` makes an order's estimate only where it can change the fastest or the kept order (the step
+    with nothing offloaded and the copy-free steps standing in as bounds): the same order and worst ratio as making
+    every estimate; the resident bound is under every step it stands for."""
+    spec = weights_only(load_spec(GENERATED / f"{name}.yaml"))
+    made = _paths(monkeypatch, spec, **options)
+    fresh = [auto_slots.AutoPath(p.layers, p.order, p.total, p.cost, p.counts[0] if len(p.counts) == 1 else None,
+                                 p.uva) for p in made]  # nothing simulated yet
+    for points in (3, 8):
+        pinned = sorted({p.pinned(st) for p in made for st in p.steps})
+        for cpu in (None, pinned[len(pinned) // 3]):
+            paths = dict(enumerate(fresh))
+            assert auto._keep(paths, cpu, made[0].total, points) == _kept_by_definition(
+                dict(enumerate(made)), cpu, made[0].total, points)
+    for path in made:
+        floor = path.resident_floor()
+        if floor is not None:
+            assert all(floor <= path.step_ms(st) for st in path.steps[::max(1, len(path.steps) // 25)])

@@ -324,3 +324,19 @@ def test_predicting_again_keeps_the_forwards_context():
                         workload=Workload({"decode": WorkloadItem(batch=32, context=8192, mode="graph")}))
     again = chosen_predictions(plan, "h200", None)
     assert again.workloads[0].step_ms == plan.predictions.workloads[0].step_ms
+
+
+def test_layer_shapes_read_once_per_listing_equal_those_read_layer_by_layer():
+    """``layer_shapes`` reads a stack of layers listing the same params once and renames the shape for each layer:
+    each layer's shape is the one read from that layer alone, and the renaming keeps every other field."""
+    import dataclasses
+
+    from planner.memory.shapes import LayerShape, _named, layer_shapes
+
+    spec = load_spec(EXAMPLES / "generated" / "mixtral-8x7b.yaml")
+    layers = spec.model.expanded()
+    together = layer_shapes(layers, 32, 8)
+    assert together == [layer_shapes([layer], 32, 8)[0] for layer in layers]
+    assert len({s.name for s in together}) == len(layers)
+    full = LayerShape(**{f.name: object() for f in dataclasses.fields(LayerShape)})  # no field at its default
+    assert _named(full, "other") == dataclasses.replace(full, name="other")

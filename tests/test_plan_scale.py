@@ -29,7 +29,8 @@ def test_each_distinct_name_is_classified_once(monkeypatch) -> None:
     assert plan.summary.offloaded_layers > 0
     info = kinds._classify.cache_info()
     assert info.misses <= PARAMS + 10  # the block's 20 names, the embedding, the norm and the head
-    assert info.hits > BLOCKS * PARAMS  # and every layer asked
+    # and the search reads the kinds once per distinct layer description, not once per layer (auto_order.like)
+    assert 0 < info.hits < BLOCKS * PARAMS
 
 
 def test_each_distinct_layer_is_costed_once_per_prediction(monkeypatch) -> None:

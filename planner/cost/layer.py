@@ -46,7 +46,7 @@ from schemas.spec_layers import Tensor
 _HEADS = {"lm_head", "embed_out"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerWork:
     gpu_ms: float  # compute stream: kernels, UVA reads included
     cpu_ms: float  # CPU time to issue the layer's kernels
@@ -256,10 +256,16 @@ def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile, seqs:
     """``layer_work`` of each layer, computed once per distinct description (a stack of a thousand
     equal blocks is costed once); ``routing``: layer name -> its experts' measured chances of being picked."""
     seen: dict[tuple, LayerWork] = {}
+    described: dict[tuple, tuple] = {}  # the same param objects, name key and placement: the same description
     out = []
     for layer in layers:
         shares = routing.get(layer.name) if routing and layer.moe is not None else None
-        key = _description(layer) if shares is None else (_description(layer), tuple(shares))
+        same = (name_key(layer.name), tuple(layer.params), tuple(map(id, layer.params.values())),
+                None if layer.moe is None else id(layer.moe), tuple(layer.uva), tuple(layer.offloaded))
+        description = described.get(same)
+        if description is None:
+            description = described[same] = _description(layer)
+        key = description if shares is None else (description, tuple(shares))
         work = seen.get(key)
         if work is None:
             work = seen[key] = layer_work(layer, tokens, hw, seqs, shares)

@@ -52,17 +52,23 @@ class PlacementCost:
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}
         classes: dict[tuple, int] = {}
+        listed: dict[tuple, int] = {}  # the class of layers listing the same params object, untied: found at once
         self._class: list[int] = []
         self._params: list[list[tuple[str, PlanParam]]] = []
         for layer in layers:
-            tied = tuple((rel, owner[target]) for rel, target in layer.tied.items())
             moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
-            key = (name_key(layer.name), layer.params, tied, moe)
-            found = classes.get(key)
+            same = None if layer.tied else (name_key(layer.name), id(layer.params), moe)
+            found = listed.get(same) if same is not None else None
             if found is None:
-                found = classes[key] = len(self._params)
-                self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
-                                    + [(rel, _param(t, None)) for rel, t in tied])
+                tied = tuple((rel, owner[target]) for rel, target in layer.tied.items())
+                key = (name_key(layer.name), layer.params, tied, moe)
+                found = classes.get(key)
+                if found is None:
+                    found = classes[key] = len(self._params)
+                    self._params.append([(t.name, _param(t, t.kind)) for t in layer.params]
+                                        + [(rel, _param(t, None)) for rel, t in tied])
+                if same is not None:
+                    listed[same] = found
             self._class.append(found)
         self._times: dict[tuple, tuple] = {}
         self._work: dict[tuple, LayerWork] = {}
@@ -158,13 +164,17 @@ class PlacementCost:
     def forward(self, k: int, moved: Iterable[tuple[int, LayerWork]]) -> list[LayerWork]:
         """The forward of workload item ``k``: every layer's work, resident but for ``moved`` (position, its work;
         the last of a position wins)."""
+        out = self._by_item(k).copy()
+        out.update(moved)
+        return list(out.values())
+
+    def _by_item(self, k: int) -> dict[int, LayerWork]:
+        """Workload item ``k``'s resident work by position."""
         resident = self._by_position.get(k)
         if resident is None:
             tokens, _, mode, seqs = self.tokens[k]
             resident = self._by_position[k] = dict(enumerate(self._resident(tokens, mode, seqs)))
-        out = resident.copy()
-        out.update(moved)
-        return list(out.values())
+        return resident
 
     def without_copies_ms(self, forwards: Sequence[Sequence[LayerWork]]) -> float:
         """The weighted step of ``forwards`` (per workload item, ``forward``) with no copies: under the step with
@@ -246,8 +256,6 @@ class PlacementCost:
         never decreases."""
         if self.host:
             return self._lower_with_host(where)
-        if self._resident_ms is None:
-            self._resident_ms = self.step_ms({}, 1)
         total = 0.0
         for tokens, share, mode, seqs in self.tokens:
             resident = self._resident(tokens, mode, seqs)
@@ -264,7 +272,33 @@ class PlacementCost:
                 cpu += work.cpu_ms - resident[i].cpu_ms
                 copy += work.copy_ms if work.copy_bytes else 0.0
             total += share * max(gpu, cpu, copy)
-        return max(total, self._resident_ms)
+        return max(total, self.resident_ms)
+
+    @property
+    def resident_ms(self) -> float:
+        """The weighted step with nothing offloaded."""
+        if self._resident_ms is None:
+            self._resident_ms = self.step_ms({}, 1)
+        return self._resident_ms
+
+    def resident_floor(self, moved: Iterable[tuple[int, tuple[frozenset, frozenset]]]) -> float | None:
+        """``resident_ms`` where it is under the step (``forward_step_ms``) of every placement whose moved layers are
+        placed as in ``moved`` (position, (params read through UVA, params copied))), else None. It is where each such
+        layer's work is at least its resident work on the compute stream and the CPU and no layer, moved or not,
+        waits mid-layer or has a host part: then every clock of ``simulate`` is a sum or a max of terms no smaller
+        than the resident forward's (a copy's wait and a shared read only add), also as rounded."""
+        if self.host:
+            return None
+        resident = [self._by_item(k) for k in range(len(self.tokens))]
+        if any(w.synced_gpu_ms is not None or w.host_ms for works in resident for w in works.values()):
+            return None
+        classes = self._class
+        for p, split in {(classes[p], id(split)): (p, split) for p, split in moved}.values():
+            for k, w in enumerate(self.layer_works(p, split)):
+                r = resident[k][p]
+                if w.synced_gpu_ms is not None or w.host_ms or w.gpu_ms < r.gpu_ms or w.cpu_ms < r.cpu_ms:
+                    return None
+        return self.resident_ms
 
     def _lower_with_host(self, where: Mapping[int, Mapping[str, str]]) -> float:
         """``lower_ms`` where the host may compute experts: each layer's part is the least of its placement as

@@ -14,7 +14,7 @@ A projection's output width is its weight's first dimension (``nn.Linear`` store
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from planner.kinds import name_key, param_kind
@@ -102,17 +102,30 @@ def layer_shapes(layers: Sequence[Layer], heads: int | None, kv_heads: int | Non
         layer.tied for layer in layers) else {}
     out = []
     made: dict[tuple, LayerShape] = {}  # one shape per distinct description: a stack of equal blocks is read once
+    listed: dict[tuple, LayerShape] = {}  # and per layer listing the same params objects, untied, found at once
     for layer in layers:
-        tensors = list(layer.params) + [_renamed(owners[target], rel) for rel, target in layer.tied.items()
-                                        if target in owners]
         moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
         # all that ``_shape`` reads of the name: its kind rules' key and whether it names a head
-        key = (name_key(layer.name), _in_head(layer.name), tuple(tensors), moe)
-        shape = made.get(key)
+        named = (name_key(layer.name), _in_head(layer.name))
+        same = None if layer.tied else (named, id(layer.params), moe)
+        shape = listed.get(same) if same is not None else None
         if shape is None:
-            shape = made[key] = _shape(layer.name, tensors, layer.moe, heads, kv_heads)
-        out.append(shape if shape.name == layer.name else replace(shape, name=layer.name))
+            tensors = list(layer.params) + [_renamed(owners[target], rel) for rel, target in layer.tied.items()
+                                            if target in owners]
+            key = (*named, tuple(tensors), moe)
+            shape = made.get(key)
+            if shape is None:
+                shape = made[key] = _shape(layer.name, tensors, layer.moe, heads, kv_heads)
+            if same is not None:
+                listed[same] = shape
+        out.append(shape if shape.name == layer.name else _named(shape, layer.name))
     return out
+
+
+def _named(shape: LayerShape, name: str) -> LayerShape:
+    """``dataclasses.replace(shape, name=name)``, made directly (a stack of a thousand blocks renames a thousand)."""
+    return LayerShape(name, shape.attention, shape.mlp, shape.experts, shape.shared, shape.lookup, shape.head,
+                      shape.attention_params, shape.hidden)
 
 
 def _in_head(name: str) -> bool:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 
 from planner.assemble import Assignment
 from planner.cost.placement import PlacementCost
 from planner.errors import InfeasibleError
 from planner.layers import eligible_params
 from planner.strategy.auto_order import (GREEDY_MOST_LAYERS, GREEDY_SLOTS, Tiers, build_order, candidate_prefers, greedy_order,
-                                         large_kinds)
+                                         large_kinds, like)
 from planner.strategy.auto_slots import AutoPath, Step
 from planner.strategy.experts import trial_offload
 from planner.strategy.fit import Chosen, NoFit
@@ -119,25 +120,32 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
                             tuple(offload.prefer or ()), whole=whole)
         return AutoDecision({}, order, 0, total_bytes, step or 1, searched=step is None,
                             prefer=tuple(offload.prefer or ()), given_prefer=given)
+    likes = like(layers, eligible)  # the layers by description, for every order
     variants = [offload] + ([trial_offload(offload, trial)] if trial else [])
-    tiers: list[Tiers] = [(tuple(offload.prefer or ()), ())] if given else candidate_prefers(layers, eligible)
+    tiers: list[Tiers] = ([(tuple(offload.prefer or ()), ())] if given
+                          else candidate_prefers(layers, eligible, likeness=likes))
     paths: dict[tuple[Tiers, int], AutoPath] = {}
     seen: set[tuple] = set()
+    # the orders made so far, where a later one could repeat one (the trial's, the greedy order)
+    track = len(variants) > 1 or (not given and len(layers) <= GREEDY_MOST_LAYERS)
     for v, chosen in enumerate(variants):
         forced = dict(chosen.backends or {})
         units = whole | trial if v else whole  # the trial's kinds move a layer's experts module as one unit
-        uva = build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=units) if only is None else None
+        uva = (build_order(layers, eligible, hw, workload, step, forced, "uva", (), whole=units, likeness=likes)
+               if only is None else None)
         if uva is not None and any(sig is not None for sig in uva.signatures):
             uva = None  # a kind held to prefetch (offload.backends): no plan reads every param in place
         for t in tiers:
-            order = build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=units)
+            order = build_order(layers, eligible, hw, workload, step, forced, only, *t, whole=units, likeness=likes)
             if v and tuple(order.moves) in seen:
                 continue  # holding the trial's kinds to UVA changed nothing in this order
-            seen.add(tuple(order.moves))
+            if track:
+                seen.add(tuple(order.moves))
             paths[(t, v)] = AutoPath(layers, order, total_bytes, cost, step, uva)
         if not given and len(layers) <= GREEDY_MOST_LAYERS:  # and one by marginal predicted cost per byte freed
             large = large_kinds(tiers)
-            base = build_order(layers, eligible, hw, workload, step, forced, only, (), large, whole=units)
+            base = build_order(layers, eligible, hw, workload, step, forced, only, (), large, whole=units,
+                               likeness=likes)
             greedy = greedy_order(layers, base, cost, total_bytes, len(large), step or GREEDY_SLOTS)
             if greedy is not None and tuple(greedy.moves) not in seen:
                 seen.add(tuple(greedy.moves))
@@ -169,27 +177,102 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
 def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int = GRID) -> tuple:
     """The order to keep for every budget: predicted at ``points`` budgets between the lowest peak any order
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
-    that reach that lowest peak are kept, so keeping one never makes a budget infeasible."""
+    that reach that lowest peak are kept, so keeping one never makes a budget infeasible.
+
+    An order's estimate at a budget (``_estimate``) is simulated only where it can matter: each stands for a bound
+    no more than it (``_Estimate``) until asked for; the fastest order's at each budget is found among those whose
+    bound is below the fastest so far, and the kept order is the least by its ratios with the bounds standing in for
+    the estimates not made (a ratio of a bound is no more than the order's: division and sums round monotonically),
+    made until its own are all exact: then no other order's ratios can come out less."""
     lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}  # nothing fits 0 bytes: the lowest peak
     floor = min(lowest.values())
     grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
-    ms = {p: [_estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
-    best = [min(ms[p][i] for p in paths) for i in range(len(grid))]
-    ratios = {p: [m / b if b > 0 else 1.0 for m, b in zip(ms[p], best)] for p in paths}
+    rows = {p: [_Estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
+    best = [_fastest([row[i] for row in rows.values()]) for i in range(len(grid))]
+    index = {p: k for k, p in enumerate(paths)}
     reach = [p for p in paths if lowest[p] == floor]
-    keep = min(reach, key=lambda p: (max(ratios[p]), sum(ratios[p]), list(paths).index(p)))
-    return keep, Weighed(len(paths), max(ratios[keep]))
+    if not all(0 < b < float("inf") for b in best):  # a ratio of a bound would not bound the ratio: all exact
+        for row in rows.values():
+            for e in row:
+                e.exact()
+
+    def ratios(p) -> list[float]:
+        return [m / b if b > 0 else 1.0 for m, b in zip((e.low for e in rows[p]), best)]
+
+    while True:
+        keep = min(reach, key=lambda p: (max(ratios(p)), sum(ratios(p)), index[p]))
+        bounded = [e for e in rows[keep] if not e.known]
+        if not bounded:
+            return keep, Weighed(len(paths), max(ratios(keep)))
+        if not [e.tighten() for e in bounded].count(True):
+            for e in bounded:
+                e.exact()
+
+
+def _fastest(estimates: Sequence[_Estimate]) -> float:
+    """The least of ``estimates``, made only where its bound is below the least found so far."""
+    best = float("inf")
+    heap = [(e.low, k, e) for k, e in enumerate(estimates)]
+    heapify(heap)
+    while heap:
+        low, k, e = heappop(heap)
+        if low >= best:
+            break
+        if e.tighten():
+            heappush(heap, (e.low, k, e))
+        else:
+            best = min(best, e.exact())
+    return best
+
+
+class _Estimate:
+    """``_estimate(path, budget, cpu_budget)``, made when asked for (``exact``). Until then ``low`` is a bound no more
+    than it: the path's step with nothing offloaded where that is one (``AutoPath.resident_floor``), then (once
+    ``tighten``\ed) the least of its steps' ``least_ms``; ``known``: ``low`` is the estimate."""
+
+    def __init__(self, path: AutoPath, budget: int, cpu_budget: int | None):
+        self.path, self.budget, self.cpu_budget = path, budget, cpu_budget
+        self.ranked: list[tuple[float, int, Step]] | None = None
+        resident = path.resident_floor()
+        self.low, self.known = (resident, False) if resident is not None else (0.0, False)
+        if resident is None:
+            self.tighten()
+
+    def tighten(self) -> bool:
+        """Bound the estimate by its steps' ``least_ms``; False when it was already."""
+        if self.ranked is not None:
+            return False
+        self.ranked = _ranked(self.path, self.budget, self.cpu_budget)
+        self.low = self.ranked[0][0] if self.ranked else float("inf")
+        self.known = not self.ranked
+        return True
+
+    def exact(self) -> float:
+        self.tighten()
+        if not self.known:
+            assert self.ranked is not None
+            self.low, self.known = _least_step(self.path, self.ranked), True
+        return self.low
 
 
 def _estimate(path: AutoPath, budget: int, cpu_budget: int | None) -> float:
     """A cheap stand-in for the step ``choose`` takes at ``budget``: the fastest of the first steps that fit with
     each slot count (and the all-UVA step, when it fits); infinite when none fits."""
+    return _least_step(path, _ranked(path, budget, cpu_budget))
+
+
+def _ranked(path: AutoPath, budget: int, cpu_budget: int | None) -> list[tuple[float, int, Step]]:
+    """``_estimate``'s steps at ``budget``, each with a bound under its step (``least_ms``), by that bound."""
     found = [path.first_with(slots, budget, cpu_budget) for slots in path.counts]
-    found += [st for st in path.steps[-1:] if st.all_uva and path.within(st, budget, cpu_budget)]
+    found += [st for st in [path.all_uva_step] if st is not None and path.within(st, budget, cpu_budget)]
+    return sorted((path.least_ms(st), i, st) for i, st in enumerate(found) if st is not None)
+
+
+def _least_step(path: AutoPath, ranked: Sequence[tuple[float, int, Step]]) -> float:
+    """The least step of ``ranked`` (``_ranked``): simulated in the order of their bounds until the bound reaches
+    the fastest found, so the steps that cannot beat it are never simulated."""
     best = float("inf")
-    # the least of their steps: simulated in the order of a bound under each (``least_ms``) until the bound
-    # reaches the fastest found, so the steps that cannot beat it are never simulated
-    for least, _, st in sorted((path.least_ms(st), i, st) for i, st in enumerate(found) if st is not None):
+    for least, _, st in ranked:
         if least >= best:
             break
         ms = path.step_ms(st)

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from schemas.buffer_pool import Signature, signature
 from planner.kinds import name_key, param_kind
 from planner.cost.layer import gpu_and_uva_ms
-from planner.strategy.order import NOT_MOVED, Move, Order, Split, after_move, placement, tier_of
+from planner.strategy.order import NOT_MOVED, Move, Order, Split, after_move, new_move, placement, tier_of
 from planner.strategy.peaks import Signatures, exact_pool_of
 from planner.cost.placement import PlacementCost
 from planner.strategy.spread_order import van_der_corput
@@ -92,10 +93,41 @@ def _units(layer: Layer, params: Sequence[Tensor], moe: tuple[int, int] | None, 
     return out
 
 
+class Likeness(NamedTuple):
+    """The eligible layers by description (``like``): per distinct description (the layer's name up to numbers, its
+    MoE, its params and the eligible ones) one of its layers and its eligible params, and per eligible layer in
+    order its position and the index of its description. ``build_order`` describes each once."""
+
+    layers: tuple[tuple[Layer, Sequence[Tensor]], ...]
+    at: tuple[tuple[int, int], ...]
+    counts: tuple[int, ...]  # per description, its layers
+
+
+def like(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]]) -> Likeness:
+    """``eligible``'s layers by description (made once for the orders of one search)."""
+    index: dict[tuple, int] = {}
+    first: list[tuple[Layer, Sequence[Tensor]]] = []
+    at = []
+    for position, params in eligible.items():
+        layer = layers[position]
+        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        key = (name_key(layer.name), moe, id(layer.params), tuple(map(id, params)))
+        i = index.get(key)
+        if i is None:
+            i = index[key] = len(first)
+            first.append((layer, params))
+        at.append((position, i))
+    counts = [0] * len(first)
+    for _, i in at:
+        counts[i] += 1
+    return Likeness(tuple(first), tuple(at), tuple(counts))
+
+
 def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]], hw: HardwareProfile,
                 workload: Workload, slots: int | None, forced: Mapping[str, str] | None = None,
                 only: str | None = None, prefer: Sequence[str] | None = None,
-                first: Sequence[str] = (), whole: frozenset[str] = frozenset()) -> Order:
+                first: Sequence[str] = (), whole: frozenset[str] = frozenset(),
+                likeness: Likeness | None = None) -> Order:
     """The fixed order of moves for these layers (``eligible``: position -> params that may move).
 
     ``forced``: kind -> backend for the kinds whose backend is given (offload.backends); ``only``:
@@ -105,75 +137,128 @@ def build_order(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]
     whose moves come first, in this order (offload.prefer), the other kinds after them; ``first``:
     kinds whose prefetch moves come before the other kinds' prefetch moves (UVA moves keep their place
     by cost), a layer's units of those kinds prefetched apart from its others; ``whole``: kinds a layer
-    moves as one unit even where ``SPLIT`` parts them (the host computes an experts module whole)."""
+    moves as one unit even where ``SPLIT`` parts them (the host computes an experts module whole);
+    ``likeness``: ``like(layers, eligible)``, when made already."""
     apart = len(first) + 1
-    forced = forced or {}
-    tokens = _weighted(workload)
     link_ms_per_byte = 1.0 / (hw.h2d_gbps * 1e6)
-    cost_cache: dict[tuple, float] = {}
-    made: dict[tuple, list[_Unit]] = {}  # a layer's units, made once for the layers like it
-    uva_moves: list[Move] = []
-    fallback: dict[tuple[int, int], list[Move]] = {}  # (position, tier): its units on UVA, if not prefetched
-    prefetch_parts: dict[tuple[int, int], list[Tensor]] = {}
-    prefetch_kinds: dict[tuple[int, int], set[str]] = {}
-    for position, params in eligible.items():
-        layer = layers[position]
+    kinds = _Kinds(hw, workload, forced or {}, only, prefer, first, whole, link_ms_per_byte)
+    likes = likeness if likeness is not None else like(layers, eligible)
+    # the layers like one another share one description, made once
+    described = [kinds.describe(layer, params) for layer, params in likes.layers]
+    # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
+    count: dict[tuple[int, int], int] = {}
+    for d, n in zip(described, likes.counts):
+        for tier, (_, _, sig) in d.parts.items():
+            count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + n
+    if slots is None:
+        slots = max(1, min(MAX_SLOTS, max(count.values(), default=2) - 1))
+    # merged by prefer's tier, then cost per byte, then first's tier; prefetch moves keep their spread order among
+    # themselves (a stable sort: each key's moves in the order made, UVA moves, the fallbacks, then the prefetches)
+    buckets: dict[tuple, list[tuple[Move, Signature | None]]] = {}
+    # a NaN cost equals no key, as sorting compares them: then one list, sorted
+    nan = any(unit[3] != unit[3] for d in described for units in (d.uva, *d.fallback.values()) for unit in units)
+
+    def bucket(tier: int, ms_per_byte: float) -> list[tuple[Move, Signature | None]]:
+        return buckets.setdefault((0, 0.0, 0) if nan else (tier // apart, ms_per_byte, tier % apart), [])
+
+    uva = [[(unit, bucket(unit[5], unit[3])) for unit in d.uva] for d in described]
+    fallback = [[(unit + (count[(tier, id(d.parts[tier][2]))] == 1,), bucket(unit[5], unit[3]))
+                 for tier, units in d.fallback.items() if count[(tier, id(d.parts[tier][2]))] <= slots
+                 for unit in units] for d in described]  # those of the tiers not prefetched, unique when alone
+    prefetched = [[tier for tier, (_, _, sig) in d.parts.items() if count[(tier, id(sig))] > slots]
+                  for d in described]
+    for position, i in likes.at:
+        for unit, into in uva[i]:
+            into.append((new_move((position, *unit, False)), None))
+    for position, i in likes.at:
+        for unit, into in fallback[i]:
+            into.append((new_move((position, *unit)), None))
+    candidates: dict[int, list[int]] = {}
+    for position, i in likes.at:
+        for tier in prefetched[i]:
+            candidates.setdefault(tier, []).append(position)
+    of = dict(likes.at)
+    for tier in sorted(candidates):
+        mine = sorted(candidates[tier])
+        into = bucket(tier, link_ms_per_byte)
+        for rank in van_der_corput(len(mine)):
+            position = mine[rank]
+            d = described[of[position]]
+            names, nbytes, sig = d.parts[tier]
+            into.append((new_move((position, names, nbytes, "prefetch", link_ms_per_byte, d.kinds[tier], tier, False)),
+                         sig))
+    if nan:
+        ordered = sorted(buckets[(0, 0.0, 0)],
+                         key=lambda pair: (pair[0].tier // apart, pair[0].ms_per_byte, pair[0].tier % apart))
+    else:
+        ordered = [pair for k in sorted(buckets) for pair in buckets[k]]
+    return Order(tuple(m for m, _ in ordered), tuple(sig for _, sig in ordered), slots)
+
+
+class _Described:
+    """What one description of a layer (``like``) gives every layer of it, but for its position: its units on UVA
+    (Move's fields after the position, but ``unique``), per tier its units on UVA if it is not prefetched, and per
+    tier its prefetched params in the layer's order (names, bytes, signature) and their kinds."""
+
+    def __init__(self) -> None:
+        self.uva: list[tuple] = []
+        self.fallback: dict[int, list[tuple]] = {}
+        self.parts: dict[int, tuple[tuple[str, ...], int, Signature]] = {}
+        self.kinds: dict[int, tuple[str, ...]] = {}
+
+
+class _Kinds:
+    """``build_order``'s rules for one call: a layer's units (``_units``), each on UVA or prefetched by its kind, made
+    once per description; the signatures one object each."""
+
+    def __init__(self, hw: HardwareProfile, workload: Workload, forced: Mapping[str, str], only: str | None,
+                 prefer: Sequence[str] | None, first: Sequence[str], whole: frozenset[str], link_ms_per_byte: float):
+        self.hw, self.forced, self.only, self.prefer, self.first, self.whole = hw, forced, only, prefer, first, whole
+        self.tokens = _weighted(workload)
+        self.link_ms_per_byte = link_ms_per_byte
+        self.cost_cache: dict[tuple, float] = {}
+        self.made: dict[tuple, list[_Unit]] = {}  # a layer's units, made once for the layers like it
+        self.interned: dict[Signature, Signature] = {}
+        # a layer's prefetched params in the layer's own order (the pool key order of its signature), and their
+        # signature, made once per distinct (layer params, prefetched params)
+        self.sorted_parts: dict[tuple, tuple[tuple[str, ...], int, Signature]] = {}
+
+    def describe(self, layer: Layer, params: Sequence[Tensor]) -> _Described:
         moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
         key = (name_key(layer.name), moe, tuple(map(id, params)))
-        units = made.get(key)
+        units = self.made.get(key)
         if units is None:
-            units = made[key] = _units(layer, params, moe, whole, tokens, hw, cost_cache)
+            units = self.made[key] = _units(layer, params, moe, self.whole, self.tokens, self.hw, self.cost_cache)
+        apart = len(self.first) + 1
+        out = _Described()
+        groups: dict[int, list[Tensor]] = {}
+        kinds: dict[int, set[str]] = {}
         for kind, group, names, nbytes, ms_per_byte in units:
-            tier = tier_of(kind, prefer) * apart + tier_of(kind, first)
-            move = Move(position, names, nbytes, "uva", ms_per_byte, (kind,), tier)
-            want = forced.get(kind, only)
-            if want == "uva" or (want is None and ms_per_byte < link_ms_per_byte):
-                uva_moves.append(move)
+            tier = tier_of(kind, self.prefer) * apart + tier_of(kind, self.first)
+            unit = (names, nbytes, "uva", ms_per_byte, (kind,), tier)
+            want = self.forced.get(kind, self.only)
+            if want == "uva" or (want is None and ms_per_byte < self.link_ms_per_byte):
+                out.uva.append(unit)
             else:
-                prefetch_parts.setdefault((position, tier), []).extend(group)
-                prefetch_kinds.setdefault((position, tier), set()).add(kind)
+                groups.setdefault(tier, []).extend(group)
+                kinds.setdefault(tier, set()).add(kind)
                 if want is None:
-                    fallback.setdefault((position, tier), []).append(move)
-    # a layer's prefetched params in the layer's own order (the pool key order of its signature), and their
-    # signature (one object per distinct signature), made once per distinct (layer params, prefetched params)
-    sigs: dict[tuple[int, int], Signature] = {}
-    interned: dict[Signature, Signature] = {}
-    sorted_parts: dict[tuple, tuple[tuple[str, ...], int, Signature]] = {}
-    parts: dict[tuple[int, int], tuple[tuple[str, ...], int]] = {}  # (position, tier) -> its param names, bytes
-    for unit, group in prefetch_parts.items():
-        params = layers[unit[0]].params
+                    out.fallback.setdefault(tier, []).append(unit)
+        for tier, group in groups.items():
+            out.parts[tier] = self._part(layer.params, group)
+            out.kinds[tier] = tuple(sorted(kinds[tier]))
+        return out
+
+    def _part(self, params: Sequence[Tensor], group: Sequence[Tensor]) -> tuple[tuple[str, ...], int, Signature]:
         key = (id(params), tuple(map(id, group)))
-        found = sorted_parts.get(key)
+        found = self.sorted_parts.get(key)
         if found is None:
             rank = {t.name: i for i, t in enumerate(params)}
             ordered = sorted(group, key=lambda t: rank[t.name])
             sig = signature(ordered)
-            found = sorted_parts[key] = (tuple(t.name for t in ordered), sum(t.nbytes for t in ordered),
-                                         interned.setdefault(sig, sig))
-        parts[unit], sigs[unit] = found[:2], found[2]
-    # prefetch candidates: per tier, layers whose prefetched signature more than `slots` layers share
-    count: dict[tuple[int, int], int] = {}
-    for (_, tier), sig in sigs.items():
-        count[(tier, id(sig))] = count.get((tier, id(sig)), 0) + 1
-    if slots is None:
-        slots = max(1, min(MAX_SLOTS, max(count.values(), default=2) - 1))
-    candidates = sorted((u for u, sig in sigs.items() if count[(u[1], id(sig))] > slots), key=lambda u: (u[1], u[0]))
-    chosen = set(candidates)
-    moves = uva_moves + [m._replace(unique=count[(unit[1], id(sigs[unit]))] == 1)
-                         for unit, ms in fallback.items() if unit not in chosen for m in ms]
-    prefetch = []
-    for tier in sorted({t for _, t in candidates}):
-        mine = [u for u in candidates if u[1] == tier]
-        for rank in van_der_corput(len(mine)):
-            unit = mine[rank]
-            names, nbytes = parts[unit]
-            prefetch.append(Move(unit[0], names, nbytes, "prefetch", link_ms_per_byte,
-                                 tuple(sorted(prefetch_kinds[unit])), tier))
-    # merge by prefer's tier, then cost per byte, then first's tier; prefetch moves keep their spread order
-    # among themselves (stable sort)
-    ordered_moves = sorted(moves + prefetch, key=lambda m: (m.tier // apart, m.ms_per_byte, m.tier % apart))
-    signatures = tuple(sigs[(m.position, m.tier)] if m.backend == "prefetch" else None for m in ordered_moves)
-    return Order(tuple(ordered_moves), signatures, slots)
+            found = self.sorted_parts[key] = (tuple(t.name for t in ordered), sum(t.nbytes for t in ordered),
+                                              self.interned.setdefault(sig, sig))
+        return found
 
 
 def where(order: Order, taken: int, layers: Sequence[Layer], span: int | None = None) -> dict[str, dict[str, str]]:
@@ -210,22 +295,23 @@ def large_kinds(tiers: Sequence[Tiers]) -> tuple[str, ...]:
 
 
 def candidate_prefers(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]],
-                      share: float = 0.1) -> list[Tiers]:
+                      share: float = 0.1, likeness: Likeness | None = None) -> list[Tiers]:
     """The (prefer, first) tiers of the orders auto weighs: none; each kind holding at least ``share`` of the
     eligible bytes prefetched first (a layer's MLP before, and apart from, its attention); and both with the
-    embedding kind's moves (an embedding, an LM head) before all others."""
+    embedding kind's moves (an embedding, an LM head) before all others (``likeness``: ``like(layers, eligible)``,
+    when made already: each description's kinds are read once)."""
+    likes = likeness if likeness is not None else like(layers, eligible)
     by_kind: dict[str, int] = {}
     total = 0
     embedding = False
-    for position, params in eligible.items():
-        name = layers[position].name
+    for (layer, params), count in zip(likes.layers, likes.counts):
         for t in params:
-            kind = param_kind(name, t.name, t.kind)
-            total += t.nbytes
+            kind = param_kind(layer.name, t.name, t.kind)
+            total += t.nbytes * count
             if kind == "embedding":
                 embedding = True
             else:
-                by_kind[kind] = by_kind.get(kind, 0) + t.nbytes
+                by_kind[kind] = by_kind.get(kind, 0) + t.nbytes * count
     large = sorted((k for k, n in by_kind.items() if total and n >= share * total), key=lambda k: (-by_kind[k], k))
     firsts: list[tuple[str, ...]] = [()] + [(k,) for k in large]
     out: list[Tiers] = [((), f) for f in firsts]

@@ -18,19 +18,20 @@ param moves from the GPU to the host, and the predicted step never grows.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from itertools import accumulate, compress
-from operator import attrgetter
+from itertools import accumulate, chain, compress
 from weakref import WeakKeyDictionary
+from functools import cached_property
 from typing import NamedTuple
 
 from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
 from planner.strategy.auto_order import span_candidate, span_placement
-from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk, first_fit
-from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement, prefetched_layers
-from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, peaks
+from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
+from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement
+from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, pools_by_slots
+from schemas.buffer_pool import Signature
 from schemas.spec import Layer
 
 
@@ -49,55 +50,96 @@ class AutoPath:
                  slots: int | None, uva: Order | None):
         self.layers, self.order, self.total, self.cost, self.uva = layers, order, total_bytes, cost, uva
         n = len(order.moves)
-        prefetched = prefetched_layers(order)
         counts = [slots] if slots is not None else list(range(1, max(1, order.slots) + 1))
         self.counts = counts
-        self._upper = {s: peaks(order, total_bytes, s) for s in counts}
-        self._lower = lower_peaks_by_slots(order, total_bytes, counts)
+        self._pinned = list(accumulate((m.nbytes for m in order.moves), initial=0))  # per prefix: the bytes it moves
         self._exact: dict[Step, int] = {}
         self._signatures = Signatures()
         self._span_pools: dict[tuple[int, int, int], int] = {}  # (slots, spanning layer, its bytes moved) -> pool
         self._ms: dict[Step, float] = {}
         self._least: dict[Step, float] = {}  # the step with every copy free (``least_ms``)
-        self._step_lowers: list[int] | None = None  # per step, its peak's lower bound (``_lowers``)
         self._floor: dict[int, float] = {}
-        self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
         self._after = _split_after(order)  # per move: its layer's placement once it is taken
-        self._works = [(p, cost.layer_works(p, split)) for p, split in self._after]  # and its work per workload item
-        self._sigs = [(p, self._signatures.of(layers[p], copied)) for p, (_, copied) in self._after]  # and signature
         side = _all_uva(uva, cost)
         self._uva_after, self._uva_works, self._uva_pinned, self._uva_floor = side
-        self._copying = [(p, bool(copied)) for p, (_, copied) in self._after]  # per move: does its layer copy params?
         self._uva_copying = [(p, bool(copied)) for p, (_, copied) in self._uva_after]
         self._moved: list[list[tuple[int, LayerWork]]] | None = None  # ``_moved_works``
         self._uva_moved: list[list[tuple[int, LayerWork]]] | None = None
+        self._resident: tuple[float | None] | None = None  # ``resident_floor``, once made
+        # a prefix has a step of each slot count from 1 (or the one given) to the most, fewer than it prefetches
+        # layers but for the first (that pool would hold every prefetched layer: no memory saved); prefetched layers
+        # never decrease along the order, so the prefixes with a step of ``s`` slots are those from ``self._from[s]``
+        self._from = _first_with_slots(order, counts)
+        # past the last prefetch move: the prefixes that may prefetch a layer spanning the slots, and its bytes
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
-        cap = counts[-1] + 1  # prefetching more layers than the most slots changes no slot count
-        most_first = {q: [s for s in reversed(counts) if s == counts[0] or s < q] if q else counts[:1]
-                      for q in {min(q, cap) for q in prefetched}}  # prefetched layers -> the slot counts, most first
-        heres = [most_first[q if q < cap else cap] for q in prefetched]
-        # before the last prefetch move no layer spans the slots: the most slots, the highest peak, first
-        steps = [Step(taken, s) for taken in range(last) for s in heres[taken]]
+        self._spans: dict[int, int] = {}  # taken -> the spanning layer's position
+        self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
         for taken in range(last, n + 1):
-            here = heres[taken]
-            span = span_candidate(order, taken)  # once every prefetch move is taken
-            options = [Step(taken, s) for s in here]
+            span = span_candidate(order, taken)
             if span is not None:
+                self._spans[taken] = span
                 self._span_bytes[taken] = sum(m.nbytes for m in order.moves[:taken] if m.position == span and m.unique)
+        self.all_uva_step = Step(len(uva.moves), counts[0], all_uva=True) if uva is not None and uva.moves else None
+        self._steps: list[Step] | None = None
+
+    # what only some paths need is made on first use: the bounds (a path whose steps no search asks about needs
+    # none), and what an exact peak or a predicted step reads
+    @cached_property
+    def _pools(self) -> dict[int, list[int]]:
+        """Per slot count, per prefix: an upper bound on its pool (``peaks``)."""
+        return pools_by_slots(self.order, self.counts)[1]
+
+    @cached_property
+    def _lower(self) -> dict[int, list[int]]:
+        """Per slot count, per prefix: a lower bound on its peak (``lower_peaks``)."""
+        return lower_peaks_by_slots(self.order, self.total, self.counts)
+
+    @cached_property
+    def _least_lower(self) -> dict[int, list[int]]:
+        """Per slot count, minus the lowest lower bound on the peak of its steps without a span up to each (from
+        ``self._from``): nondecreasing (``first_with``)."""
+        return {s: [-lower for lower in accumulate(self._lower[s][self._from[s]:], min)] for s in self.counts}
+
+    @cached_property
+    def _works(self) -> list[tuple[int, tuple[LayerWork, ...]]]:
+        """Per move: its layer's position and work per workload item once it is taken."""
+        return [(p, self.cost.layer_works(p, split)) for p, split in self._after]
+
+    @cached_property
+    def _sigs(self) -> list[tuple[int, Signature]]:
+        """Per move: its layer's pool signature once it is taken."""
+        return [(p, self._signatures.of(self.layers[p], copied)) for p, (_, copied) in self._after]
+
+    @cached_property
+    def _copying(self) -> list[tuple[int, bool]]:
+        """Per move: does its layer copy params once it is taken?"""
+        return [(p, bool(copied)) for p, (_, copied) in self._after]
+
+    @property
+    def steps(self) -> list[Step]:
+        """The path's steps in path order (made on first use: a search may need only their bounds)."""
+        if self._steps is None:
+            self._steps = self._made_steps()
+        return self._steps
+
+    def _here(self, taken: int) -> list[int]:
+        """The slot counts of the steps of prefix ``taken``, the most (the highest peak) first."""
+        return [s for s in reversed(self.counts) if self._from[s] <= taken]
+
+    def _made_steps(self) -> list[Step]:
+        n = len(self.order.moves)
+        steps = []
+        for taken in range(n + 1):
+            here = self._here(taken)
+            options = [Step(taken, s) for s in here]
+            span = self._spans.get(taken)
+            if span is not None:
                 options = sorted(options + [Step(taken, s, span) for s in here],
                                  key=lambda st: -self._upper_of(st))  # by peak (a spanning step's is exact)
             steps += options
-        if uva is not None and uva.moves:
-            steps.append(Step(len(uva.moves), counts[0], all_uva=True))
-        self.steps = steps
-        self._plain: dict[int, list[Step]] = {s: [] for s in counts}  # per slot count, its steps without a span
-        for st in steps:
-            if st.span is None and not st.all_uva:
-                self._plain[st.slots].append(st)
-        # a plain step's lower bound is its prefix's (``_lower_of``)
-        self._least_lower = {s: [-lower for lower in accumulate(map(self._lower[s].__getitem__,
-                                                                    map(_TAKEN, plain)), min)]
-                             for s, plain in self._plain.items()}
+        if self.all_uva_step is not None:
+            steps.append(self.all_uva_step)
+        return steps
 
     # the reckoning and the speed are made on each use: a path holding its own bound methods would be a reference
     # cycle, and its thousands of steps would wait for the cycle collector (planner/build.py's plan pauses it)
@@ -122,15 +164,15 @@ class AutoPath:
     def pinned(self, st: Step) -> int:
         if st.all_uva:
             return self._uva_pinned
-        return self._upper[st.slots][st.taken][1]
+        return self._pinned[st.taken]
 
     def peak(self, st: Step) -> tuple[int, int]:
         pinned = self.pinned(st)
         if st not in self._exact:
             if st.all_uva:
                 self._exact[st] = 0
-            elif st.span is None and self._lower[st.slots][st.taken] == self._upper[st.slots][st.taken][0]:
-                self._exact[st] = self._upper[st.slots][st.taken][0] - (self.total - pinned)  # the bounds meet
+            elif st.span is None and self._lower[st.slots][st.taken] == self._upper_of(st):
+                self._exact[st] = self._pools[st.slots][st.taken]  # the bounds meet
             elif st.span is not None:
                 # past the last prefetch move only UVA moves follow: the pool differs only by the spanning layer's
                 # params, which its bytes moved tell apart
@@ -147,7 +189,7 @@ class AutoPath:
     def _upper_of(self, st: Step) -> int:
         if st.all_uva or st.span is not None:
             return self.peak(st)[0]
-        return self._upper[st.slots][st.taken][0]
+        return self.total - self._pinned[st.taken] + self._pools[st.slots][st.taken]
 
     def _lower_of(self, st: Step) -> int:
         if st.all_uva:
@@ -176,6 +218,13 @@ class AutoPath:
         (``PlacementCost.without_copies_ms``)."""
         found = self._ms.get(st)
         return found if found is not None else self._least_of(st)
+
+    def resident_floor(self) -> float | None:
+        """Under the predicted step of every step of the path: the step with nothing offloaded, where the cost can
+        tell it is (``PlacementCost.resident_floor``); else None."""
+        if self._resident is None:
+            self._resident = (self.cost.resident_floor(chain(self._after, self._uva_after)),)
+        return self._resident[0]
 
     def _least_of(self, st: Step) -> float:
         found = self._least.get(st)
@@ -227,32 +276,42 @@ class AutoPath:
 
     def lowest_peak(self, cpu_budget: int | None) -> int:
         """``fit.first_fit(self.steps, self.reckoning, 0, cpu_budget).peak``: the lowest exact peak of the steps
-        within ``cpu_budget`` (a prefix of the path; the first step's peak when none is), reckoned exactly only for
-        the steps whose lower bound does not rule them out, taken in the order of their bounds."""
-        steps = self.steps
-        n = len(steps)
-        if cpu_budget is not None:
-            n = next((i for i, st in enumerate(steps) if self.pinned(st) > cpu_budget), n)
-        if n == 0:
-            return self.peak(steps[0])[0]
-        lower = self._step_lowers if self._step_lowers is not None else self._lowers()
-        if min(lower[:n]) <= 0:  # a step might fit no bytes at all: as first_fit walks it
-            return first_fit(steps, self.reckoning, 0, cpu_budget).peak
-        best: int | None = None
-        for i in sorted(range(n), key=lower.__getitem__):  # stable: the first on the path among equal bounds
-            if best is not None and lower[i] > best:
+        within ``cpu_budget`` (a prefix of the path; the first step's peak when none is). No peak is below 0, so a
+        step fitting no bytes is one of the lowest. Reckoned exactly only for the steps whose lower bound is below
+        the lowest found, in the order of their bounds, starting from the least bound."""
+        n = len(self.order.moves)
+        end = n + 1 if cpu_budget is None else bisect_right(self._pinned, cpu_budget)  # the prefixes within
+        if end == 0:
+            return self.peak(self.steps[0])[0]
+        uva = self.all_uva_step
+        uva = uva if end > n and uva is not None and (cpu_budget is None or self._uva_pinned <= cpu_budget) else None
+        if uva is not None and self.peak(uva)[0] <= self.total - self._pinned[end - 1]:
+            return self.peak(uva)[0]  # no other step within holds fewer bytes than the last one's resident ones
+        others = [(self._lower_of(st), st) for st in self._span_steps(end)]
+        if uva is not None:
+            others.append((self._lower_of(uva), uva))
+        plain = {s: self._lower[s][self._from[s]:end] for s in self.counts if self._from[s] < end}
+        least = min([(min(lows), s) for s, lows in plain.items()] + [(bound, -1) for bound, _ in others])
+        if least[1] >= 0:
+            s = least[1]
+            best = self.peak(Step(self._from[s] + plain[s].index(least[0]), s))[0]
+        else:
+            best = self.peak(next(st for bound, st in others if bound == least[0]))[0]
+        below = [(lows[i], self._from[s] + i, s) for s, lows in plain.items() for i in compress(range(len(lows)), map(
+            best.__gt__, lows))]  # could be lower
+        for low, taken, s in sorted(below):
+            if low >= best:
                 break
-            peak = self.peak(steps[i])[0]
-            if best is None or peak < best:
-                best = peak
-        assert best is not None
+            best = min(best, self.peak(Step(taken, s))[0])
+        for low, st in sorted(others, key=lambda pair: pair[0]):
+            if low >= best:
+                break
+            best = min(best, self.peak(st)[0])
         return best
 
-    def _lowers(self) -> list[int]:
-        """Per step, its peak's lower bound (``_lower_of``), made once."""
-        self._step_lowers = [self._lower[st.slots][st.taken] if st.span is None and not st.all_uva
-                             else self._lower_of(st) for st in self.steps]
-        return self._step_lowers
+    def _span_steps(self, end: int) -> list[Step]:
+        """The steps with a spanning layer of the prefixes before ``end``."""
+        return [Step(taken, s, span) for taken, span in self._spans.items() if taken < end for s in self._here(taken)]
 
     def fits(self, st: Step, budget: int) -> bool:
         """Does ``st`` peak within ``budget``? (its bounds first, the exact pool only between them)"""
@@ -263,16 +322,16 @@ class AutoPath:
     def first_with(self, slots: int, budget: int, cpu_budget: int | None) -> Step | None:
         """The first step without a spanning layer that uses ``slots`` and fits ``budget`` and ``cpu_budget``
         (the steps before the first whose peak's lower bound is within ``budget`` are passed over at once)."""
-        plain, least = self._plain[slots], self._least_lower[slots]
-        start = bisect_left(least, -budget)  # least: minus the lowest lower bound up to each step, nondecreasing
-        return next((st for st in plain[start:] if self.within(st, budget, cpu_budget)), None)
+        start = bisect_left(self._least_lower[slots], -budget)  # the steps before it cannot fit
+        for taken in range(self._from[slots] + start, len(self.order.moves) + 1):
+            st = Step(taken, slots)
+            if self.within(st, budget, cpu_budget):
+                return st
+        return None
 
     def within(self, st: Step, budget: int, cpu_budget: int | None) -> bool:
         """Does ``st`` pin at most ``cpu_budget`` (None: any) and peak within ``budget``?"""
         return (cpu_budget is None or self.pinned(st) <= cpu_budget) and self.fits(st, budget)
-
-
-_TAKEN = attrgetter("taken")
 
 
 def _same_moves(st: Step) -> tuple[bool, int]:
@@ -306,17 +365,37 @@ def _all_uva(uva: Order | None, cost: PlacementCost) -> _AllUva:
     return found[1]
 
 
+def _first_with_slots(order: Order, counts: Sequence[int]) -> dict[int, int]:
+    """Per slot count of ``counts``, the first prefix of ``order`` with a step of that many slots: the first
+    count at once, another once more layers are prefetched than it (``len(order.moves) + 1``: never)."""
+    out = {counts[0]: 0}
+    waiting = sorted(s for s in counts[1:])
+    seen: set[int] = set()
+    for i, m in enumerate(order.moves):
+        if not waiting:
+            break
+        if m.backend == "prefetch" and m.position not in seen:
+            seen.add(m.position)
+            while waiting and len(seen) > waiting[0]:
+                out[waiting.pop(0)] = i + 1
+    out.update(dict.fromkeys(waiting, len(order.moves) + 1))
+    return out
+
+
 def _split_after(order: Order) -> list[tuple[int, Split]]:
     """Per move of ``order``: its layer's position and that layer's placement once the moves up to it are taken
     (``order.after_move``)."""
     current: dict[int, Split] = {}
-    made: dict[tuple, Split] = {}  # (placement before, params, backend) -> after
+    # (placement before, params, backend) -> after, by the objects' identity (the moves of one description share
+    # their params tuple): equal keys of other objects make equal placements, only once more
+    made: dict[tuple[int, int, str], tuple[Split, Split, tuple[str, ...]]] = {}
     out = []
     for m in order.moves:
-        key = (current.get(m.position, NOT_MOVED), m.params, m.backend)
-        after = made.get(key)
-        if after is None:
-            after = made[key] = after_move(key[0], m)
-        current[m.position] = after
-        out.append((m.position, after))
+        before = current.get(m.position, NOT_MOVED)
+        key = (id(before), id(m.params), m.backend)
+        found = made.get(key)
+        if found is None:
+            found = made[key] = (after_move(before, m), before, m.params)  # holds the keys' objects alive
+        current[m.position] = found[0]
+        out.append((m.position, found[0]))
     return out

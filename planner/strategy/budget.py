@@ -26,7 +26,7 @@ from planner.strategy.choice import Choice
 from planner.cost.placement import PlacementCost
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, choose, first_fit
 from planner.strategy.infeasible import Infeasible, Need
-from planner.strategy.order import Move, Order, offloaded_layers, placement, tier_of
+from planner.strategy.order import Move, Order, new_move, offloaded_layers, placement, tier_of
 from planner.strategy.peaks import exact_pool, lower_peaks, peaks
 from planner.strategy.spread_order import last_first
 from schemas.buffer_pool import Signature, signature
@@ -96,7 +96,7 @@ class Ladder:
                             groups.append((backend, tuple(t.name for t in group), sum(t.nbytes for t in group),
                                            None if sig is None else interned.setdefault(sig, sig)))
                 for backend, names, nbytes, sig in groups:
-                    moves.append(Move(position, names, nbytes, backend, kinds=tier.kinds, tier=rank))
+                    moves.append(new_move((position, names, nbytes, backend, 0.0, tier.kinds, rank, False)))
                     sigs.append(sig)
                 ends.append(len(moves))
         return Order(tuple(moves), tuple(sigs), 0), ends
@@ -137,6 +137,7 @@ class _Path:
         self._layers = offloaded_layers(self.order)
         self._exact: dict[int, int] = {}
         self._ms: dict[int, float] = {}
+        self._placed: dict[int, dict[int, dict[str, str]]] = {}
 
     @property
     def reckoning(self) -> Reckoning[int]:
@@ -154,7 +155,11 @@ class _Path:
         return self._upper[self.ends[count]][1]
 
     def placed(self, count: int) -> dict[int, dict[str, str]]:
-        return placement(self.order, self.ends[count])
+        """The placement of ``count`` ladder steps (made once: its readers never change it)."""
+        found = self._placed.get(count)
+        if found is None:
+            found = self._placed[count] = placement(self.order, self.ends[count])
+        return found
 
     def pool(self, count: int) -> int:
         if count not in self._exact:

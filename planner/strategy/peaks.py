@@ -32,34 +32,51 @@ def peaks(order: Order, total_bytes: int, slots: int | None = None) -> list[tupl
     """(peak upper bound, pinned bytes) after taking 0, 1, ..., len(order) moves, with ``slots`` buffer
     slots (default: the order's)."""
     most = order.slots if slots is None else slots
-    out = [(total_bytes, 0)]
-    offloaded = pool = 0
+    pinned, pools = pools_by_slots(order, [most])
+    return [(total_bytes - moved + pool, moved) for moved, pool in zip(pinned, pools[most])]
+
+
+def pools_by_slots(order: Order, counts: Sequence[int]) -> tuple[list[int], dict[int, list[int]]]:
+    """After taking 0, 1, ..., len(order) moves: the bytes moved, and for each slot count of ``counts`` the upper
+    bound on the pool (``peaks``' less the resident bytes), from one pass over the order."""
+    moved = [0]
+    pools = {most: [0] for most in counts}
+    pool = dict.fromkeys(counts, 0)
+    offloaded = 0
     layers: set[int] = set()  # prefetched layers
-    k = 0  # slots in use: the prefetched layers, at most ``most``
-    held: dict[tuple, int] = {}  # pool key -> prefetched layers holding it (past ``most`` the count no longer matters)
+    k = dict.fromkeys(counts, 0)  # per slot count, the slots in use: the prefetched layers, at most that many
+    # pool key -> prefetched layers holding it, counted up to one more than the most slots (past it no count matters)
+    held: dict[tuple, int] = {}
     size: dict[tuple, int] = {}  # pool key -> bytes of one buffer
-    full: set[int] = set()  # ids of signatures whose keys are each held by more layers than there are slots
+    top = max(counts, default=0)
+    full: set[int] = set()  # ids of signatures whose keys are each held by more layers than the most slots
     for move, sig in zip(order.moves, order.signatures):
         offloaded += move.nbytes
+        moved.append(offloaded)
         if sig is not None:
-            grew = False  # the slot count itself grew: every key may use one more buffer
+            grew = []  # the slot counts whose slots in use grew: every key may use one more buffer
             if move.position not in layers:  # a layer's later moves (prefer tiers) add keys, not a layer
                 layers.add(move.position)
-                if k < most:
-                    k += 1
-                    grew = True
-            if id(sig) not in full:
+                for most in counts:
+                    if k[most] < most:
+                        k[most] += 1
+                        grew.append(most)
+            new = id(sig) not in full
+            if new:
                 for key, nbytes in sig:
                     size[key] = nbytes
                     held[key] = held.get(key, 0) + 1
-                if all(held[key] > most for key, _ in sig):  # each key has a buffer in every slot it may use:
+                if all(held[key] > top for key, _ in sig):  # each key has a buffer in every slot it may use:
                     full.add(id(sig))  # another layer of this signature adds no buffer (nor need it be counted)
-            if grew:
-                pool = sum(size[key] * min(n, k) for key, n in held.items())
-            elif id(sig) not in full:
-                pool += sum(nbytes for key, nbytes in sig if held[key] <= k)
-        out.append((total_bytes - offloaded + pool, offloaded))
-    return out
+            for most in counts:
+                used = k[most]
+                if most in grew:
+                    pool[most] = sum(size[key] * min(n, used) for key, n in held.items())
+                elif new:
+                    pool[most] += sum(nbytes for key, nbytes in sig if held[key] <= used)
+        for most in counts:
+            pools[most].append(pool[most])
+    return moved, pools
 
 
 def lower_peaks(order: Order, total_bytes: int, slots: int) -> list[int]:

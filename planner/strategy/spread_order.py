@@ -7,11 +7,18 @@ offloaded at the smaller budget too.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def van_der_corput(n: int) -> list[int]:
     """0..n-1 ordered by bit-reversed rank: every power-of-two prefix is exactly evenly spaced."""
+    return list(_van_der_corput(n))
+
+
+@lru_cache(maxsize=64)  # a search asks for the same few lengths again and again
+def _van_der_corput(n: int) -> tuple[int, ...]:
     bits = max(1, (n - 1).bit_length())
-    return sorted(range(n), key=lambda i: (int(f"{i:0{bits}b}"[::-1], 2), i))
+    return tuple(sorted(range(n), key=lambda i: (int(f"{i:0{bits}b}"[::-1], 2), i)))
 
 
 def last_first(n: int) -> list[int]:
