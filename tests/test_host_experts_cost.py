@@ -113,3 +113,16 @@ def test_a_split_layer_keeps_its_attention_over_the_context():
     assert with_context == pytest.approx(block_ms(shape, 32, seqs, HW) - block_ms(shape, 32, Sequences(32, 0), HW),
                                          rel=1e-4)
     assert with_context > 1  # 32 x 4,096 tokens of grouped keys and values, repeated for 32 query heads
+
+
+def test_a_split_layer_pays_an_moe_blocks_floor():
+    """Its other params are priced without the experts, but its small kernels are an MoE block's: the floor moves
+    with ``moe_block_gpu_us`` (not ``block_gpu_us``), as the whole layer's does, whatever the split."""
+    for places in ({"gpu": list(range(E))}, {"uva": list(range(E))}, {"uva": list(range(64)), "cpu": list(range(64, E))}):
+        split = layer(**places)
+        more = HW.model_copy(update={"moe_block_gpu_us": HW.moe_block_gpu_us + 500.0})
+        dense_more = HW.model_copy(update={"block_gpu_us": HW.block_gpu_us + 500.0})
+        for tokens in (1, 32):
+            base = split_work(split, tokens, HW)
+            assert split_work(split, tokens, more).gpu_ms == pytest.approx(base.gpu_ms + 0.5)
+            assert split_work(split, tokens, dense_more).gpu_ms == pytest.approx(base.gpu_ms)

@@ -136,7 +136,7 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     rest = layer.model_copy(update={
         "params": {r: p for r, p in layer.params.items() if r not in by_expert},
         "offloaded": [r for r in layer.offloaded if r not in by_expert], "experts": None, "moe": None})
-    base = layer_work(rest, tokens, hw, seqs)
+    base = layer_work(rest, tokens, hw, seqs, block_moe=(layer.moe.experts, layer.moe.top_k))  # an MoE block's floor
     q = chances(split, shape, shares)
     on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
     uva_q = q["uva"] + ([] if on_host else q["cpu"])

@@ -220,28 +220,32 @@ def block_floor_ms(moe: tuple[int, int] | None, hw: HardwareProfile) -> float:
 
 
 def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw: HardwareProfile,
-                seqs: Sequences = ONE, shares: Sequence[float] | None = None
-                ) -> tuple[list[ParamTime], float, float, bool, float]:
+                seqs: Sequences = ONE, shares: Sequence[float] | None = None,
+                block_moe: tuple[int, int] | None = None) -> tuple[list[ParamTime], float, float, bool, float]:
     """Per-param times and (cpu µs, expert µs, synced, block ms) of a layer whose params are (rel, PlanParam)
-    pairs, at ``tokens`` in ``seqs`` (``shares``: its measured routing, else uniform)."""
+    pairs, at ``tokens`` in ``seqs`` (``shares``: its measured routing, else uniform). ``block_moe``: the MoE
+    shape of the block these params belong to where they are priced without its experts (a split layer's other
+    params, planner/cost/host_experts.py): the block's floor is still an MoE block's."""
     times = [param_time(name, rel, p, tokens, hw, moe, shares) for rel, p in params]
     roles = [(rel, p, _role(name, rel, p)) for rel, p in params]
     matrices = sum(1 for _, _, role in roles if role in ("matmul", "routed"))
     base, expert = cpu_us(matrices, len(times), moe, tokens, hw, shares)
-    block = block_ms(block_shape(roles, moe), tokens, seqs, hw) + block_floor_ms(moe, hw) \
-        if moe is not None or matrices >= 4 else 0.0
+    of_moe = moe if moe is not None else block_moe
+    block = block_ms(block_shape(roles, moe), tokens, seqs, hw) + block_floor_ms(of_moe, hw) \
+        if of_moe is not None or matrices >= 4 else 0.0
     return times, base, expert, moe is not None and hw.moe_sync, block
 
 
 def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequences = ONE,
-               shares: Sequence[float] | None = None) -> LayerWork:
+               shares: Sequence[float] | None = None, block_moe: tuple[int, int] | None = None) -> LayerWork:
     """The layer's GPU, CPU and copy time at ``tokens``: its ``uva`` params read over the link, its other
-    offloaded params copied; ``shares``: its experts' measured routing (else uniform)."""
+    offloaded params copied; ``shares``: its experts' measured routing (else uniform); ``block_moe``: as
+    ``layer_times`` says."""
     on_uva = set(layer.uva)
     copied = set(layer.offloaded) - on_uva
     moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
     return placed_work(*layer_times(layer.name, list(layer.params.items()), moe, tokens, hw, seqs,
-                                    shares if moe is not None else None), on_uva, copied, hw)
+                                    shares if moe is not None else None, block_moe), on_uva, copied, hw)
 
 
 def _description(layer: PlanLayer) -> tuple:
