@@ -1,8 +1,8 @@
 """The one peak reckoning: what a prefix of an order (planner/strategy/order.py) holds on the GPU at its peak.
 
 A plan's peak is its resident bytes (the model less the moved bytes) plus its buffer pool. The pool's
-exact bytes are what the plan will carry: ``schemas.buffer_pool.build_pool`` through
-``planner.assemble.pool_of`` (``exact_pool``). Sizing it costs time linear in the prefetched layers, so
+exact bytes are what the plan will carry: ``schemas.buffer_pool.build_pool`` of the prefetched layers'
+signatures, as ``planner.assemble.pool_of`` builds it (``exact_pool_of``; ``exact_pool`` from a placement). Sizing it costs time linear in the prefetched layers, so
 a search over the prefixes of an order reads two bounds first, each computed for every prefix in one
 pass:
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from itertools import compress
 
-from planner.assemble import layers_with_prefetch, pool_of
 from planner.strategy.order import Order
 from schemas.buffer_pool import Signature, build_pool, pool_bytes, signature
 from schemas.schedule import num_slots
@@ -114,10 +113,11 @@ def lower_peaks_by_slots(order: Order, total_bytes: int, counts: Sequence[int]) 
 def exact_pool(layers: Sequence[Layer], placed: Mapping[int, Mapping[str, str]], slots: int,
                span: Collection[int] = ()) -> int:
     """The bytes of the buffer pool a plan with ``placed`` (position -> param -> backend) carries, with
-    ``slots`` buffer slots and the layers at ``span`` spanning them."""
-    where = {layers[position].name: params for position, params in placed.items()}
-    _, entries = pool_of(layers_with_prefetch(layers, where), where, slots, {layers[p].name for p in span})
-    return pool_bytes(entries)
+    ``slots`` buffer slots and the layers at ``span`` spanning them (``exact_pool_of`` the layers' signatures)."""
+    made = Signatures()
+    signatures = {p: made.of(layers[p], frozenset(name for name, backend in params.items() if backend == "prefetch"))
+                  for p, params in placed.items()}
+    return exact_pool_of(signatures, slots, span)
 
 
 class Signatures:
