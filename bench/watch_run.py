@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 
 
 def watch(every: float) -> None:
@@ -19,7 +20,9 @@ def watch(every: float) -> None:
 
     while True:
         time.sleep(every)
-        flags = [o for o in gc.get_objects() if isinstance(o, HostFlag)]
+        with warnings.catch_warnings():  # looking at every object wakes some libraries' deprecation warnings
+            warnings.simplefilter("ignore")
+            flags = [o for o in gc.get_objects() if isinstance(o, HostFlag)]
         behind = [(f._count, f._cell.value) for f in flags if f._count != f._cell.value]
         lines = [f"[watch {time.strftime('%H:%M:%S')}] flags {len(flags)} behind (waited, raised) {behind[:6]}"]
         names = {t.ident: t.name for t in threading.enumerate()}
