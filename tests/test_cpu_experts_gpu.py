@@ -1,6 +1,8 @@
 """The cpu backend on a GPU while the issuing thread fills the stream's queue (issue 21; a stalled generate()
 on the H200, docs/BENCHMARKS.md 2026-12-02 04:20). The host's thread must finish every layer whatever the issuing
-thread does: it makes no CUDA call (runtime/stream_wait.py). Each run is a child process with a time limit, so a
+thread does: it makes no CUDA call (runtime/stream_wait.py). Here the host's part is made slow (50 ms a layer) and
+the issuing thread launches 4,000 small kernels before each layer, so the stream's queue is full while the stream
+waits for the host's flag. Each run is a child process with a time limit, so a
 stall fails the test instead of hanging the suite. Skipped without CUDA."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = textwrap.dedent("""
-    import sys, torch
+    import sys, time, torch
     sys.path.insert(0, {tests!r})
     import runtime
     from moe_models import make_moe, split_plan
@@ -35,6 +37,14 @@ CHILD = textwrap.dedent("""
             flood.add_(0)
 
     hooks = [layer.register_forward_pre_hook(fill_the_queue) for layer in model.model.layers]
+    from runtime import cpu_experts
+    compute = cpu_experts.host_rows
+
+    def slow_host_rows(*args, **kwargs):  # the host's part takes long: the stream waits, the queue fills behind it
+        time.sleep({host_s})
+        return compute(*args, **kwargs)
+
+    cpu_experts.host_rows = slow_host_rows
     plan = split_plan(model, lambda n: {{"cpu": list(range(n))}})
     with runtime.apply(plan, model, device="cuda") as handle:
         assert handle._splits.worker is not None, "no host thread on this GPU"
@@ -52,7 +62,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.parametrize("kernels", [0, 4000])
 def test_the_host_thread_finishes_while_the_issuing_thread_fills_the_queue(kernels):
-    code = CHILD.format(tests=str(ROOT / "tests"), kernels=kernels)
+    code = CHILD.format(tests=str(ROOT / "tests"), kernels=kernels, host_s=0.05 if kernels else 0.0)
     try:
         run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], cwd=ROOT, capture_output=True,
                              text=True, timeout=180)
