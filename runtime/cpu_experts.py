@@ -47,6 +47,7 @@ original shape, stride, dtype and device. While applied, a split param's ``.data
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import threading
@@ -193,9 +194,7 @@ class _Staging:
 
     def take(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """A contiguous ``shape`` of ``dtype`` at the start of buffer ``name``."""
-        need = 1
-        for n in shape:
-            need *= n
+        need = math.prod(shape)
         buf = self.buffers.get(name)
         if buf is None or buf.dtype != dtype or buf.numel() < need:
             if buf is not None:
@@ -275,21 +274,31 @@ class SplitForward:
         event.record(stream)
         return (*staged, event)
 
+    def _rows_buffer(self, hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The layer's host buffer for the rows the host writes ([T·k, H] of ``rows_dtype``)."""
+        return self.staging.take("rows", (index.numel(), hidden.shape[-1]), rows_dtype(hidden, weights))
+
+    def _compute(self, hidden, index, weights, out: torch.Tensor) -> bool:
+        """The host's experts' rows into ``out`` (zeroed first); False when no pair is routed to them."""
+        out.zero_()
+        return host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index, weights,
+                         out)
+
+    def _rows_back(self, out: torch.Tensor) -> torch.Tensor:
+        """The rows on the compute device: copied after the stream's earlier work from the layer's buffer (a copy
+        of it on the CPU, whose buffer the next call writes)."""
+        return out.to(self.device, non_blocking=True) if self.device.type == "cuda" else out.clone()
+
     def _host_rows(self, hidden, index, weights, event) -> torch.Tensor | None:
         if event is not None:
             event.synchronize()  # the copies have landed; the GPU runs its parts meanwhile
-        out = self.staging.take("rows", (index.numel(), hidden.shape[-1]), rows_dtype(hidden, weights))
-        out.zero_()
-        if not host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index, weights,
-                         out):
-            return None
-        return out.to(self.device, non_blocking=True) if self.device.type == "cuda" else out.clone()
+        out = self._rows_buffer(hidden, index, weights)
+        return self._rows_back(out) if self._compute(hidden, index, weights, out) else None
 
     def _host_async(self, hidden, index, weights, staged: int | None) -> torch.Tensor:
         """Step 3 on the host's thread: the stream waits for the flag, then copies the rows the thread wrote. The
         thread makes no CUDA call: it reads the count the stream writes (``staged``) and writes host memory."""
-        cuda = self.device.type == "cuda"
-        out = self.staging.take("rows", (index.numel(), hidden.shape[-1]), rows_dtype(hidden, weights))
+        out = self._rows_buffer(hidden, index, weights)
         count = self.flag.next()
         inference = torch.is_inference_mode_enabled()
 
@@ -298,9 +307,7 @@ class SplitForward:
                 if staged is not None:
                     self.staged.host_wait(staged)
                 with torch.inference_mode(inference), torch.no_grad():
-                    out.zero_()
-                    host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index,
-                              weights, out)
+                    self._compute(hidden, index, weights, out)
             except BaseException as exc:  # noqa: BLE001 - raised by the next call; the stream must go on
                 out.zero_()
                 if self.worker.error is None:
@@ -309,8 +316,8 @@ class SplitForward:
                 self.flag.raise_to(count)
 
         self.worker.submit(job)
-        self.flag.wait(count, torch.cuda.current_stream(self.device) if cuda else None)
-        return out.to(self.device, non_blocking=True) if cuda else out.clone()
+        self.flag.wait(count, torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None)
+        return self._rows_back(out)
 
 
 @dataclass(eq=False)

@@ -85,10 +85,7 @@ class HostFlag:
 
     def wait(self, count: int, stream: torch.cuda.Stream | None) -> None:
         """Put on ``stream`` a wait until the flag reaches ``count`` (raised before or after: either works)."""
-        rc = self._fn(ctypes.c_void_p(stream.cuda_stream), ctypes.c_uint64(self._flag.data_ptr()),
-                      ctypes.c_uint32(count), _GEQ)
-        if rc != 0:
-            raise RuntimeError(f"cuStreamWaitValue32 failed with CUresult {rc}")
+        self._on_stream(self._fn, "cuStreamWaitValue32", stream, count, _GEQ)
 
     def raise_to(self, count: int) -> None:
         """Release the waits up to ``count`` (an aligned 32-bit store: the GPU sees it whole)."""
@@ -96,15 +93,23 @@ class HostFlag:
 
     def write(self, count: int, stream: torch.cuda.Stream) -> None:
         """Put on ``stream`` a write of ``count``, after the stream's earlier work (``host_wait`` sees it)."""
-        rc = self._write(ctypes.c_void_p(stream.cuda_stream), ctypes.c_uint64(self._flag.data_ptr()),
-                         ctypes.c_uint32(count), _WRITE_DEFAULT)
+        self._on_stream(self._write, "cuStreamWriteValue32", stream, count, _WRITE_DEFAULT)
+
+    def _on_stream(self, fn: Callable[..., int], name: str, stream: torch.cuda.Stream, count: int, flags: int) -> None:
+        """Put the driver's stream memory operation ``fn`` on ``stream`` for this flag's cell and ``count``."""
+        rc = fn(ctypes.c_void_p(stream.cuda_stream), ctypes.c_uint64(self._flag.data_ptr()), ctypes.c_uint32(count),
+                flags)
         if rc != 0:
-            raise RuntimeError(f"cuStreamWriteValue32 failed with CUresult {rc}")
+            raise RuntimeError(f"{name} failed with CUresult {rc}")
+
+    def seen(self, count: int) -> bool:
+        """Has the flag reached ``count`` (``reached``), as this thread reads host memory now?"""
+        return reached(self._cell.value, count)
 
     def host_wait(self, count: int) -> None:
         """Wait on this thread, reading host memory only, until a stream has written ``count`` (or more)."""
         spins = 0
-        while not reached(self._cell.value, count):
+        while not self.seen(count):
             time.sleep(0 if spins < 64 else POLL_S)  # either sleep lets the other threads have the GIL
             spins += 1
 
@@ -150,7 +155,7 @@ def flag_waits(device: torch.device) -> bool:
         done = torch.cuda.Event()
         done.record(stream)
         deadline = time.perf_counter() + 2.0
-        while not (done.query() and reached(written._cell.value, 1)):
+        while not (done.query() and written.seen(1)):
             if time.perf_counter() > deadline:
                 log.warning("a stream and a host flag did not see each other: the host computes experts in step")
                 return False
