@@ -320,21 +320,22 @@ def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write
         measured = {}
         for batch in sweep:
             item = WorkloadItem(batch=batch, context=setup.context, mode=setup.mode)
-            _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: planning")
+            here = f"{kind} {budget / 1e9:g} GB batch {batch}"
+            _progress(f"{here}: planning")
             plan = auto if batch == chosen else plan_for(spec, budget, item, "decode")[0]
             if plan is None:
                 continue
-            _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: applying ({plan.summary.backend})")
+            _progress(f"{here}: applying ({plan.summary.backend})")
             with runtime.apply(plan, model, device=setup.device):
-                _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: generating")
-                sizes = _forward_sizes(model)
+                _progress(f"{here}: generating")
+                sizes = ForwardSizes(model)
                 held = setup.context - setup.steps
                 kv = filled_cache(model, config, "static", batch, held, setup.context, setup.device)
                 clock = StepClock(setup.device)
                 generate(model, kv, batch, held, setup.steps, vocab, setup.device, clock, graph=setup.mode == "graph")
                 del kv
                 sizes.remove()
-            _progress(f"{kind} {budget / 1e9:g} GB batch {batch}: tokens a forward {sizes.tokens[:4]}...")
+            _progress(f"{here}: tokens a forward {sizes.tokens[:4]}...")
             timed = step_row(plan, item, clock, setup.warm)
             measured[batch] = batch * 1000 / timed["measured_step_ms"]
             write({"kind": "throughput", "model": kind, "budget": budget, "chosen": batch == chosen, "cache": "static",
@@ -350,7 +351,7 @@ def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write
                "best_batch_by_hand": best, "chosen_over_best": round(measured[chosen] / measured[best], 4)})
 
 
-class _forward_sizes:
+class ForwardSizes:
     """The tokens of each forward of the model's decoder while it is held (a decode step feeds one a sequence)."""
 
     def __init__(self, model) -> None:
@@ -454,12 +455,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    if args.stall_s:
-        faulthandler.dump_traceback_later(args.stall_s, exit=True)
     with out.open("w") as f:
         def write(row: dict) -> None:
             if args.stall_s:
-                faulthandler.dump_traceback_later(args.stall_s, exit=True)  # the clock starts again at each row
+                faulthandler.dump_traceback_later(args.stall_s, exit=True)  # armed at each row (the first at once)
             row = {**row, "at_s": round(time.perf_counter() - started, 1)}
             line = json.dumps(row)
             print(line, flush=True)

@@ -76,10 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         clock = bm.StepClock(device)
         return bm.generate(model, kv, args.batch, held, new, vocab, device, clock)[:, -new:]
 
-    tokens: list[int] = []  # the tokens of each forward of the decoder (a prefill of the whole prompt shows here)
-    model.model.register_forward_pre_hook(
-        lambda m, a, k: tokens.append(int((k.get("input_ids") if k.get("input_ids") is not None
-                                           else k["inputs_embeds"]).shape[:2].numel())), with_kwargs=True)
+    sizes = bm.ForwardSizes(model)  # the tokens of each forward (a prefill of the whole prompt shows here)
 
     ids = torch.randint(0, vocab, (args.batch, 16), generator=torch.Generator().manual_seed(1)).to(device)
 
@@ -99,14 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, fn in stages.items():
             faulthandler.dump_traceback_later(args.timeout, exit=True)
             t = time.perf_counter()
-            tokens.clear()
+            sizes.tokens.clear()
             got = fn()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             faulthandler.cancel_dump_traceback_later()
             print(json.dumps({"stage": name, "seconds": round(time.perf_counter() - t, 2),
                               "same_tokens": bool(torch.equal(got, want[name])),
-                              "tokens_per_forward": tokens[:8]}), flush=True)
+                              "tokens_per_forward": sizes.tokens[:8]}), flush=True)
     return 0
 
 
