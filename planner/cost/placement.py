@@ -206,15 +206,13 @@ class PlacementCost:
         placed = {p: self._split(params) for p, params in where.items()}
         copies = self._copies(sorted(p for p, (_, copied) in placed.items() if copied), slots, span)
         none: tuple[frozenset, frozenset] = (frozenset(), frozenset())
+        split_layers = {p: self._split_layer(p, split, *placed.get(p, none)) for p, split in (experts or {}).items()}
         out = []
-        for tokens, _, mode, seqs in self.tokens:
-            work = list(self._resident(tokens, mode, seqs))
-            for p, (uva, copied) in placed.items():
-                work[p] = self._layer_work(p, tokens, mode, seqs, uva, copied)
-            for p, split in (experts or {}).items():
-                layer = self._split_layer(p, split, *placed.get(p, none))
-                work[p] = split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs)
-            out.append(simulate(work, copies, self._link))
+        for k, (tokens, _, mode, seqs) in enumerate(self.tokens):
+            moved = [(p, self._layer_work(p, tokens, mode, seqs, uva, copied)) for p, (uva, copied) in placed.items()]
+            moved += [(p, split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs))
+                      for p, layer in split_layers.items()]  # a split layer's work wins over its placement's
+            out.append(simulate(self.forward(k, moved), copies, self._link))
         return out
 
     def _copies(self, prefetched: Sequence[int], slots: int, span: Collection[int]) -> list[tuple[int, int, bool]]:
