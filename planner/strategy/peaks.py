@@ -102,11 +102,16 @@ def lower_peaks_by_slots(order: Order, total_bytes: int, counts: Sequence[int]) 
         held.append(len(layers))
         least.append(smallest)
         copied.append(prefetched)
-    out = {}
-    for s in counts:  # k = min(h, s) slots in use; the most layers one serves: -(-h // k); as ``lower_peaks``
-        out[s] = [r + (a if a > b else b) if h else r
-                  for r, h, m, c in zip(resident, held, least, copied)
-                  for k in (s if h > s else h,) for a, b in ((k * m, -(-c // -(-h // k)) if h else 0),)]
+    out: dict[int, list[int]] = {}
+    for s in counts:
+        bounds = out[s] = []
+        for r, h, m, c in zip(resident, held, least, copied):
+            if not h:
+                bounds.append(r)
+                continue
+            k = num_slots(h, s)  # the slots in use
+            per_slot = -(-h // k)  # the most layers one slot serves
+            bounds.append(r + max(k * m, -(-c // per_slot)))
     return out
 
 
