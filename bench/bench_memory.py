@@ -352,13 +352,16 @@ def throughput_rows(kind: str, model, config, spec, setup: Setup, budgets, write
 
 
 class ForwardSizes:
-    """The tokens of each forward of the model's decoder while it is held (a decode step feeds one a sequence)."""
+    """The tokens of each forward of the model's decoder while it is held (a decode step feeds one a sequence); the
+    eager forwards only (a step torch.compile traces is not counted)."""
 
     def __init__(self, model) -> None:
         self.tokens: list[int] = []
         decoder = getattr(model, "model", model)
 
         def hook(_module, args, kwargs):
+            if torch.compiler.is_compiling():  # a compiled step is not counted: a guard on the list's length would
+                return  # recompile the step at every token (measured: 5 s a step in graph mode)
             x = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
             x = x if x is not None else args[0]
             self.tokens.append(int(x.shape[:2].numel()))

@@ -17,8 +17,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   Llama and Qwen3-MoE models (when transformers is installed): the CPU time one more dense or MoE
   decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
-- ``uva_expert_call_ms``: a Qwen3-MoE experts module with its weights resident, then read through
-  UVA: the time beyond the bytes it reads, per grouped expert matmul;
+- ``uva_expert_call_ms``, ``uva_expert_passes``, ``expert_tflops``: a Qwen3-MoE experts module with its weights
+  resident, then read through UVA: the time beyond the bytes it reads per grouped expert matmul, its re-reads of
+  the experts by the rows each sees (every expert the same rows), and its compute rate at the most rows;
 - ``attention_tflops``, ``elementwise_bytes``: a transformers Llama decoder layer of Llama-3-8B's shape
   (resident) at 2,048 tokens, and scaled dot-product attention alone at its shape (causal): the attention's
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
@@ -289,39 +290,79 @@ def block_cpu_us(blocks: Sequence[torch.nn.Module], forward: Callable[[], object
     return statistics.median(times)
 
 
-def moe_uva(device: torch.device, uva_gbps: float) -> dict[str, float]:
-    """Fixed GPU time of a routed-expert matmul reading UVA weights, beyond its bytes: a Qwen3-MoE
-    experts module (128 experts, hidden 2048, width 768, top-8) with its weights resident and
-    through UVA, at 1 and 32 tokens (two grouped matmuls a call)."""
+# the mean rows each of the 128 experts sees in ``moe_experts``' grouped calls: 16 to 32,768 tokens at top-8
+EXPERT_ROWS = (1, 2, 8, 32, 128, 512, 2048)
+
+
+def _uniform_routing(experts: int, top_k: int, tokens: int, g: torch.Generator) -> torch.Tensor:
+    """Each of ``tokens`` tokens picks ``top_k`` distinct experts uniformly at random (the cost model's uniform
+    routing): [tokens, top_k]."""
+    return torch.rand(tokens, experts, generator=g).argsort(dim=1)[:, :top_k]
+
+
+def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
+    """Routed-expert matmuls, grouped as a whole model runs them: a Qwen3-MoE experts module (128 experts, hidden
+    2048, width 768, top-8) with its weights resident and read through UVA.
+    - ``uva_expert_call_ms``: at 1 and 32 tokens (random routing), the time beyond the bytes it reads per grouped
+      matmul (two a call);
+    - ``uva_expert_passes``: with uniform random routing at ``EXPERT_ROWS`` rows an expert on average, the bytes read
+      over the link / the experts' bytes (a grouped kernel re-reads an expert's weight per tile of that expert's
+      rows: an expert with one row more than a tile is read twice, so equal rows of exactly a tile, 128 an expert,
+      read 1.03 times and random routing at the same mean 1.41: bench/probe_expert_passes.py, 2026-12-02);
+    - ``expert_tflops``: the resident module's flops / its time at the most rows."""
     try:
         from transformers import Qwen3MoeConfig
         from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
     except ImportError:
         return {}
-    config = Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8)
+    experts_n, top_k, hidden, width = 128, 8, 2048, 768
+    config = Qwen3MoeConfig(hidden_size=hidden, moe_intermediate_size=width, num_experts=experts_n,
+                            num_experts_per_tok=top_k)
     # the experts kernel a whole model picks (grouped_mm where available), not a bare module's fallback
     config._experts_implementation = getattr(tiny_moe(1).config, "_experts_implementation", None)
     experts = Qwen3MoeExperts(config).to(device, torch.bfloat16).eval()
     params = dict(experts.named_parameters())
     total = sum(p.numel() * p.element_size() for p in params.values())
     hosts = {name: p.detach().cpu().pin_memory() for name, p in params.items()}
-    estimates = []
-    for tokens in (1, 32):
-        g = torch.Generator().manual_seed(tokens)
-        index = torch.stack([torch.randperm(128, generator=g)[:8] for _ in range(tokens)]).to(device)
-        weights = torch.full((tokens, 8), 1 / 8, dtype=torch.bfloat16, device=device)
-        x = torch.randn(tokens, 2048, dtype=torch.bfloat16, device=device)
-        hit = len(set(index.flatten().tolist()))
+    resident_params = {name: p.data for name, p in params.items()}
+
+    def timed(index: torch.Tensor, repeat: int) -> tuple[float, float]:
+        tokens = index.shape[0]
+        weights = torch.full((tokens, top_k), 1 / top_k, dtype=torch.bfloat16, device=device)
+        x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=device)
         with torch.inference_mode():
+            for name, p in params.items():
+                p.data = resident_params[name]
             resident = gpu_ms(lambda: experts(x, index, weights))
             for name, p in params.items():
                 p.data = device_view(hosts[name], device)
-            uva = gpu_ms(lambda: experts(x, index, weights), repeat=5)
+            uva = gpu_ms(lambda: experts(x, index, weights), repeat=repeat)
             for name, p in params.items():
-                p.data = hosts[name].to(device)
-        read_ms = total * hit / 128 / uva_gbps / 1e6
+                p.data = resident_params[name]
+        return resident, uva
+
+    estimates = []
+    for tokens in (1, 32):
+        g = torch.Generator().manual_seed(tokens)
+        index = torch.stack([torch.randperm(experts_n, generator=g)[:top_k] for _ in range(tokens)]).to(device)
+        hit = len(set(index.flatten().tolist()))
+        resident, uva = timed(index, 5)
+        read_ms = total * hit / experts_n / uva_gbps / 1e6
         estimates.append(max(0.0, (uva - max(read_ms, resident)) / 2))
-    return {"uva_expert_call_ms": statistics.median(estimates)}
+    fixed = statistics.median(estimates)
+    read_ms = total / uva_gbps / 1e6
+    points, raw, tflops = [], [], 0.0
+    g = torch.Generator().manual_seed(7)
+    for rows in EXPERT_ROWS:
+        index = _uniform_routing(experts_n, top_k, rows * experts_n // top_k, g).to(device)
+        resident, uva = timed(index, 3)
+        points.append({"tokens": rows, "passes": round(max(1.0, (uva - 2 * fixed) / read_ms), 3)})
+        tflops = 2.0 * index.numel() * total / experts_n / 2 / resident / 1e9  # bf16: bytes / 2 = weights
+        raw.append({"rows_an_expert": rows, "tokens": index.shape[0], "resident_ms": resident, "uva_ms": uva})
+    for a, b in zip(points, points[1:]):  # passes never fall as the rows grow (a dip is the timing's noise)
+        b["passes"] = max(a["passes"], b["passes"])
+    return {"uva_expert_call_ms": fixed, "uva_expert_passes": points, "expert_tflops": tflops,
+            "raw_experts": raw}
 
 
 def workspace(device: torch.device) -> dict[str, int]:
@@ -450,13 +491,13 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(matmuls(device))
     figures.update(cpu_costs(device))
     figures.update(model_cpu_costs(device))
-    figures.update(moe_uva(device, float(figures["uva_gbps"])))
+    figures.update(moe_experts(device, float(figures["uva_gbps"])))
     figures.update(host_experts(device))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
     figures.update(block_gpu_floor(device))
     figures.update(kv_read(device))
     figures.update(workspace(device))
-    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link")}
+    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts") if k in figures}
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()
     figures.setdefault("block_cpu_us", 30 * float(figures["launch_us"]))  # no transformers: ~30 kernels

@@ -99,6 +99,13 @@ class HardwareProfile(StrictModel):
     uva_expert_call_ms: Milliseconds = Field(
         default=0.0, description="fixed GPU time of one routed-expert matmul (a grouped kernel over all "
         "experts) whose weights are read through UVA, beyond its bytes, milliseconds")
+    uva_expert_passes: list[UvaPoint] | None = Field(
+        default=None, description="re-reads of UVA expert weights by a grouped expert matmul, by the rows each "
+        "expert it touches sees (``tokens`` here: rows an expert); linear between points (absent: uva_passes, a "
+        "dense matmul's)")
+    expert_tflops: Tflops | None = Field(
+        default=None, description="the rate of grouped routed-expert matmuls (many experts, few rows each) once "
+        "compute-bound, TFLOP/s (absent: matmul_tflops)")
     uva_call_ms: Milliseconds = Field(
         default=0.0, description="fixed GPU time of one dense matmul whose weight is read through UVA, beyond its "
         "bytes at uva_gbps (the read's ramp and tail: what a matmul of one weight loses against uva_gbps, which a "
@@ -130,9 +137,11 @@ class HardwareProfile(StrictModel):
         """The workspace allowance a plan counts: the measured one, else DEFAULT_WORKSPACE_BYTES."""
         return self.workspace_bytes if self.workspace_bytes is not None else DEFAULT_WORKSPACE_BYTES
 
-    @field_validator("uva_passes", "host_expert_gbps")
+    @field_validator("uva_passes", "uva_expert_passes", "host_expert_gbps")
     @classmethod
-    def _sorted(cls, points: list) -> list:
+    def _sorted(cls, points: list | None) -> list | None:
+        if points is None:
+            return None
         tokens = [p.tokens for p in points]
         if tokens != sorted(set(tokens)):
             raise ValueError("must be listed by increasing tokens, each once")
@@ -152,11 +161,25 @@ class HardwareProfile(StrictModel):
     def passes(self, tokens: float) -> float:
         """Re-reads of a UVA weight by a matmul over ``tokens`` rows: piecewise linear in tokens
         (a matmul re-reads its weight once per tile of rows), extended past the last point."""
-        pts = self.uva_passes
-        if tokens <= pts[0].tokens or len(pts) == 1:
-            return pts[0].passes if tokens <= pts[0].tokens else pts[-1].passes
-        for a, b in zip(pts, pts[1:]):
-            if tokens <= b.tokens:
-                return a.passes + (tokens - a.tokens) * (b.passes - a.passes) / (b.tokens - a.tokens)
-        a, b = pts[-2], pts[-1]
-        return b.passes + (tokens - b.tokens) * (b.passes - a.passes) / (b.tokens - a.tokens)
+        return _along(self.uva_passes, tokens)
+
+    def expert_passes(self, rows: float) -> float:
+        """Re-reads of UVA expert weights by a grouped expert matmul whose experts see ``rows`` rows each
+        (``uva_expert_passes``; a dense matmul's ``passes`` where the profile has none)."""
+        return _along(self.uva_expert_passes, rows) if self.uva_expert_passes else self.passes(rows)
+
+    @property
+    def experts_tflops(self) -> float:
+        """The grouped expert matmuls' compute rate: ``expert_tflops``, else ``matmul_tflops``."""
+        return self.expert_tflops if self.expert_tflops is not None else self.matmul_tflops
+
+
+def _along(pts: list[UvaPoint], tokens: float) -> float:
+    """Passes at ``tokens``: linear between the points, flat below the first, extended past the last."""
+    if tokens <= pts[0].tokens or len(pts) == 1:
+        return pts[0].passes if tokens <= pts[0].tokens else pts[-1].passes
+    for a, b in zip(pts, pts[1:]):
+        if tokens <= b.tokens:
+            return a.passes + (tokens - a.tokens) * (b.passes - a.passes) / (b.tokens - a.tokens)
+    a, b = pts[-2], pts[-1]
+    return b.passes + (tokens - b.tokens) * (b.passes - a.passes) / (b.tokens - a.tokens)

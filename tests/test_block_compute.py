@@ -266,3 +266,4 @@ def test_calibrate_times_the_kv_read_as_bytes_over_time():
 
     figures = kv_read(torch.device("cpu"), batch=2, heads=4, kv_heads=2, head_dim=8, context=16, timer=lambda fn: 0.5)
     assert figures == {"kv_read_gbps": pytest.approx(2 * 2 * 2 * 16 * 8 * 4 / 0.5 / 1e6)}
+

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner.cost.layer import LayerWork, layer_work, layers_work, touched_by, touched_experts
+from planner.cost.layer import LayerWork, layer_times, layer_work, layers_work, touched_by, touched_experts
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import load_hardware
 from schemas.hardware_profile import HardwareProfile, UvaPoint
@@ -189,6 +189,32 @@ def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
     plan_layers = [layer]
     assert layers_work(plan_layers, tokens, HW, routing={layer.name: hot})[0] == work
     assert layers_work(plan_layers, tokens, HW, routing={"other": hot})[0] == layer_work(layer, tokens, HW)
+
+
+@pytest.mark.parametrize("tokens", [32, 2048])
+def test_uva_experts_use_the_grouped_kernels_passes_and_rate(tokens):
+    """A profile that measured its grouped expert matmuls (``uva_expert_passes``, ``expert_tflops``) prices routed
+    experts with them, not with a dense matmul's re-reads and rate; dense params keep the dense figures."""
+    experts, top_k = 64, 4
+    layer = _layer({"mlp.experts.gate_up_proj": [experts, 100, 100], "self_attn.q_proj.weight": [100, 100]},
+                   offloaded=["mlp.experts.gate_up_proj", "self_attn.q_proj.weight"],
+                   moe=MoeSpec(experts=experts, top_k=top_k), uva=True)
+    grouped = HW.model_copy(update={"uva_expert_passes": [UvaPoint(tokens=1, passes=1.0),
+                                                          UvaPoint(tokens=512, passes=1.25)],
+                                    "expert_tflops": 0.25})
+    hit = touched_experts(experts, top_k, tokens)
+    rows = tokens * top_k / hit
+    assert grouped.expert_passes(rows) == pytest.approx(1.0 + 0.25 * (rows - 1) / 511)
+    assert HW.expert_passes(rows) == HW.passes(rows)  # no grouped figures: the dense ones
+    assert grouped.experts_tflops == 0.25 and HW.experts_tflops == HW.matmul_tflops
+    by_param = {t.rel: t for t in layer_times(layer.name, layer.params.items(), (experts, top_k), tokens, grouped)[0]}
+    expert = by_param["mlp.experts.gate_up_proj"]
+    read = 2 * experts * 100 * 100 * hit / experts * grouped.expert_passes(rows) / 0.5e9 * 1e3
+    flops = 2 * tokens * top_k * 100 * 100 / (0.25 * 1e12) * 1e3
+    assert expert.uva_ms == pytest.approx(max(read, flops))
+    assert expert.gpu_ms == pytest.approx(max(flops, 2 * experts * 100 * 100 * hit / experts / HW.gpu_mem_gbps / 1e6))
+    dense = layer_times(layer.name, layer.params.items(), (experts, top_k), tokens, HW)[0]
+    assert by_param["self_attn.q_proj.weight"] == next(t for t in dense if t.rel == "self_attn.q_proj.weight")
 
 
 def test_uva_passes_interpolate_in_tokens_and_extrapolate():

@@ -2,8 +2,8 @@
 
 A split layer runs its other params as any layer does (planner/cost/layer.py); its experts run in parts:
 
-- gpu experts: a grouped matmul over the touched ones, from GPU memory;
-- uva experts: the same, their bytes read over the host link (``passes`` re-reads, ``uva_expert_call_ms``);
+- gpu experts: a grouped matmul over the touched ones, from GPU memory (its flops at ``expert_tflops``);
+- uva experts: the same, their bytes read over the host link (``expert_passes`` re-reads, ``uva_expert_call_ms``);
 - cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
   ``host_gbps(rows)`` (times ``host_link_share`` while the link reads host memory for this layer's uva
   experts) plus ``host_expert_us`` a touched expert, or computes at ``host_tflops`` when that is slower, plus
@@ -91,7 +91,7 @@ def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     if not q:
         return 0.0
     touched, rows = touched_by(q, tokens)
-    rate = hw.uva_gbps / hw.passes(rows / max(touched, 1e-9)) if uva else hw.gpu_mem_gbps
+    rate = hw.uva_gbps / hw.expert_passes(rows / max(touched, 1e-9)) if uva else hw.gpu_mem_gbps
     return _spread(q, tokens) * shape.nbytes / rate / 1e6
 
 
@@ -102,9 +102,9 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     touched, rows = touched_by(q, tokens)
     flops = 2.0 * rows * shape.numel
     rate = hw.uva_gbps if uva else hw.gpu_mem_gbps
-    passes = hw.passes(rows / max(touched, 1e-9)) if uva else 1.0
+    passes = hw.expert_passes(rows / max(touched, 1e-9)) if uva else 1.0
     fixed = hw.uva_expert_call_ms if uva else 0.0
-    return fixed + max(flops / (hw.matmul_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
+    return fixed + max(flops / (hw.experts_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 
 
 def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:

@@ -14,7 +14,9 @@ is copied into a slot by the prefetch stream) and a hardware profile:
   is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert. With
   measured routing (expert ``e`` picked by a token with chance ``q_e``) ``Σ 1 - (1 - q_e)^T`` are
   touched and ``T·Σ q_e`` rows computed.
-  Read through UVA, a grouped expert matmul also pays a fixed ``uva_expert_call_ms``.
+  Read through UVA, a grouped expert matmul re-reads its experts ``expert_passes(rows an expert)`` times and
+  pays a fixed ``uva_expert_call_ms``; its flops run at ``expert_tflops`` (grouped kernels over many small
+  experts run below a dense matmul's rate).
 
 In CUDA graph replay (a workload's ``mode: graph``) the CPU issues nothing per kernel and nothing is
 read back mid-layer: ``profile_for`` gives the profile with those CPU costs at zero.
@@ -150,10 +152,12 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         rows = routed / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
-    passes = hw.passes(rows) if link else 1.0
+    routed = role == "routed" and moe is not None
+    passes = (hw.expert_passes(rows) if routed else hw.passes(rows)) if link else 1.0
     fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
     read = nbytes * passes / rate / 1e6
-    return fixed + max(flops / (hw.matmul_tflops * 1e9), read), read if link else 0.0
+    tflops = hw.experts_tflops if routed else hw.matmul_tflops
+    return fixed + max(flops / (tflops * 1e9), read), read if link else 0.0
 
 
 @dataclass(frozen=True)

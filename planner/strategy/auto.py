@@ -228,7 +228,7 @@ def _fastest(estimates: Sequence[_Estimate]) -> float:
 class _Estimate:
     """``_estimate(path, budget, cpu_budget)``, made when asked for (``exact``). Until then ``low`` is a bound no more
     than it: the path's step with nothing offloaded where that is one (``AutoPath.resident_floor``), then (once
-    ``tighten``\ed) the least of its steps' ``least_ms``; ``known``: ``low`` is the estimate."""
+    ``tighten``-ed) the least of its steps' ``least_ms``; ``known``: ``low`` is the estimate."""
 
     def __init__(self, path: AutoPath, budget: int, cpu_budget: int | None):
         self.path, self.budget, self.cpu_budget = path, budget, cpu_budget
