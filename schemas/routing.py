@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from schemas.fields import Count, PositiveCount
 from schemas.spec import Layer
+from schemas.spec_layers import moe_shape
 from schemas.spec_names import DottedName, PrintableName, PrintableText
 from schemas.fields import StrictModel
 
@@ -98,7 +99,7 @@ def spec_problems(stats: RoutingStats, layers: Sequence[Layer]) -> list[str]:
         r = recorded.get(layer.name)
         if r is None:
             problems.append(f"the spec's MoE layer {layer.name} has no routing in the file")
-        elif (r.experts, r.top_k) != (layer.moe.experts, layer.moe.top_k):
+        elif (r.experts, r.top_k) != moe_shape(layer.moe):
             problems.append(f"{layer.name}: the spec has {layer.moe.experts} experts, top-{layer.moe.top_k}; the file "
                             f"recorded {r.experts} experts, top-{r.top_k}")
     names = {layer.name for layer in moe}

@@ -102,6 +102,11 @@ class MoeSpec(StrictModel):
         return self
 
 
+def moe_shape(moe: MoeSpec | None) -> tuple[int, int] | None:
+    """(experts, top_k) of an MoE layer, the cost model's key for its routing; None for a dense layer."""
+    return (moe.experts, moe.top_k) if moe is not None else None
+
+
 class LayerSpec(StrictModel):
     """A module in execution order, or a template of ``repeat`` modules named with ``{i}``."""
 

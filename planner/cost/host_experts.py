@@ -34,6 +34,7 @@ from planner.cost.layer import LayerWork, layer_work, touched_by
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
 from schemas.plan_experts import ExpertSplit
+from schemas.spec_layers import moe_shape
 
 PART_LAUNCHES = 12  # kernels one part of a split forward issues (sort, grouped matmuls, gate, weights, rows)
 MAX_TOKENS_SEARCHED = 1 << 20
@@ -136,7 +137,7 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     rest = layer.model_copy(update={
         "params": {r: p for r, p in layer.params.items() if r not in by_expert},
         "offloaded": [r for r in layer.offloaded if r not in by_expert], "experts": None, "moe": None})
-    base = layer_work(rest, tokens, hw, seqs, block_moe=(layer.moe.experts, layer.moe.top_k))  # an MoE block's floor
+    base = layer_work(rest, tokens, hw, seqs, block_moe=moe_shape(layer.moe))  # an MoE block's floor
     q = chances(split, shape, shares)
     on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
     uva_q = q["uva"] + ([] if on_host else q["cpu"])

@@ -43,7 +43,7 @@ from planner.cost.block import ONE, Sequences, block_ms, block_shape
 from planner.kinds import name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
-from schemas.spec_layers import Tensor
+from schemas.spec_layers import Tensor, moe_shape
 
 _HEADS = {"lm_head", "embed_out"}
 
@@ -247,7 +247,7 @@ def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequenc
     ``layer_times`` says."""
     on_uva = set(layer.uva)
     copied = set(layer.offloaded) - on_uva
-    moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+    moe = moe_shape(layer.moe)
     return placed_work(*layer_times(layer.name, list(layer.params.items()), moe, tokens, hw, seqs,
                                     shares if moe is not None else None, block_moe), on_uva, copied, hw)
 
@@ -255,7 +255,7 @@ def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequenc
 def _description(layer: PlanLayer) -> tuple:
     """All that ``layer_work`` reads of a layer: equal descriptions cost the same."""
     params = tuple((rel, tuple(p.shape), p.dtype, p.bytes, p.kind) for rel, p in layer.params.items())
-    moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+    moe = moe_shape(layer.moe)
     return name_key(layer.name), params, moe, tuple(layer.uva), tuple(layer.offloaded)
 
 

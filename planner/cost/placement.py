@@ -30,7 +30,7 @@ from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit
 from schemas.schedule import unrolled_triggers
-from schemas.spec_layers import Layer
+from schemas.spec_layers import Layer, moe_shape
 from schemas.workload import Workload
 
 
@@ -56,7 +56,7 @@ class PlacementCost:
         self._class: list[int] = []
         self._params: list[list[tuple[str, PlanParam]]] = []
         for layer in layers:
-            moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+            moe = moe_shape(layer.moe)
             same = None if layer.tied else (name_key(layer.name), id(layer.params), moe)
             found = listed.get(same) if same is not None else None
             if found is None:
@@ -93,7 +93,7 @@ class PlacementCost:
             times = self._times.get((cls, tokens, mode, seqs))
             if times is None:
                 layer = self.layers[position]
-                moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+                moe = moe_shape(layer.moe)
                 times = self._times[(cls, tokens, mode, seqs)] = layer_times(layer.name, self._params[cls], moe,
                                                                              tokens, hw, seqs)
             split = self._host_split(position, on_uva) if self.host else None

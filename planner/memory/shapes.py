@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.kinds import name_key, param_kind
-from schemas.spec_layers import Layer, MoeSpec, Tensor
+from schemas.spec_layers import Layer, MoeSpec, Tensor, moe_shape
 
 _Q = {"q_proj", "wq", "query", "q_b_proj"}
 _K = {"k_proj", "wk", "key"}
@@ -104,7 +104,7 @@ def layer_shapes(layers: Sequence[Layer], heads: int | None, kv_heads: int | Non
     made: dict[tuple, LayerShape] = {}  # one shape per distinct description: a stack of equal blocks is read once
     listed: dict[tuple, LayerShape] = {}  # and per layer listing the same params objects, untied, found at once
     for layer in layers:
-        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        moe = moe_shape(layer.moe)
         # all that ``_shape`` reads of the name: its kind rules' key and whether it names a head
         named = (name_key(layer.name), _in_head(layer.name))
         same = None if layer.tied else (named, id(layer.params), moe)

@@ -45,6 +45,7 @@ from planner.cost.placement import PlacementCost
 from planner.strategy.spread_order import van_der_corput
 from schemas.hardware import HardwareProfile
 from schemas.spec import Layer, Tensor
+from schemas.spec_layers import moe_shape
 from schemas.workload import Workload
 
 
@@ -110,7 +111,7 @@ def like(layers: Sequence[Layer], eligible: Mapping[int, Sequence[Tensor]]) -> L
     at = []
     for position, params in eligible.items():
         layer = layers[position]
-        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        moe = moe_shape(layer.moe)
         key = (name_key(layer.name), moe, id(layer.params), tuple(map(id, params)))
         i = index.get(key)
         if i is None:
@@ -224,7 +225,7 @@ class _Kinds:
         self.sorted_parts: dict[tuple, tuple[tuple[str, ...], int, Signature]] = {}
 
     def describe(self, layer: Layer, params: Sequence[Tensor]) -> _Described:
-        moe = (layer.moe.experts, layer.moe.top_k) if layer.moe is not None else None
+        moe = moe_shape(layer.moe)
         key = (name_key(layer.name), moe, tuple(map(id, params)))
         units = self.made.get(key)
         if units is None:

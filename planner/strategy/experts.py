@@ -35,6 +35,7 @@ from planner.words.experts_notes import host_limits, hot_note
 from schemas.hardware import HardwareProfile
 from schemas.plan_experts import ExpertSplit
 from schemas.spec import Layer, OffloadSection
+from schemas.spec_layers import moe_shape
 from schemas.workload import Workload
 
 
@@ -67,7 +68,7 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
         if not chosen:
             continue
         whole = whole_split(layer, chosen, kinds) if optional else _host_split(layer, chosen)  # the latter refuses
-        key = (name_key(name), layer.params, (layer.moe.experts, layer.moe.top_k) if layer.moe else None,
+        key = (name_key(name), layer.params, moe_shape(layer.moe),
                frozenset(chosen))
         if key not in splits:
             splits[key] = None if whole is None else balanced(layer, whole, hw, workload,
