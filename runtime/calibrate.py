@@ -19,7 +19,7 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
 - ``uva_expert_call_ms``, ``uva_expert_passes``, ``expert_tflops``: a Qwen3-MoE experts module with its weights
   resident, then read through UVA: the time beyond the bytes it reads per grouped expert matmul, its re-reads of
-  the experts by the rows each sees (every expert the same rows), and its compute rate at the most rows;
+  the experts by the rows each sees (uniform random routing), and its compute rate at the most rows;
 - ``attention_tflops``, ``elementwise_bytes``: a transformers Llama decoder layer of Llama-3-8B's shape
   (resident) at 2,048 tokens, and scaled dot-product attention alone at its shape (causal): the attention's
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
