@@ -139,3 +139,21 @@ def test_an_auto_plan_assembles_only_itself(monkeypatch):
     plan = planner.plan(_spec("llama-3-8b"), gpu_budget=6_000_000_000, workload=DECODE32, strategy="auto")
     assert any(n.startswith("auto: runner-up") for n in plan.summary.notes)
     assert len(made) == 1
+
+
+@pytest.mark.parametrize("budget, backends", [(58_000_000_000, None), (58_000_000_000, {"routed_experts": "uva"})])
+def test_measured_routing_prices_whole_moe_layers_as_the_plan_does(budget, backends):
+    """With measured routing a plan that leaves an MoE layer whole (resident: a budget near the model's bytes) is
+    priced from its placement as ``predict`` prices it (hot experts split every layer whose experts are
+    offloaded, so a whole layer is a resident one)."""
+    routing = _routing()
+    spec = _spec("qwen3-30b-a3b")
+    graph = Workload({"decode": WorkloadItem(tokens=32, mode="graph"), "decode32": WorkloadItem(tokens=32)})
+    plan = planner.plan(spec, gpu_budget=budget, workload=graph, strategy="budget", backend="uva",
+                        backends=backends, routing=routing)
+    whole = [layer for layer in plan.layers if layer.moe is not None and layer.experts is None]
+    assert whole  # MoE layers the routing prices whole
+    steps, weighted = _priced(spec, plan, graph, routing.shares())
+    assert steps == [row.step_ms for row in plan.predictions.workloads]
+    assert weighted == plan.predictions.weighted_step_ms
+    assert _priced(spec, plan, graph)[0][0] > steps[0]  # uniform routing reads more of the resident experts

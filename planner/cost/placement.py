@@ -200,20 +200,31 @@ class PlacementCost:
         """Per workload item, the forward ``planner.cost.predict`` simulates for the plan that places ``where``
         (position -> param -> backend) with ``slots`` buffer slots (``span``: the positions of the layers spanning
         them) and ``experts`` (position -> that layer's experts split, planner/strategy/experts.py), made without
-        assembling the plan; ``shares``: layer name -> each expert's measured chance, for the split layers. The
-        splits are given, so this cost has no ``host`` of its own."""
+        assembling the plan; ``shares``: layer name -> each expert's measured chance, for every MoE layer it names (split
+        or whole, as ``predict`` prices them). The splits are given, so this cost has no ``host`` of its own."""
         assert not self.host
         placed = {p: self._split(params) for p, params in where.items()}
         copies = self._copies(sorted(p for p, (_, copied) in placed.items() if copied), slots, span)
         none: tuple[frozenset, frozenset] = (frozenset(), frozenset())
         split_layers = {p: self._split_layer(p, split, *placed.get(p, none)) for p, split in (experts or {}).items()}
+        routed = [p for p, layer in enumerate(self.layers)  # whole MoE layers with a measured routing of their own
+                  if layer.moe is not None and p not in split_layers and layer.name in (shares or {})]
         out = []
         for k, (tokens, _, mode, seqs) in enumerate(self.tokens):
             moved = [(p, self._layer_work(p, tokens, mode, seqs, uva, copied)) for p, (uva, copied) in placed.items()]
+            moved += [(p, self._routed_work(p, tokens, mode, seqs, *placed.get(p, none), shares[self.layers[p].name]))
+                      for p in routed]
             moved += [(p, split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs))
                       for p, layer in split_layers.items()]  # a split layer's work wins over its placement's
             out.append(simulate(self.forward(k, moved), copies, self._link))
         return out
+
+    def _routed_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
+                     copied: frozenset, shares: Sequence[float]) -> LayerWork:
+        """A whole MoE layer's work at its measured routing (``predict`` prices it so; not shared by its class)."""
+        layer, hw = self.layers[position], self._hw[mode]
+        return placed_work(*layer_times(layer.name, self._params[self._class[position]], moe_shape(layer.moe), tokens,
+                                        hw, seqs, shares), on_uva, copied, hw)
 
     def _copies(self, prefetched: Sequence[int], slots: int, span: Collection[int]) -> list[tuple[int, int, bool]]:
         """The copies of a forward prefetching the layers at ``prefetched`` (sorted) into ``slots`` slots, as
