@@ -23,7 +23,7 @@ from schemas.workload import DEFAULT_WORKLOAD, Workload
 
 from planner.assemble import Assignment, assemble
 from planner.cost.placement import PlacementCost
-from planner.cost.predict import in_range, predict, weighted_step_ms
+from planner.cost.predict import prediction_rows, predict, weighted_step_ms
 from planner.errors import InfeasibleError, PlanningError
 from planner.layers import build_graph, eligible_params, find_block_stack, group_rule, layers_in_order, tied_owners
 from planner.memory.parts import MemoryModel, fill_kv, infeasible, weights_budget
@@ -374,11 +374,7 @@ def _runner_up(m: _Model, profile: HardwareProfile, workload: Workload) -> Runne
         timelines = m.cost.plan_timelines({position[name]: params for name, params in placed.where.items()}, m.step,
                                           experts={position[name]: split for name, split in placed.experts.items()},
                                           shares=m.shares)
-        rows = []
-        for (name, item), t in zip(workload.items(), timelines):
-            in_range(t, name, profile)
-            rows.append((round(t.step_ms, 4), item.weight))
-        ms = weighted_step_ms(rows)
+        ms = weighted_step_ms([(r.step_ms, r.weight) for r in prediction_rows(timelines, workload, profile)])
         if best is None or ms < best.step_ms:
             best = RunnerUp(choice.backend, choice.offloaded_bytes, ms, 0.0)
     return best

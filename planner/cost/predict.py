@@ -67,15 +67,22 @@ def weighted_step_ms(rows: Sequence[tuple[float, float]]) -> float:
     return round(sum(step * (weight / scale) for step, weight in rows) / total, 4)
 
 
-def predict(plan: Plan, hw: HardwareProfile, workload: Workload, routing=None) -> Predictions:
+def prediction_rows(timelines: Sequence[Timeline], workload: Workload, hw: HardwareProfile) -> list[Prediction]:
+    """One row per workload item from its simulated forward (checked by ``in_range``)."""
     rows = []
-    for name, item in workload.items():
-        t = timeline(plan, profile_for(hw, item.mode), item.rows, sequences_of(item, name), routing)
+    for (name, item), t in zip(workload.items(), timelines):
         in_range(t, name, hw)
         rows.append(Prediction(workload=name, tokens=item.rows, weight=item.weight, mode=item.mode,
                                step_ms=round(t.step_ms, 4), compute_ms=round(t.compute_ms, 4),
                                copy_ms=round(t.copy_ms, 4), stall_ms=round(t.stall_ms, 4),
                                cpu_ms=round(t.cpu_ms, 4), bound=t.bound))
+    return rows
+
+
+def predict(plan: Plan, hw: HardwareProfile, workload: Workload, routing=None) -> Predictions:
+    timelines = [timeline(plan, profile_for(hw, item.mode), item.rows, sequences_of(item, name), routing)
+                 for name, item in workload.items()]
+    rows = prediction_rows(timelines, workload, hw)
     return Predictions(hardware=hw.name, hardware_source=hw.source, profile=hw, workloads=rows,
                        weighted_step_ms=weighted_step_ms([(r.step_ms, r.weight) for r in rows]),
                        offloaded_layers=sum(1 for layer in plan.layers if layer.offloaded))
