@@ -286,26 +286,33 @@ def model_cpu(model, config, workload: Workload, device: torch.device, hw: Hardw
 
 def tiny_cpu(key: str, device: torch.device, repeat: int) -> dict:
     """Calibrate's tiny model of the same kind measured again now, both ways: its block by hooks as the model's is
-    (``tiny_hooks_us``) and by calibrate's difference of two depths (``tiny_depth_us``): calibrate's figure has
-    come out 1.4-1.8x the model's own on two runs (2026-12-02); these say whether the method or the moment
-    differs. A GPU only (calibrate's timer synchronizes CUDA)."""
+    (``tiny_hooks_us``) and by calibrate's difference of two depths (``tiny_depth_us``), and the same with a real
+    model's head width (``tiny_wide_heads_*``: head_dim 128, where calibrate's tiny models have 16, which may send
+    attention to other kernels): calibrate's figure has come out 1.4-1.8x the model's own on two runs
+    (2026-12-02); these say whether the method, the moment or the shape differs. A GPU only (calibrate's timer
+    synchronizes CUDA)."""
     if device.type != "cuda":
         return {}
-    from runtime.calibrate import (TINY_BLOCKS, _by_depth, _forward_ms, _per_block_us, block_cpu_us, tiny_llama,
-                                   tiny_moe)
+    from runtime.calibrate import (TINY, TINY_BLOCKS, TINY_WIDE_HEADS, _by_depth, _forward_ms, _per_block_us,
+                                   block_cpu_us, tiny_llama, tiny_moe)
 
-    make = tiny_moe if key == "moe_block_cpu_us" else tiny_llama
     ids = torch.zeros(1, 1, dtype=torch.long, device=device)
-    tiny = make(TINY_BLOCKS[1]).to(device, torch.bfloat16).eval()
+    out = {}
+    for label, shape in (("tiny", TINY), ("tiny_wide_heads", TINY_WIDE_HEADS)):
+        def make(layers: int, shape=shape):
+            return (tiny_moe(layers, shape=shape) if key == "moe_block_cpu_us" else tiny_llama(layers, shape))
 
-    def forward():
-        tiny(ids, use_cache=False)
-        torch.cuda.synchronize(device)
+        tiny = make(TINY_BLOCKS[1]).to(device, torch.bfloat16).eval()
 
-    with torch.inference_mode():
-        hooks = block_cpu_us(list(blocks_of(tiny)), forward, repeat=repeat)
-    depth = _per_block_us(_by_depth(lambda m: _forward_ms(m.to(device, torch.bfloat16).eval(), ids), make))
-    return {"tiny_hooks_us": round(hooks, 3), "tiny_depth_us": round(depth, 3)}
+        def forward(tiny=tiny):
+            tiny(ids, use_cache=False)
+            torch.cuda.synchronize(device)
+
+        with torch.inference_mode():
+            out[f"{label}_hooks_us"] = round(block_cpu_us(list(blocks_of(tiny)), forward, repeat=repeat), 3)
+        by_depth = _by_depth(lambda m: _forward_ms(m.to(device, torch.bfloat16).eval(), ids), make)
+        out[f"{label}_depth_us"] = round(_per_block_us(by_depth), 3)
+    return out
 
 
 def copy_timeline(handle, run, blocks, device: torch.device) -> dict | None:
@@ -448,7 +455,8 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
     print(f"{kind:5} CPU per block: {cpu_row['model_us']:.1f} us on the model, {cpu_row['calibrate_us']:.1f} us "
           f"from calibrate; {cpu_row['outside_blocks_us']:.1f} us a decode step outside the blocks"
           + (f"; calibrate's tiny model now: {cpu_row['tiny_hooks_us']:.1f} us by hooks, {cpu_row['tiny_depth_us']:.1f} "
-             "by depths" if "tiny_hooks_us" in cpu_row else ""), flush=True)
+             f"by depths; with 128-wide heads {cpu_row['tiny_wide_heads_hooks_us']:.1f} and "
+             f"{cpu_row['tiny_wide_heads_depth_us']:.1f}" if "tiny_hooks_us" in cpu_row else ""), flush=True)
     routing = measured_routing(model, config, workload, device)
     if routing:
         out.row(type="routing", model=kind, touched={name: touched_mean(shares, dict(workload.items())[name].tokens)

@@ -206,18 +206,23 @@ def _has_transformers() -> bool:
     return True
 
 
-def tiny_llama(layers: int) -> torch.nn.Module:
+# the tiny models with a real model's head width (128): whether attention then takes the kernels a real model's
+# does (bench_predict_h200's CPU row measures both shapes beside the model's own block, 2026-12-02)
+TINY_WIDE_HEADS = dict(TINY, hidden_size=512, intermediate_size=1024, head_dim=128)
+
+
+def tiny_llama(layers: int, shape: dict | None = None) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **TINY))
+    return LlamaForCausalLM(LlamaConfig(num_hidden_layers=layers, **(shape or TINY)))
 
 
-def tiny_moe(layers: int, top_k: int = 2) -> torch.nn.Module:
+def tiny_moe(layers: int, top_k: int = 2, shape: dict | None = None) -> torch.nn.Module:
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     return Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, num_experts=8, num_experts_per_tok=top_k,
                                               moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
-                                              **TINY))
+                                              **(shape or TINY)))
 
 
 def _by_depth(time_ms: Callable[[torch.nn.Module], float], make: Callable[[int], torch.nn.Module]) -> dict[int, float]:
