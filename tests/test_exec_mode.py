@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli.app import ExecMode, app
-from planner.cost.layer import profile_for
+from planner.cost.layer import layer_work, profile_for
 from planner.cost.predict import predict
 from schemas import load_spec
 from schemas.hardware import load_hardware
@@ -34,6 +34,26 @@ def test_graph_profile_has_no_cpu_cost_and_keeps_the_rest():
     assert (g.launch_us, g.block_cpu_us, g.moe_block_cpu_us, g.expert_cpu_us, g.moe_sync) == (0, 0, 0, 0, False)
     assert (g.h2d_gbps, g.uva_gbps, g.matmul_tflops, g.name) == (hw.h2d_gbps, hw.uva_gbps, hw.matmul_tflops, hw.name)
     assert profile_for(hw, "eager") is hw
+
+
+def test_graph_replay_pays_no_fixed_time_per_uva_matmul():
+    """A UVA matmul's fixed time (``uva_call_ms``, ``uva_expert_call_ms``, measured on eager calls) is not paid in
+    graph replay (two H200 runs matched far more graph-replayed plans without it): the MoE's decode with its
+    experts on UVA is predicted faster in graph mode by at least those fixed times, eager unchanged."""
+    hw = load_hardware("h200").model_copy(update={"uva_call_ms": 0.1, "uva_expert_call_ms": 0.2})
+    g = profile_for(hw, "graph")
+    assert (g.uva_call_ms, g.uva_expert_call_ms) == (0, 0) and profile_for(hw, "eager").uva_expert_call_ms == 0.2
+    plan = planner.plan(load_spec(MOE), gpu_budget=12 * GB, backend="uva")
+    uva_layers = sum(1 for layer in plan.layers if any("experts" in p for p in layer.uva))
+    assert uva_layers > 0
+    work = Workload({"graph": WorkloadItem(tokens=1, mode="graph")})
+    graph_ms = predict(plan, hw, work).workloads[0].step_ms
+    with_fixed = predict(plan, hw.model_copy(update={"uva_expert_call_ms": 0.0, "uva_call_ms": 0.0}), work)
+    assert graph_ms == with_fixed.workloads[0].step_ms  # the fixed times are gone in replay, whatever the profile
+    layer = next(layer for layer in plan.layers if any("experts" in p for p in layer.uva))
+    routed = [p for p in layer.uva if "experts" in p]
+    eager_gpu = layer_work(layer, 1, profile_for(hw, "eager")).gpu_ms
+    assert eager_gpu - layer_work(layer, 1, g).gpu_ms == pytest.approx(0.2 * len(routed))  # eager still pays them
 
 
 @pytest.mark.parametrize("spec_path,budget", [(LLAMA, 8 * GB), (LLAMA, 15 * GB), (MOE, 12 * GB)])

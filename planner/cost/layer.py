@@ -18,8 +18,9 @@ is copied into a slot by the prefetch stream) and a hardware profile:
   pays a fixed ``uva_expert_call_ms``; its flops run at ``expert_tflops`` (grouped kernels over many small
   experts run below a dense matmul's rate).
 
-In CUDA graph replay (a workload's ``mode: graph``) the CPU issues nothing per kernel and nothing is
-read back mid-layer: ``profile_for`` gives the profile with those CPU costs at zero.
+In CUDA graph replay (a workload's ``mode: graph``) the CPU issues nothing per kernel, nothing is read back
+mid-layer and a UVA matmul pays no fixed time beyond its bytes: ``profile_for`` gives the profile with those
+costs at zero.
 
 CPU time (eager PyTorch): ``moe_block_cpu_us`` for an MoE block, ``block_cpu_us`` for
 another decoder block (a layer with 4 or more matrices), ``launch_us`` per param for a small
@@ -83,12 +84,16 @@ class LayerWork:
 
 
 def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:
-    """``hw`` as a forward run in ``mode`` sees it: in CUDA graph replay no CPU issue time and no mid-layer
-    read-back (a captured forward cannot wait on the CPU); eager: ``hw`` itself."""
+    """``hw`` as a forward run in ``mode`` sees it: in CUDA graph replay no CPU issue time, no mid-layer
+    read-back (a captured forward cannot wait on the CPU) and no fixed time per UVA matmul (``uva_call_ms``,
+    ``uva_expert_call_ms``: calibrate measures them in eager calls; in replay the next kernel starts as the last
+    ends, and predictions without them matched 24 of 27 and 36 of 41 graph-replayed plans within 10% on two H200
+    runs, against 19 and 33 with them: docs/BENCHMARKS.md, 2026-12-02 06:45); eager: ``hw`` itself."""
     if mode == "eager":
         return hw
     return hw.model_copy(update={"launch_us": 0.0, "block_cpu_us": 0.0, "moe_block_cpu_us": 0.0,
-                                 "expert_cpu_us": 0.0, "moe_sync": False})
+                                 "expert_cpu_us": 0.0, "moe_sync": False, "uva_call_ms": 0.0,
+                                 "uva_expert_call_ms": 0.0})
 
 
 def touched_experts(experts: int, top_k: int, tokens: float) -> float:
