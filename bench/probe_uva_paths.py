@@ -1,0 +1,117 @@
+"""Two grouped paths over the same UVA experts (issue 17): transformers' experts module forward against the
+runtime's own (``runtime.expert_math.part_rows`` then ``join_rows``, what a split layer's GPU parts run).
+
+    PYTHONPATH=. python bench/probe_uva_paths.py > $OUT/uva-paths.jsonl        # the H200
+    PYTHONPATH=. python bench/probe_uva_paths.py --device cpu --small --tokens 4 64   # the arithmetic only, any machine
+
+Why: on the H200 (bench/results/predict-h200-2026-12-02d/), MoE prefills whose experts transformers' module reads
+through UVA took 1.26-1.33x their link bound, and those whose experts the runtime's path reads through UVA (the
+cpu backend's prefills) 0.96-1.29x. Here one Qwen3-MoE experts module (128 experts, hidden 2,048, width 768,
+top-8), weights resident and then read through UVA (pinned host memory), at each token count with uniform random
+routing: each path's time (CUDA events, median of 5), the bytes read once at the UVA rate measured on the same
+weights, and the two paths' outputs compared (they must agree to the rounding of the grouped kernel)."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def timed_ms(fn, device: torch.device, repeat: int = 5) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 32, 512, 2048])
+    ap.add_argument("--small", action="store_true", help="a small module (16 experts, hidden 256): a quick check")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    from runtime.calibrate import _uniform_routing, tiny_moe
+    from runtime.expert_math import Layout, join_rows, part_rows, rows_dtype
+    from runtime.uva import device_view
+
+    experts_n, top_k, hidden, width = (16, 4, 256, 128) if args.small else (128, 8, 2048, 768)
+    config = Qwen3MoeConfig(hidden_size=hidden, moe_intermediate_size=width, num_experts=experts_n,
+                            num_experts_per_tok=top_k)
+    config._experts_implementation = getattr(tiny_moe(1).config, "_experts_implementation", None)
+    module = Qwen3MoeExperts(config)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(p.numel()))
+    module = module.to(device, torch.bfloat16).eval()
+    layout = Layout.of(module)
+    params = dict(module.named_parameters())
+    total = sum(p.numel() * p.element_size() for p in params.values())
+    resident = {n: p.data for n, p in params.items()}
+    on_host = {n: p.detach().cpu().pin_memory() if device.type == "cuda" else p.detach().clone()
+               for n, p in params.items()}
+    uva = {n: device_view(t, device) if device.type == "cuda" else t for n, t in on_host.items()}
+    table = torch.arange(experts_n, device=device)
+    uva_gbps = None
+    if device.type == "cuda":  # the link's rate on these very weights: one read of every byte by a copy kernel
+        flat = [t.view(-1) for t in uva.values()]
+        copy_ms = timed_ms(lambda: [f.clone() for f in flat], device)
+        uva_gbps = total / copy_ms / 1e6
+        print(json.dumps({"kind": "link", "bytes": total, "uva_copy_ms": round(copy_ms, 3),
+                          "uva_gbps": round(uva_gbps, 2)}), flush=True)
+    g = torch.Generator().manual_seed(3)
+    for tokens in args.tokens:
+        index = _uniform_routing(experts_n, top_k, tokens, g).to(device)
+        weights = torch.softmax(torch.randn(tokens, top_k, generator=g), -1).to(device, torch.bfloat16)
+        x = torch.randn(tokens, hidden, generator=g).to(device, torch.bfloat16)
+        touched = int(torch.unique(index).numel())
+        row = {"kind": "paths", "tokens": tokens, "touched": touched, "rows_an_expert": round(tokens * top_k / touched, 2)}
+        outs = {}
+        for where, tensors in (("resident", resident), ("uva", uva)):
+            for n, p in params.items():
+                p.data = tensors[n]
+            with torch.inference_mode():
+                def theirs():
+                    return module(x, index, weights)
+
+                def ours():
+                    rows = part_rows(module, layout, {n: tensors[n] for n in layout.names}, table, x, index, weights)
+                    return join_rows(rows, tokens, x.dtype)
+
+                row[f"{where}_transformers_ms"] = round(timed_ms(theirs, device), 3)
+                row[f"{where}_runtime_ms"] = round(timed_ms(ours, device), 3)
+                outs[where] = (theirs().float(), ours().float())
+        for n, p in params.items():
+            p.data = resident[n]
+        a, b = outs["uva"]
+        row["max_abs_diff"] = float((a - b).abs().max())
+        row["scale"] = float(a.abs().max())
+        if uva_gbps:
+            once = total * touched / experts_n / uva_gbps / 1e6
+            row["read_once_ms"] = round(once, 3)
+            row["transformers_passes"] = round(row["uva_transformers_ms"] / once, 3)
+            row["runtime_passes"] = round(row["uva_runtime_ms"] / once, 3)
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
