@@ -233,15 +233,16 @@ class SplitForward:
         if self.host is not None and not on_host:
             parts.append(self.host_on_gpu)
         staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
-        rows = None
+        rows = None  # the parts' rows added in place: one [T·k, H] beside a part's own, however many parts run
         for part in parts:
             r = part_rows(self.module, part.layout, part.weights, part.table, hidden_states, top_k_index,
                           top_k_weights)
-            rows = r if rows is None else rows + r
+            rows = r if rows is None else rows.add_(r)
+            del r  # a part's own rows are let go before the next part runs
         if staged is not None:
             r = self._host_async(*staged) if self.worker is not None else self._host_rows(*staged)
             if r is not None:
-                rows = r if rows is None else rows + r
+                rows = r if rows is None else rows.add_(r)
         if rows is None:  # no pair reached any expert (the host's part held them all and none was routed)
             return torch.zeros_like(hidden_states)
         return join_rows(rows, tokens, hidden_states.dtype)

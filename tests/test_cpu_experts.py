@@ -282,3 +282,37 @@ def test_a_count_the_stream_writes_is_reached_across_the_wrap():
     assert reached(1, 1) and reached(2, 1) and not reached(0, 1)
     assert reached(0, 0xFFFFFFFF) and reached(3, 0xFFFFFFFE)  # the count wrapped past 2**32 - 1
     assert not reached(0xFFFFFFFF, 2)  # far behind (the driver's signed difference), not far ahead
+
+
+def test_a_split_layer_holds_no_more_than_the_grouped_module_however_many_parts_run():
+    """A call over ``cpu_max_tokens`` runs three parts on the compute device (gpu, uva, and the host's experts read
+    in place): their rows are added in place and each part's own let go before the next runs, so the layer's
+    tensors alive at once stay those of transformers' grouped module (the plan's activations model that one:
+    planner/memory/activations.py), not one [T·k, H] more a part. Counted on the CPU, tensor by tensor."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from bench_memory import LiveBytes
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    experts = model.model.layers[0].mlp.experts
+    tokens, g = 1024, torch.Generator().manual_seed(4)
+    n, k, h = experts.num_experts, model.config.num_experts_per_tok, model.config.hidden_size
+    index = torch.rand(tokens, n, generator=g).argsort(dim=1)[:, :k]
+    weights = torch.softmax(torch.randn(tokens, k, generator=g), -1).to(torch.bfloat16)
+    x = torch.randn(tokens, h, generator=g).to(torch.bfloat16)
+
+    def peak() -> tuple[int, torch.Tensor]:
+        mode = LiveBytes()
+        with torch.inference_mode(), mode:
+            out = experts(x, index, weights)
+        return mode.peak, out
+
+    grouped, want = peak()
+    plan = split_plan(model, by_thirds, cpu_max_tokens=1, layers=(0,))
+    with runtime.apply(plan, model, device="cpu"):
+        split, got = peak()
+    assert torch.allclose(got.float(), want.float(), atol=1e-2, rtol=0)
+    rows = tokens * k * h * 2  # one [T·k, H] in bf16
+    assert split <= grouped + rows // 8, (split / rows, grouped / rows)
