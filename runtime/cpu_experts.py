@@ -20,7 +20,9 @@ is replaced (an instance attribute, removed again by ``restore``) by ``SplitForw
    waits: it goes on to the next layers' kernels, so their Python and launches overlap the host's matmuls, and
    per layer the GPU's UVA reads and the host's part run at once, joined by the stream's wait. Elsewhere (no
    flag waits, or the CPU as device) the issuing thread itself waits for the event and computes;
-4. the parts' rows are added (disjoint: exact) and each token's k choices summed once.
+4. the parts' rows are added (disjoint: exact), in place and each part's own let go before the next part runs
+   (so a layer holds what transformers' grouped module holds, however many parts run), and each token's k
+   choices summed once.
 
 An error in the host's thread still raises the flag (the stream goes on with rows left zero) and is raised by the
 next call of any split layer of the plan.
