@@ -13,23 +13,18 @@ import torch
 
 from runtime import calibrate as c
 from runtime.uva import device_view
+from schemas.hardware import load_hardware
+from schemas.hardware_profile import UvaPoint
 
 
 def main() -> None:
     device = torch.device("cuda")
     uva = float(c.matmuls(device)["uva_gbps"])
     found = c.moe_experts(device, uva)
-    points = found["uva_expert_passes"]
-
-    def passes(rows: float) -> float:
-        pts = [(p["tokens"], p["passes"]) for p in points]
-        if rows <= pts[0][0]:
-            return pts[0][1]
-        for (a, pa), (b, pb) in zip(pts, pts[1:]):
-            if rows <= b:
-                return pa + (rows - a) * (pb - pa) / (b - a)
-        (a, pa), (b, pb) = pts[-2], pts[-1]
-        return pb + (rows - b) * (pb - pa) / (b - a)
+    # the curve as the cost model reads it (HardwareProfile.expert_passes)
+    curve_of = load_hardware("h200").model_copy(
+        update={"uva_expert_passes": [UvaPoint(**p) for p in found["uva_expert_passes"]]})
+    passes = curve_of.expert_passes
 
     from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts

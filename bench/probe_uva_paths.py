@@ -14,28 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
+from runtime.calibrate import gpu_ms
+from runtime.timing import wall_ms
+
 
 def timed_ms(fn, device: torch.device, repeat: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    """Median ms of ``fn`` after one warm-up: calibrate's CUDA-event timer on a GPU, the wall clock elsewhere."""
+    if device.type == "cuda":
+        return gpu_ms(fn, repeat=repeat, warmup=1)
+    return wall_ms(fn, repeat, warmup=1)
 
 
 def main(argv=None) -> int:
@@ -50,7 +40,7 @@ def main(argv=None) -> int:
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
     from runtime.calibrate import _uniform_routing, tiny_moe
-    from runtime.expert_math import Layout, join_rows, part_rows, rows_dtype
+    from runtime.expert_math import Layout, join_rows, part_rows
     from runtime.uva import device_view
 
     experts_n, top_k, hidden, width = (16, 4, 256, 128) if args.small else (128, 8, 2048, 768)

@@ -356,16 +356,17 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
         estimates.append(max(0.0, (uva - max(read_ms, resident)) / 2))
     fixed = statistics.median(estimates)
     read_ms = total / uva_gbps / 1e6
-    points, raw, tflops = [], [], 0.0
+    points, raw = [], []
     g = torch.Generator().manual_seed(7)
     for rows in EXPERT_ROWS:
         index = _uniform_routing(experts_n, top_k, rows * experts_n // top_k, g).to(device)
         resident, uva = timed(index, 3)
         points.append({"tokens": rows, "passes": round(max(1.0, (uva - 2 * fixed) / read_ms), 3)})
-        tflops = 2.0 * index.numel() * total / experts_n / 2 / resident / 1e9  # bf16: bytes / 2 = weights
         raw.append({"rows_an_expert": rows, "tokens": index.shape[0], "resident_ms": resident, "uva_ms": uva})
     for a, b in zip(points, points[1:]):  # passes never fall as the rows grow (a dip is the timing's noise)
         b["passes"] = max(a["passes"], b["passes"])
+    most = raw[-1]  # bf16: the experts' weights are their bytes / 2, each row a multiply-add with each
+    tflops = 2.0 * most["tokens"] * top_k * total / experts_n / 2 / most["resident_ms"] / 1e9
     return {"uva_expert_call_ms": fixed, "uva_expert_passes": points, "expert_tflops": tflops,
             "raw_experts": raw}
 
