@@ -92,10 +92,7 @@ class PlacementCost:
             hw = self._hw[mode]
             times = self._times.get((cls, tokens, mode, seqs))
             if times is None:
-                layer = self.layers[position]
-                moe = moe_shape(layer.moe)
-                times = self._times[(cls, tokens, mode, seqs)] = layer_times(layer.name, self._params[cls], moe,
-                                                                             tokens, hw, seqs)
+                times = self._times[(cls, tokens, mode, seqs)] = self._layer_times(position, tokens, mode, seqs)
             split = self._host_split(position, on_uva) if self.host else None
             if split is None:
                 work = self._work[key] = placed_work(*times, on_uva, copied, hw)
@@ -219,12 +216,17 @@ class PlacementCost:
             out.append(simulate(self.forward(k, moved), copies, self._link))
         return out
 
+    def _layer_times(self, position: int, tokens: int, mode: str, seqs: Sequences,
+                     shares: Sequence[float] | None = None) -> tuple:
+        """``layer_times`` of the layer at ``position`` (its class's params; ``shares``: its measured routing)."""
+        layer = self.layers[position]
+        return layer_times(layer.name, self._params[self._class[position]], moe_shape(layer.moe), tokens,
+                           self._hw[mode], seqs, shares)
+
     def _routed_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
                      copied: frozenset, shares: Sequence[float]) -> LayerWork:
         """A whole MoE layer's work at its measured routing (``predict`` prices it so; not shared by its class)."""
-        layer, hw = self.layers[position], self._hw[mode]
-        return placed_work(*layer_times(layer.name, self._params[self._class[position]], moe_shape(layer.moe), tokens,
-                                        hw, seqs, shares), on_uva, copied, hw)
+        return placed_work(*self._layer_times(position, tokens, mode, seqs, shares), on_uva, copied, self._hw[mode])
 
     def _copies(self, prefetched: Sequence[int], slots: int, span: Collection[int]) -> list[tuple[int, int, bool]]:
         """The copies of a forward prefetching the layers at ``prefetched`` (sorted) into ``slots`` slots, as
