@@ -395,17 +395,24 @@ def workspace(device: torch.device) -> dict[str, int]:
 LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
 
 
-def graph_ms(fn: Callable[[], object], repeat: int = 10) -> float:
-    """Median milliseconds of a CUDA graph replay of ``fn`` (captured after two runs on a side stream)."""
+def captured(fn: Callable[[], object], warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, object]:
+    """``fn`` captured as a CUDA graph after ``warmup`` runs on a side stream: the graph, and what the captured
+    call returned (the tensors each replay writes again)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(2):
+        for _ in range(warmup):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        out = fn()
+    return graph, out
+
+
+def graph_ms(fn: Callable[[], object], repeat: int = 10) -> float:
+    """Median milliseconds of a CUDA graph replay of ``fn`` (captured after two runs on a side stream)."""
+    graph, _ = captured(fn)
     return gpu_ms(graph.replay, repeat=repeat, warmup=2)
 
 

@@ -1,0 +1,44 @@
+"""The experts' probes of issue 17 in their CPU modes: each path they time computes what the model does."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from conftest import ROOT  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def _rows(capsys) -> list[dict]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+def test_the_two_grouped_paths_agree_on_the_cpu(capsys):
+    import probe_uva_paths
+
+    assert probe_uva_paths.main(["--device", "cpu", "--small", "--tokens", "4", "64"]) == 0
+    rows = [r for r in _rows(capsys) if r["kind"] == "paths"]
+    assert [r["tokens"] for r in rows] == [4, 64]
+    for r in rows:
+        assert r["max_abs_diff"] == 0.0
+        assert 0 < r["touched"] <= 16
+
+
+def test_an_offloaded_model_gives_the_resident_logits_with_either_experts_kernel(capsys):
+    import probe_experts_impl
+
+    assert probe_experts_impl.main(["--device", "cpu", "--small", "--budget", "0.5", "--tokens", "1", "4"]) == 0
+    rows = _rows(capsys)
+    plan = next(r for r in rows if r["kind"] == "plan")
+    assert plan["offloaded_bytes"] > 0
+    steps = [r for r in rows if r["kind"] == "step"]
+    assert {(r["placed"], r["kernel"], r["tokens"]) for r in steps} == {
+        (p, k, t) for p in ("resident", "offloaded") for k in ("grouped_mm", "batched_mm") for t in (1, 4)}
+    offloaded = [r for r in steps if r["placed"] == "offloaded"]
+    assert all(r["same_as_resident"] for r in offloaded)
