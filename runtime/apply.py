@@ -63,11 +63,21 @@ class Handle:
         _ACTIVE[id(self)] = self
         hold_hook_guards()  # dynamo guards on module hooks while a plan is applied
         capture.hold()  # captures join the copies issued in them before they end
+        # a model dropped while applied (never removed) gives those back when it is collected
+        self._give_back = weakref.finalize(self, run_steps, list(_RELEASE_HELD))
+        self._give_back.atexit = False
 
     def __repr__(self) -> str:
         state = "active" if self.active else "removed"
         return (f"<runtime.Handle {state}: {self.offloader.name} plan for '{self.plan.summary.model}' "
                 f"on a {type(self.model).__name__} at 0x{id(self):x}>")
+
+    def holds(self) -> set[int]:
+        """id(param or buffer object) of every tensor whose ``.data`` is now a compute copy (the keys of
+        ``true_values``, none made); empty once removed."""
+        if not self.active:
+            return set()
+        return set(self._placement.true_values()) | (set(self._splits.true_values()) if self._splits else set())
 
     def true_values(self) -> dict[int, torch.Tensor]:
         """id(param or buffer object) -> its true value, for every tensor whose ``.data`` is now a
@@ -100,7 +110,10 @@ class Handle:
         failed (calling remove() again retries only that). A second call is otherwise a no-op."""
         if not self._pending:
             return
-        self._pending, problems = run_steps(self._pending)
+        with torch.inference_mode(False):  # restored tensors are ordinary ones, whatever mode the caller is in
+            self._pending, problems = run_steps(self._pending)
+        if not any(step in self._pending for step in _RELEASE_HELD):
+            self._give_back.detach()
         self.active = False
         _ACTIVE.pop(id(self), None)
         if problems:
@@ -156,6 +169,15 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     if spec is not None and not isinstance(spec, SpecFile):
         raise ApplyError(f"spec= takes the SpecFile the plan was made from, got a {type(spec).__name__}")
     refuse_if_applied(model)
+    with torch.inference_mode(False):  # buffers and host copies made here are used outside inference mode too
+        return _apply(plan, loaded, who, model, device, stats=stats, progress=progress, unplanned=unplanned,
+                      spec=spec, read_only_buffers=read_only_buffers, record_routing=record_routing,
+                      host_threads=host_threads)
+
+
+def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.device, *, stats: bool,
+           progress: bool | None, unplanned: Unplanned, spec: SpecFile | None, read_only_buffers: bool,
+           record_routing: bool, host_threads: int | None) -> Handle:
     device = _device(device)
     meta = meta_tensors(model)
     if meta:
@@ -163,6 +185,11 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
                          f"{', '.join(meta[:5])}{' …' if len(meta) > 5 else ''}")
     checked = check(plan, model, unplanned=unplanned, spec=spec, loaded=loaded, who=who, device=device,
                     read_only_buffers=read_only_buffers)  # every name of the plan found once: checked.refs
+    _refuse_held_elsewhere([*checked.refs.values(), *(t.ref for t in checked.loose)])
+    if record_routing and not experts_modules(model, (layer.name for layer in plan.layers)):
+        raise ApplyError("record_routing=True, but no layer of the plan holds an experts module (forward("
+                         "hidden_states, top_k_index, top_k_weights), as transformers 5 writes MoE experts): "
+                         "there is no routing to record")
     reset_compiled_code()
     _check_device_memory(plan, checked.refs, device)
 
@@ -210,6 +237,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
         steps: list[Step] = [("hooks", offloader.remove)] if offloader is not None else []
         if handle is not None:  # it holds the dynamo and capture settings: give them back
             _ACTIVE.pop(id(handle), None)
+            handle._give_back.detach()
             steps += _RELEASE_HELD
         _, problems = run_steps(steps + [("weights", placement.restore), ("expert splits", splits.restore)])
         if problems:  # the original error is what the caller needs; say what could not be undone
@@ -225,6 +253,19 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
              format_bytes(s.resident_bytes), len(offloaded), "pinned" if pin else "plain",
              format_bytes(placement.host_bytes), format_bytes(s.buffer_bytes), n_loose)
     return handle
+
+
+def _refuse_held_elsewhere(refs) -> None:
+    """Raise when a tensor of this model is offloaded by a plan applied to another model (two models sharing
+    one nn.Parameter object): its ``.data`` is that plan's compute copy, not its value."""
+    holders = {key: h for h in list(_ACTIVE.values()) for key in h.holds()}
+    clash = [(ref.full.lstrip("."), holders.get(id(ref.tensor)) or holders.get(id(ref.local))) for ref in refs]
+    clash = [(name, h) for name, h in clash if h is not None]
+    if clash:
+        names = ", ".join(name for name, _ in clash[:5]) + (" …" if len(clash) > 5 else "")
+        raise ApplyError(f"cannot apply: {len(clash)} of this model's tensors ({names}) are the very tensor objects "
+                         f"of another model that {clash[0][1]!r} offloads, so they hold that plan's compute copies, not "
+                         "their values; remove that plan first, or give this model tensors of its own")
 
 
 BACKENDS: dict[str, type[Offloader]] = {"none": NoOffloader, "uva": UvaOffloader, "prefetch": PrefetchOffloader,

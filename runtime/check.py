@@ -186,6 +186,9 @@ def _param_problems(ref: TensorRef, want, plan: Plan) -> list[str]:
                         + sharded_hint(ref.tensor, plan))
     if dtype_name(t.dtype) != want.dtype:
         problems.append(f"'{full}': dtype {dtype_name(t.dtype)} in the model, {want.dtype} in the plan")
+    if any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+        problems.append(f"'{full}': an expanded view (stride {list(t.stride())}), whose elements share memory: "
+                        "moving it needs a tensor of its own (p.data = p.data.contiguous() before describe and plan)")
     stride = want.stride or _contiguous_strides(want.shape)
     if list(t.shape) == list(want.shape) and t.numel() > 1 and list(t.stride()) != stride:
         if want.stride is not None or not t.is_contiguous():

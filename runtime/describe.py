@@ -161,6 +161,8 @@ def describe(model: nn.Module, name: str | None = None, dtype: str | None = None
     A model with DTensor params gets global shapes and a ``shard`` per param; ``local=True``:
     this rank's local shards instead, without ``shard``.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"describe() reads an nn.Module, got a {type(model).__name__}")
     layers = find_layers(model, non_persistent)
     if not layers:
         raise ValueError("the model holds no parameters or buffers below its root")

@@ -18,8 +18,9 @@ Ordering, per the plan's schedule (docs/DESIGN.md):
 Eager hooks call these methods directly; only code being traced by torch.compile goes through
 the custom ops (runtime/prefetch_ops.py), whose bodies call the same methods.
 Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
-layer that finds someone else's weights in its slot (after an interrupted forward, say) gets a
-synchronous copy. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
+layer that finds someone else's weights in its slot (after an interrupted forward, or a submodule
+called on its own) gets a synchronous copy. One forward at a time, no backward through the slots:
+runtime/forward_gate.py. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
 never triggered again.
 """
 
@@ -39,6 +40,7 @@ import runtime.prefetch_ops as prefetch_ops
 from runtime.gpu_buffers import BufferPool
 from runtime.capture import captured_copies
 from runtime.dtensor import activation
+from runtime.forward_gate import ForwardGate, slot_checks
 from runtime.offloader import Offloaded, Offloader
 from runtime.stats import ForwardStats
 from runtime.tensors import storage_nbytes
@@ -94,6 +96,7 @@ class PrefetchOffloader(Offloader):
         self.current = ForwardStats()
         self._trigger_events: dict[int, object] = {}
         self._order: list[int] | None = []  # offloaded layers seen in the first forward (order check)
+        self.gate: ForwardGate | None = None  # one forward at a time, no backward, submodules called alone
         # the hot path's calls, bound at apply (wrap_modules)
         self._memcpy = None
         self._compute_stream = None
@@ -146,7 +149,11 @@ class PrefetchOffloader(Offloader):
                 continue
             module = self.model.get_submodule(pl.name)
             self.hooks.append(module.register_forward_pre_hook(self._pre_hook(pos, trig, j), with_kwargs=True))
+            if j is not None and not pl.prefetch.once:  # a slot's only user never leaves it
+                slot_checks(module, list(pl.prefetched), functools.partial(self._ensure, j), self.hooks)
         self.hooks.append(self.model.register_forward_hook(self._post_hook()))
+        self.gate = ForwardGate(type(self.model).__name__, self._after_abort)
+        self.gate.install(self.model, self.hooks)
 
     def _pre_hook(self, pos: int, trigger: bool, j: int | None):
         hid = self.handle_id
@@ -273,10 +280,9 @@ class PrefetchOffloader(Offloader):
             compute.wait_event(layer.done)
 
     def join_after_forward(self) -> None:
-        if self.cuda and self.issued:
-            torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
-        self.issued.clear()
-        self.captured.clear()
+        self._join_copies()
+        if self.gate is not None:
+            self.gate.joined_now()
         if self._order is not None and self._order:
             self._check_order(self._order)
             self._order = None
@@ -284,6 +290,29 @@ class PrefetchOffloader(Offloader):
             self.history.append(self.current)
             del self.history[:-100]
             self.current = ForwardStats()
+
+    def _join_copies(self) -> None:
+        """The compute stream waits for every copy issued (none is in flight after it)."""
+        if self.cuda and self.issued and self.copy_stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
+        self.issued.clear()
+        self.captured.clear()
+
+    def _after_abort(self) -> None:
+        """A forward ended with an error before its join (runtime/forward_gate.py): join what it issued, and
+        check the layer order again on the next whole forward."""
+        self._join_copies()
+        if self._order is not None:
+            self._order = []
+
+    def _ensure(self, j: int) -> None:
+        """Layer ``j``'s weights in its slot, copied now when the slot holds another layer's (a submodule of
+        ``j`` called on its own)."""
+        owner = self.slot_owner
+        for r in self.layers[j].regions:
+            if owner.get(r) != j:
+                self._copy_now(j)
+                return
 
     def join_capture(self) -> None:
         """The capture under way ends (runtime/capture.py): join the copies issued in it, which count as

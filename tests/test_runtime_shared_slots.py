@@ -1,0 +1,181 @@
+"""Uses of an applied prefetch plan outside one forward of the whole model (runtime/forward_gate.py, apply):
+each either computes with the right weights or is refused before anything changes.
+
+A group plan (2 layers of every 2 offloaded: layers 1 and 3 share one slot) makes a slot hold another layer's
+weights between forwards, which is what each case would otherwise read."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import planner  # noqa: E402
+import runtime  # noqa: E402
+from model_state import assert_same, snapshot  # noqa: E402
+from models import LlamaConfig, make_llama  # noqa: E402
+from runtime.errors import ApplyError  # noqa: E402
+from runtime.errors import BackwardThroughOffloadError, ConcurrentForwardError  # noqa: E402
+
+CFG = LlamaConfig(vocab=64, dim=32, layers=4, heads=4, kv_heads=2, hidden=48)
+IDS = torch.randint(0, 60, (2, 5), generator=torch.Generator().manual_seed(3))
+
+
+def shared_slot_plan(model):
+    plan = planner.plan(runtime.describe(model), strategy="group", group_size=2, num_in_group=1, prefetch_step=1,
+                        backend="prefetch")
+    slots = {layer.prefetch.slot for layer in plan.layers if layer.prefetch is not None}
+    assert len([layer for layer in plan.layers if layer.prefetch is not None]) == 2 and slots == {0}
+    return plan
+
+
+def logits(model, ids=IDS):
+    with torch.no_grad():
+        return model(ids)
+
+
+def test_a_submodule_called_on_its_own_uses_its_own_layers_weights():
+    model, ref = make_llama(CFG), make_llama(CFG)
+    x = torch.randn(1, 3, CFG.dim, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(4))
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        logits(model)  # the slot now holds layer 3's weights
+        with torch.no_grad():
+            assert torch.equal(model.model.layers[1].mlp(x), ref.model.layers[1].mlp(x))
+            assert torch.equal(model.model.layers[1].self_attn.q_proj(x), ref.model.layers[1].self_attn.q_proj(x))
+            assert torch.equal(model.model.layers[3].mlp(x), ref.model.layers[3].mlp(x))
+        assert torch.equal(logits(model), logits(ref))  # and the next whole forward is right
+
+
+def test_a_second_thread_is_refused_while_a_forward_runs_and_the_first_is_right():
+    model, ref = make_llama(CFG), make_llama(CFG)
+    want = logits(ref)
+    inside, go_on = threading.Event(), threading.Event()
+    layer = model.model.layers[2]
+
+    def hold(_module, _args):  # the first forward waits in layer 2 until the second thread has tried
+        if threading.current_thread().name == "first":
+            inside.set()
+            go_on.wait(10)
+
+    outcome = {}
+
+    def first():
+        outcome["first"] = torch.equal(logits(model), want)
+
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        hook = layer.register_forward_pre_hook(hold)
+        t = threading.Thread(target=first, name="first")
+        t.start()
+        assert inside.wait(10)
+        with pytest.raises(ConcurrentForwardError, match="running in another thread"):
+            logits(model)
+        go_on.set()
+        t.join(10)
+        hook.remove()
+        assert outcome["first"] is True
+        assert torch.equal(logits(model), want)  # the gate was given back
+
+
+def test_a_forward_that_raises_gives_the_gate_back_without_an_order_warning(caplog):
+    model, ref = make_llama(CFG), make_llama(CFG)
+
+    def boom(_module, _args):
+        raise RuntimeError("injected")
+
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        hook = model.model.layers[2].register_forward_pre_hook(boom)
+        with pytest.raises(RuntimeError, match="injected"):
+            logits(model)
+        hook.remove()
+        errors = []
+        t = threading.Thread(target=lambda: errors.append(torch.equal(logits(model), logits(ref))))
+        t.start()
+        t.join(10)
+        assert errors == [True]  # another thread may run: the failed forward gave the gate back
+        with caplog.at_level("WARNING", logger="runtime"):
+            assert torch.equal(logits(model), logits(ref))
+        assert "did not run in the plan's order" not in caplog.text
+
+
+def test_backward_through_a_prefetch_plan_is_refused_and_the_forward_is_right():
+    model, ref = make_llama(CFG, dtype=torch.float32), make_llama(CFG, dtype=torch.float32)
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        out = model(IDS)
+        assert torch.equal(out, ref(IDS))
+        with pytest.raises(BackwardThroughOffloadError, match="gradients would be wrong"):
+            out.pow(2).mean().backward()
+        assert torch.equal(logits(model), logits(ref))  # inference goes on as before
+
+
+def test_apply_and_remove_inside_inference_mode_leave_ordinary_tensors():
+    model, ref = make_llama(CFG, dtype=torch.float32), make_llama(CFG, dtype=torch.float32)
+    with torch.inference_mode():
+        handle = runtime.apply(shared_slot_plan(model), model, device="cpu")
+    assert torch.equal(logits(model), logits(ref))  # under no_grad: the slots are not inference tensors
+    with torch.inference_mode():
+        handle.remove()
+    assert not any(p.is_inference() for p in model.parameters())
+    model(IDS).sum().backward()  # the model trains again after remove
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_a_parameter_shared_with_an_applied_model_is_refused_and_nothing_moves():
+    a, b = make_llama(CFG), make_llama(CFG, seed=1)
+    b.model.layers[3].mlp.up_proj.weight = a.model.layers[3].mlp.up_proj.weight
+    want_a = logits(a)
+    with runtime.apply(shared_slot_plan(a), a, device="cpu"):
+        logits(a)
+        before = snapshot(b)
+        with pytest.raises(ApplyError, match="model.layers.3.mlp.up_proj.weight"):
+            runtime.apply(shared_slot_plan(b), b, device="cpu")
+        assert_same(b, before)
+    assert torch.equal(logits(a), want_a)
+
+
+def test_recording_routing_of_a_dense_model_is_refused():
+    model = make_llama(CFG)
+    before = snapshot(model)
+    with pytest.raises(ApplyError, match="no layer of the plan holds an experts module"):
+        runtime.apply(shared_slot_plan(model), model, device="cpu", record_routing=True)
+    assert_same(model, before)
+
+
+def test_an_expanded_param_is_named_and_refused_before_anything_moves():
+    from runtime.errors import PlanMismatchError
+
+    model = make_llama(CFG)
+    w = model.model.layers[1].mlp.up_proj.weight
+    model.model.layers[1].mlp.up_proj.weight = torch.nn.Parameter(w.detach()[:1].expand_as(w))
+    before = snapshot(model)
+    with pytest.raises(PlanMismatchError, match="model.layers.1.mlp.up_proj.weight': an expanded view"):
+        runtime.apply(shared_slot_plan(model), model, device="cpu")
+    assert_same(model, before)
+
+
+def test_describe_names_what_it_was_given_instead_of_a_module():
+    with pytest.raises(TypeError, match="got a NoneType"):
+        runtime.describe(None)
+
+
+def test_a_model_dropped_while_applied_gives_back_what_the_process_held():
+    import gc
+
+    import torch._dynamo.config as dynamo_config
+
+    from runtime import capture, guard
+
+    held = (guard._hook_guard_holds, capture._held, dynamo_config.skip_nnmodule_hook_guards)
+    model = make_llama(CFG)
+    runtime.apply(shared_slot_plan(model), model, device="cpu")
+    assert guard._hook_guard_holds == held[0] + 1 and capture._held == held[1] + 1
+    del model
+    gc.collect()
+    assert (guard._hook_guard_holds, capture._held, dynamo_config.skip_nnmodule_hook_guards) == held
+    # and one removed by hand gives them back once
+    model = make_llama(CFG)
+    runtime.apply(shared_slot_plan(model), model, device="cpu").remove()
+    del model
+    gc.collect()
+    assert (guard._hook_guard_holds, capture._held) == held[:2]
