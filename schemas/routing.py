@@ -46,6 +46,10 @@ class LayerRouting(StrictModel):
             raise ValueError(f"top_k ({self.top_k}) is larger than experts ({self.experts})")
         if len(self.counts) != self.experts:
             raise ValueError(f"counts lists {len(self.counts)} experts, the layer has {self.experts}")
+        most = max(self.counts, default=0)
+        if most > self.tokens:
+            raise ValueError(f"an expert received {most} tokens of the {self.tokens} routed: a token picks "
+                             f"{self.top_k} distinct experts, so no expert receives more than every token")
         if sum(self.counts) != self.tokens * self.top_k:
             raise ValueError(f"counts add up to {sum(self.counts)}, but {self.tokens} tokens each routed to "
                              f"{self.top_k} experts make {self.tokens * self.top_k}")

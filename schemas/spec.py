@@ -230,7 +230,7 @@ class SpecFile(StrictModel):
     workload: Workload | None = Field(
         default=None, description="what a forward processes, for predicted step times (default: decode, 1 token)")
     hardware: str | None = Field(
-        default=None, description="hardware profile for predictions: a bundled name (h200) or a file")
+        default=None, min_length=1, description="hardware profile for predictions: a bundled name (h200) or a file")
     parallel: ParallelSection | None = Field(default=None, description="how the model is split across GPUs")
 
 

@@ -131,6 +131,11 @@ class Workload(RootModel[dict[str, WorkloadItem]]):
         for name, item in value.items():
             _check_context(name, item)
         auto = [name for name, item in value.items() if item.auto]
+        prefills = [name for name in auto if is_prefill(name)]
+        if prefills:
+            raise LocatedValueError(f"batch auto is for a decode step (one new token a sequence); {prefills[0]!r} is "
+                                    "a prefill, one sequence of its tokens: give it tokens (e.g. {tokens: 2048})",
+                                    (prefills[0], "batch"))
         if len(auto) > 1:
             raise LocatedValueError(f"batch auto is given for {' and '.join(auto)}: one forward's batch can be "
                                     "chosen (the others keep theirs)", (auto[1], "batch"))

@@ -96,3 +96,27 @@ def test_weighing_from_bounds_keeps_what_the_definition_keeps(monkeypatch, name,
         floor = path.resident_floor()
         if floor is not None:
             assert all(floor <= path.step_ms(st) for st in path.steps[::max(1, len(path.steps) // 25)])
+
+
+@pytest.mark.parametrize("name, options", [
+    ("llama-3-8b", {"gpu_budget": 6 * 10**9, "workload": MIXED}),
+    ("qwen3-30b-a3b", {"gpu_budget": 12 * 10**9, "workload": DECODE32}),
+    ("llama-3.2-1b", {"gpu_budget": 10**9, "workload": MIXED, "prefetch_step": 3}),
+])
+def test_the_spans_made_in_one_pass_are_each_prefix_s_span_candidate(monkeypatch, name, options):
+    """``AutoPath`` finds the spanning layer of every prefix in one pass (the per-prefix definition took time
+    quadratic in the moves: 78 s for 20,000 layers on UVA); the same layers and bytes as ``span_candidate``."""
+    from planner.strategy.auto_order import span_candidate
+
+    spec = weights_only(load_spec(GENERATED / f"{name}.yaml"))
+    spans = 0
+    for path in _paths(monkeypatch, spec, **options):
+        moves = path.order.moves
+        last = max((i + 1 for i, m in enumerate(moves) if m.backend == "prefetch"), default=0)
+        for taken in range(len(moves) + 1):  # past the last prefetch move (before it, no span is weighed)
+            span = span_candidate(path.order, taken) if last and taken >= last else None
+            assert path._spans.get(taken) == span
+            if span is not None:
+                spans += 1
+                assert path._span_bytes[taken] == sum(m.nbytes for m in moves[:taken] if m.position == span and m.unique)
+    assert spans  # some prefix of these plans may span the slots

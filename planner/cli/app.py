@@ -347,12 +347,12 @@ def _console() -> Any:
 
 def _draw_chart(plan: Any, path: str, hardware: Optional[str], workload: Optional[str]) -> None:
     from planner.cli import chart as drawing
-    from planner.cli.output import write_atomic
+    from planner.cli.output import write_output
     from planner.cost.predicted import chosen_profile, chosen_workload
 
     name, item = chosen_workload(plan, workload).items()[0]
     drawn = drawing.chart(plan, chosen_profile(plan, hardware), name, item.rows)
-    write_atomic(path, drawing.render(drawn, drawing.check_chart_path(path).suffix))
+    write_output(path, drawing.render(drawn, drawing.check_chart_path(path).suffix))
 
 
 @app.command("explain", short_help="Compare a plan's predicted forward with the runtime's measured stats.",
@@ -407,12 +407,15 @@ def diff_command(
                    ] = DiffFormat.text,
 ) -> None:
     """Compare two plans: params that moved between GPU and host, backend/strategy/step changes, memory deltas."""
+    from schemas.errors import InputError
     from schemas.io import load_plan
 
     if os.path.isdir(old) or os.path.isdir(new):
         from planner.tp.show import diff_set_folders
 
         raise typer.Exit(diff_set_folders(old, new, fmt.value))
+    if old == new == "-":
+        raise InputError("OLD and NEW both read stdin: give one of them as a file")
     old_plan, new_plan = load_plan(old), load_plan(new)
     from planner.review.diff import diff_plans
     from planner.review.diff_render import render_diff

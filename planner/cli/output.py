@@ -75,9 +75,10 @@ def link_target(path: str) -> str:
     raise cannot(errno.ELOOP, path)
 
 
-def _write_directly(path: str, text: str) -> None:
+def _write_directly(path: str, text: str | bytes) -> None:
     try:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+        with (open(path, "wb") if isinstance(text, bytes) else
+              open(path, "w", encoding="utf-8", newline="\n")) as f:
             f.write(text)
     except OSError as err:
         raise cannot(err.errno or errno.EIO, path) from None
@@ -97,8 +98,8 @@ def _check_new_file(path: str, target: str) -> None:
         raise cannot(errno.EACCES, path, f"{via}the folder {folder} is not writable")
 
 
-def write_output(path: str, text: str) -> None:
-    """Write ``text`` to the file ``path`` as the module docstring says."""
+def write_output(path: str, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to the file ``path`` as the module docstring says."""
     target, direct = output_target(path)
     if direct:
         _write_directly(path, text)  # a pipe or a device: never renamed over

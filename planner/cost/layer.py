@@ -122,12 +122,12 @@ def _is_head(layer_key: tuple[str, ...], rel: str) -> bool:
 
 def _role(layer: str, rel: str, p: PlanParam) -> str:
     kind = p.kind or param_kind(layer, rel)
+    if len(p.shape) <= 1 or kind in ("norm", "scale"):  # whatever its name says: no rows to look up or multiply
+        return "vector"
     if kind == "embedding" and not _is_head(name_key(layer), rel):
         return "lookup"
-    if kind == "routed_experts" and len(p.shape) >= 2:
+    if kind == "routed_experts":
         return "routed"
-    if len(p.shape) <= 1 or kind in ("norm", "scale"):
-        return "vector"
     return "matmul"
 
 

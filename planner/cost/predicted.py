@@ -45,6 +45,9 @@ def chosen_workload(plan: Plan, option: str | None) -> Workload:
         names = ", ".join(known.root)
         close = suggest(name.split("=")[0], [*known.root, *(n for n in DEFAULT_TOKENS if n not in known.root)])
         raise InputError(f"--workload {err}{close}; the plan predicts: {names}") from None
+    if item.auto:  # the plan is made: its batch was chosen when it was (planner plan -w NAME=auto@CONTEXT)
+        raise InputError(f"--workload {option!r}: batch auto is chosen by planner plan, not afterwards; give the batch "
+                         f"to predict, e.g. {parsed}=32@{item.context}")
     return Workload({parsed: item})
 
 

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from planner.cost.layer import LayerWork
 from planner.cost.placement import PlacementCost
-from planner.strategy.auto_order import span_candidate, span_placement
+from planner.strategy.auto_order import span_placement
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, Walk
 from planner.strategy.order import NOT_MOVED, Order, Split, after_move, placement
 from planner.strategy.peaks import Signatures, exact_pool_of, lower_peaks_by_slots, pools_by_slots
@@ -74,11 +74,17 @@ class AutoPath:
         last = max((i + 1 for i, m in enumerate(order.moves) if m.backend == "prefetch"), default=0)
         self._spans: dict[int, int] = {}  # taken -> the spanning layer's position
         self._span_bytes: dict[int, int] = {}  # taken -> bytes the spanning layer would prefetch
-        for taken in range(last, n + 1):
-            span = span_candidate(order, taken)
-            if span is not None:
-                self._spans[taken] = span
-                self._span_bytes[taken] = sum(m.nbytes for m in order.moves[:taken] if m.position == span and m.unique)
+        if last:  # span_candidate of every prefix from ``last`` on, in one pass (each layer's moved bytes only grow)
+            moved: dict[int, int] = {}
+            best = None
+            for taken, m in enumerate(order.moves, start=1):
+                if m.unique:
+                    moved[m.position] = moved.get(m.position, 0) + m.nbytes
+                    if best is None or (moved[m.position], -m.position) > (moved[best], -best):
+                        best = m.position
+                if taken >= last and best is not None:
+                    self._spans[taken] = best
+                    self._span_bytes[taken] = moved[best]
         self.all_uva_step = Step(len(uva.moves), counts[0], all_uva=True) if uva is not None and uva.moves else None
         self._steps: list[Step] | None = None
 
