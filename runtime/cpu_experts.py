@@ -60,6 +60,7 @@ import torch
 from torch import nn
 
 from runtime.errors import ApplyError
+from runtime.forward_gate import ForwardGate
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, rows_dtype
 from runtime.pinned import HostArena, pack
 from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
@@ -491,6 +492,11 @@ def split_gpu_bytes(plan: Plan) -> int:
 
 class CpuOffloader(UvaOffloader):
     """Backend ``cpu`` (and ``mixed`` without prefetched params): the params on UVA read in place; the
-    experts split by expert are ``ExpertSplits``'."""
+    experts split by expert are ``ExpertSplits``'. With experts on the host, one forward at a time and no backward
+    (runtime/forward_gate.py): a split layer's host buffers are rewritten at every call."""
 
     name = "cpu"
+
+    def wrap_modules(self) -> None:
+        if any(layer.experts is not None and layer.experts.cpu for layer in self.plan.layers):
+            ForwardGate(type(self.model).__name__).install(self.model, self.hooks)

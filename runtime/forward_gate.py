@@ -14,7 +14,8 @@ another layer's weights, silently, and are handled here (eager only: code being 
   slot first when the slot holds another layer (``PrefetchOffloader._copy_now``: correct, synchronous).
 
 A forward that ended with an error also restarts the check of the plan's layer order (it would otherwise
-report the interrupted forward's layers as out of order).
+report the interrupted forward's layers as out of order). A plan whose host computes experts without a buffer pool
+(the cpu offloader) gets the gate too: each split layer's host buffers are rewritten at every call.
 
 Cost, eager only (compiled code and graph replays call none of these hooks): two hooks a forward, and one
 pre-hook a module that owns a prefetched param of a layer sharing its slot; measured on this project's 2-core VM,
@@ -49,15 +50,16 @@ def _refuse_backward(_grad: torch.Tensor) -> None:
 class ForwardGate:
     """One applied prefetch plan's gate: who runs a forward now, and whether that forward needs grad."""
 
-    def __init__(self, model_name: str, on_abort: Callable[[], None]) -> None:
+    def __init__(self, model_name: str, on_abort: Callable[[], None] | None = None) -> None:
         self.model_name = model_name
-        self.on_abort = on_abort  # the offloader's reset after a forward that ended with an error
+        self.on_abort = on_abort  # the offloader's reset after a forward that ended with an error (before its join)
         self._lock = threading.Lock()
         self.owner: int | None = None  # the thread whose forward runs now
         self.grad = False  # that forward runs with grad mode on
         self.joined = True  # that forward reached the offloader's join (it did not end with an error)
 
     def install(self, model: nn.Module, hooks: list) -> None:
+        """The model's pre-hook and always-called hook, appended to ``hooks`` (the offloader removes them)."""
         hooks.append(model.register_forward_pre_hook(self._enter))
         hooks.append(model.register_forward_hook(self._leave, always_call=True))
 
@@ -83,7 +85,7 @@ class ForwardGate:
         if is_compiling() or self.owner != threading.get_ident():
             return None
         try:
-            if not self.joined:  # ended with an error before the offloader's join
+            if self.on_abort is not None and not self.joined:  # ended with an error before the offloader's join
                 self.on_abort()
             elif self.grad and output is not None:
                 for leaf in tree_leaves(output):

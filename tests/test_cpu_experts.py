@@ -316,3 +316,39 @@ def test_a_split_layer_holds_no_more_than_the_grouped_module_however_many_parts_
     assert torch.allclose(got.float(), want.float(), atol=1e-2, rtol=0)
     rows = tokens * k * h * 2  # one [T·k, H] in bf16
     assert split <= grouped + rows // 8, (split / rows, grouped / rows)
+
+
+def test_backward_through_host_experts_is_refused_and_the_forward_is_not():
+    model = make_moe("qwen3_moe")
+    ids = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(5))
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+        assert handle.offloader.name == "cpu"
+        out = model(ids).logits
+        assert torch.equal(out.detach(), _logits(model, ids))
+        with pytest.raises(runtime.BackwardThroughOffloadError):
+            out.sum().backward()
+
+
+def test_a_second_threads_forward_is_refused_while_host_experts_run(monkeypatch):
+    model = make_moe("qwen3_moe")
+    ids = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(6))
+    inside, go_on, seen = threading.Event(), threading.Event(), {}
+
+    def hold(_module, _args):
+        if threading.current_thread().name == "first":
+            inside.set()
+            go_on.wait(10)
+
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1):
+        want = _logits(model, ids)
+        hook = model.model.layers[1].register_forward_pre_hook(hold)
+        t = threading.Thread(target=lambda: seen.setdefault("first", torch.equal(_logits(model, ids), want)),
+                             name="first")
+        t.start()
+        assert inside.wait(10)
+        with pytest.raises(runtime.ConcurrentForwardError):
+            _logits(model, ids)
+        go_on.set()
+        t.join(10)
+        hook.remove()
+        assert seen == {"first": True}
