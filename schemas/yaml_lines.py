@@ -26,6 +26,8 @@ import yaml
 Path_ = tuple[Any, ...]
 
 MAX_NODES = 2_000_000
+TOO_LARGE = (f"document too large: more than {MAX_NODES} nodes (aliases that expand it, or more than a spec or "
+             "plan holds)")
 MAX_DEPTH = 200  # nesting of collections; real files nest a handful deep
 MAX_DIGITS = 100  # an int of more digits is refused as it is read (Python's int() stops at 4300)
 _MAX_INT = 10**MAX_DIGITS
@@ -97,7 +99,7 @@ class _Builder:
         self.lines.setdefault(path, _line(node))
         self.count += 1
         if self.count > MAX_NODES:
-            raise YamlProblem(f"document too large: more than {MAX_NODES} nodes (alias bomb?)")
+            raise YamlProblem(TOO_LARGE)
         if id(node) in self.open:
             raise YamlProblem("an alias refers to a node that contains it (recursive structure)",
                               self.lines.get(path, _line(node)))
@@ -311,7 +313,7 @@ def _build_from_events(parser: yaml.SafeLoader, lines: dict[Path_, int] | None) 
             raise _Unsupported  # an alias; other events cannot happen inside a document
         count += 1
         if count > MAX_NODES:
-            raise YamlProblem(f"document too large: more than {MAX_NODES} nodes (alias bomb?)")
+            raise YamlProblem(TOO_LARGE)
         if parent is None:  # the root
             root = value
             path: Path_ = ()

@@ -91,3 +91,16 @@ def test_routing_counts_above_the_tokens_routed_are_refused():
 
     with pytest.raises(ValidationError, match="an expert received 200 tokens of the 100 routed"):
         LayerRouting(layer="model.layers.0", experts=8, top_k=2, tokens=100, counts=[200, 0, 0, 0, 0, 0, 0, 0])
+
+
+def test_control_characters_from_the_input_are_escaped_in_errors(tmp_path):
+    import json
+    import struct
+
+    header = json.dumps({"a\u0007\u001b[31m.weight": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 9]}})
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode() + b"\0" * 8)
+    result = invoke("spec", "--from-safetensors", str(path))
+    assert result.exit_code == 2
+    assert "\u0007" not in result.output and "\u001b" not in result.output
+    assert "\\x07" in result.output

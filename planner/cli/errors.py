@@ -69,9 +69,14 @@ def explain(exc: BaseException, debug: bool = False) -> tuple[str, int]:
 
 
 def lines(message: str, hints: Iterable[str] = ()) -> str:
-    """``error:`` before each line of ``message``, then a ``hint:`` line each."""
-    said = [f"error: {line}" for line in str(message).splitlines() or [""]]
-    return "".join(f"{line}\n" for line in [*said, *(f"hint: {hint}" for hint in hints)])
+    """``error:`` before each line of ``message``, then a ``hint:`` line each; control characters from the input
+    (a tensor name, a path) are written as escapes, never sent to the terminal."""
+    said = [f"error: {_printable(line)}" for line in str(message).splitlines() or [""]]
+    return "".join(f"{line}\n" for line in [*said, *(f"hint: {_printable(hint)}" for hint in hints)])
+
+
+def _printable(text: str) -> str:
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _bug(exc: BaseException, debug: bool) -> tuple[str, int]:
