@@ -46,6 +46,9 @@ def one_file_a_rank(folder: str | Path, make: str = "planner plan SPEC --tp N -o
     """The rank plan file of each rank in ``folder`` (ranks may be missing); InputError when there is none or
     a rank has two files. ``make``: the command the message suggests for making them."""
     found = rank_files(folder)
+    other = next((p for p in sorted(Path(folder).iterdir()) if RANK_FILE.match(p.name) and not p.is_file()), None)
+    if other is not None:  # read as a set, it would be skipped: say so
+        raise InputError(f"{other}: named as a rank plan, but it is not a file")
     if not found:
         raise InputError(f"{folder}: no rank plans (rank0.plan.yaml, rank1.plan.yaml, ...) in this folder; "
                          f"make them with `{make}`")

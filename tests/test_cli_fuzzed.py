@@ -104,3 +104,13 @@ def test_control_characters_from_the_input_are_escaped_in_errors(tmp_path):
     assert result.exit_code == 2
     assert "\u0007" not in result.output and "\u001b" not in result.output
     assert "\\x07" in result.output
+
+
+def test_a_folder_named_as_a_rank_plan_is_named_not_skipped(tmp_path):
+    folder = tmp_path / "ranks"
+    made = invoke("plan", SMALL, "--tp", "2", "-g", "2GB", "-o", str(folder))
+    assert made.exit_code == 0, made.output
+    (folder / "rank2.plan.yaml").mkdir()
+    result = invoke("validate", str(folder))
+    assert result.exit_code == 2
+    assert "rank2.plan.yaml: named as a rank plan, but it is not a file" in result.output
