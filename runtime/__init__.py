@@ -2,10 +2,9 @@
 
 from runtime.apply import Handle, apply
 from runtime.describe import describe
-from runtime.errors import (ApplyError, BackwardThroughOffloadError, ConcurrentForwardError, OffloadedWriteError,
-                            PlanMismatchError)
+from runtime.errors import ApplyError, ConcurrentForwardError, OffloadedWriteError, PlanMismatchError
 from runtime.guard import AppliedModelError, handle_of
 from runtime.teardown import RemoveError
 
-__all__ = ["AppliedModelError", "ApplyError", "BackwardThroughOffloadError", "ConcurrentForwardError", "Handle",
-           "OffloadedWriteError", "PlanMismatchError", "RemoveError", "apply", "describe", "handle_of"]
+__all__ = ["AppliedModelError", "ApplyError", "ConcurrentForwardError", "Handle", "OffloadedWriteError",
+           "PlanMismatchError", "RemoveError", "apply", "describe", "handle_of"]

@@ -223,6 +223,8 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         offloader.post_init()
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)
+        if isinstance(offloader, PrefetchOffloader):
+            offloader.on_bump = watch.expect  # its refills' version bumps are not the model's writes
         handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
         if stats:
             handle.peaks = PeakWatch(device)

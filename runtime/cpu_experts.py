@@ -492,7 +492,7 @@ def split_gpu_bytes(plan: Plan) -> int:
 
 class CpuOffloader(UvaOffloader):
     """Backend ``cpu`` (and ``mixed`` without prefetched params): the params on UVA read in place; the
-    experts split by expert are ``ExpertSplits``'. With experts on the host, one forward at a time and no backward
+    experts split by expert are ``ExpertSplits``'. With experts on the host, one forward at a time
     (runtime/forward_gate.py): a split layer's host buffers are rewritten at every call."""
 
     name = "cpu"

@@ -32,11 +32,6 @@ class ConcurrentForwardError(ApplyError):
     (runtime/forward_gate.py). Nothing was changed; the other forward runs on."""
 
 
-class BackwardThroughOffloadError(ApplyError):
-    """A backward reached the output of a forward that read prefetched weights from shared slots, which later
-    layers have overwritten since (runtime/forward_gate.py): its gradients would be wrong."""
-
-
 class OffloadedWriteError(PlannerError, RuntimeError):
     """The model wrote to an offloaded tensor: offloaded tensors are read-only while a plan is
     applied (runtime/writes.py). Raised at the end of the forward that found it, instead of its

@@ -1,100 +1,120 @@
-"""What keeps a prefetch plan's shared slots right around its forwards, beyond the schedule itself.
+"""What keeps a plan's shared buffers right around its forwards, beyond the schedule itself.
 
-A prefetch slot holds one layer's weights at a time, so three uses of an applied model would compute with
-another layer's weights, silently, and are handled here (eager only: code being compiled returns at once):
+A prefetch slot holds one layer's weights at a time, and a split layer's host buffers (host experts) one call's
+rows, so these uses of an applied model would compute with another layer's weights, silently; each is handled
+(eager only: code being compiled passes straight through):
 
-- **Forwards from two threads at once** would each write the slots the other is reading. The model's forward
-  is a gate: a second thread's forward, while one runs, raises ``ConcurrentForwardError`` before it touches
-  anything (the first runs on). A forward that ends with an error gives the gate back (an always-called hook).
-- **A backward** through a prefetch plan would use whatever the slots hold by then: autograd saved the slot
-  buffers, not the weights. The forward still runs (its output is right); when grad mode is on, each output
-  that requires grad gets a hook that raises ``BackwardThroughOffloadError`` when a backward reaches it.
+- **Forwards from two threads at once** would each write the buffers the other is reading. The model's forward is
+  wrapped in a gate (``model.forward``, an instance attribute ``remove()`` takes off, signature kept): a second
+  thread's forward while one runs raises ``ConcurrentForwardError`` before it touches anything, and so does a
+  submodule of a prefetched layer called from another thread meanwhile (``check_owner``). The gate is given back
+  however the forward ends (``try``/``finally``: an error, ``KeyboardInterrupt``), and a forward of the same model
+  inside its own forward (the same thread) passes through, the gate given back when the outermost one ends.
+- **A backward** through a prefetch plan would read, for a layer whose slot another layer has refilled since, that
+  layer's weights: autograd saved the slot, not the weights. Each refill bumps the version counter of the params
+  it overwrites (``PrefetchOffloader``, once a forward has run with grad mode on), so autograd's own check refuses
+  such a backward ("modified by an inplace operation"); a backward whose saved weights are still in their slots,
+  or that saved none (a frozen backbone), runs and is exact.
 - **A submodule called on its own** (``layers[3].mlp(x)``) skips its layer's hook, so its slot may hold another
-  layer's weights: each module that owns a prefetched param gets a pre-hook that copies its layer back into its
-  slot first when the slot holds another layer (``PrefetchOffloader._copy_now``: correct, synchronous).
+  layer's weights: each module that owns a prefetched param of a layer sharing its slot gets a pre-hook that copies
+  its layer back into its slot first (``slot_checks``; ``PrefetchOffloader._ensure``: correct, synchronous).
 
-A forward that ended with an error also restarts the check of the plan's layer order (it would otherwise
-report the interrupted forward's layers as out of order). A plan whose host computes experts without a buffer pool
-(the cpu offloader) gets the gate too: each split layer's host buffers are rewritten at every call.
+A forward that ended with an error also restarts the check of the plan's layer order (it would otherwise report
+the interrupted forward's layers as out of order) and drops its partial statistics.
 
-Cost, eager only (compiled code and graph replays call none of these hooks): two hooks a forward, and one
-pre-hook a module that owns a prefetched param of a layer sharing its slot; measured on this project's 2-core VM,
-a 16-layer tiny Llama with 8 such layers (72 module hooks): 2.04 ms a forward against 1.93 without the module
-hooks, about 1.5 us a hook (the Llama-3-8B shape at 8 GB: 162 such hooks, about 0.3 ms on a 150 ms step).
+Calling inner modules of one applied model (``model.model(...)``) from several threads at once, with no forward of
+the whole model running, is not gated; nor is anything under torch.compile (its backward included).
+
+Cost, eager only: one wrapper call a forward, and one pre-hook a module that owns a prefetched param of a layer
+sharing its slot; measured on this project's 2-core VM, a 16-layer tiny Llama with 8 such layers (72 module hooks):
+2.04 ms a forward against 1.93 without the module hooks, about 1.5 us a hook (the Llama-3-8B shape at 8 GB: 162
+such hooks, about 0.3 ms on a 150 ms step).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
-import torch
 from torch import nn
 from torch.compiler import is_compiling
-from torch.utils._pytree import tree_leaves
 
-from runtime.errors import BackwardThroughOffloadError, ConcurrentForwardError
+from runtime.errors import ConcurrentForwardError
 
-
-BACKWARD_REFUSED = (
-    "backward through a forward of a model with a prefetch plan applied: autograd saved the weights it needs as "
-    "prefetch slot buffers, which later layers have overwritten since, so the gradients would be wrong. Offloaded "
-    "models are for inference: run the forward under torch.no_grad() or torch.inference_mode(), or remove() the "
-    "plan to train (a plan that reads offloaded weights through UVA, --backend uva, keeps them in place)")
-
-
-def _refuse_backward(_grad: torch.Tensor) -> None:
-    raise BackwardThroughOffloadError(BACKWARD_REFUSED)
+_ABSENT = object()
 
 
 class ForwardGate:
-    """One applied prefetch plan's gate: who runs a forward now, and whether that forward needs grad."""
+    """One applied plan's gate: which thread runs a forward of the model now, and how deep."""
 
-    def __init__(self, model_name: str, on_abort: Callable[[], None] | None = None) -> None:
+    def __init__(self, model_name: str, on_end: Callable[[bool], None] | None = None) -> None:
         self.model_name = model_name
-        self.on_abort = on_abort  # the offloader's reset after a forward that ended with an error (before its join)
+        self.on_end = on_end  # the offloader's end of a forward, inside the gate: on_end(completed)
         self._lock = threading.Lock()
         self.owner: int | None = None  # the thread whose forward runs now
-        self.grad = False  # that forward runs with grad mode on
-        self.joined = True  # that forward reached the offloader's join (it did not end with an error)
+        self.depth = 0  # forwards of the model that thread is inside
 
     def install(self, model: nn.Module, hooks: list) -> None:
-        """The model's pre-hook and always-called hook, appended to ``hooks`` (the offloader removes them)."""
-        hooks.append(model.register_forward_pre_hook(self._enter))
-        hooks.append(model.register_forward_hook(self._leave, always_call=True))
+        """Wrap ``model.forward``; what undoes it is appended to ``hooks`` (the offloader removes them)."""
+        previous = model.__dict__.get("forward", _ABSENT)
+        model.forward = self.wrap(model.forward)
+        hooks.append(_Unwrap(model, previous))
 
-    def _enter(self, _module: nn.Module, _args: tuple) -> None:
-        if is_compiling():
-            return None
-        me = threading.get_ident()
-        if self.owner == me:  # a forward this thread runs inside its own forward
-            return None
-        if not self._lock.acquire(blocking=False):
-            raise ConcurrentForwardError(
-                f"a forward of this {self.model_name} is running in another thread: the prefetch plan applied to "
-                "it fills shared GPU buffer slots during a forward, so its forwards must run one at a time (hold a "
-                "lock around them, or give each thread its own model)")
-        self.owner, self.grad, self.joined = me, torch.is_grad_enabled(), False
-        return None
+    def wrap(self, forward: Callable) -> Callable:
+        @functools.wraps(forward)  # inspect.signature(model.forward) still reads the model's own (generate() does)
+        def gated(*args, **kwargs):
+            if is_compiling():
+                return forward(*args, **kwargs)
+            me = threading.get_ident()
+            if self.owner == me:  # a forward of the model inside its own forward, on this thread
+                self.depth += 1
+                try:
+                    return forward(*args, **kwargs)
+                finally:
+                    self.depth -= 1
+            if not self._lock.acquire(blocking=False):
+                raise self.refusal()
+            self.owner, self.depth = me, 1
+            completed = False
+            try:
+                out = forward(*args, **kwargs)
+                completed = True
+                return out
+            finally:
+                try:
+                    if self.on_end is not None:
+                        self.on_end(completed)
+                finally:
+                    self.owner, self.depth = None, 0
+                    self._lock.release()
 
-    def joined_now(self) -> None:
-        """The offloader's join ran: the forward reached its end."""
-        self.joined = True
+        return gated
 
-    def _leave(self, _module: nn.Module, _args: tuple, output) -> None:
-        if is_compiling() or self.owner != threading.get_ident():
-            return None
-        try:
-            if self.on_abort is not None and not self.joined:  # ended with an error before the offloader's join
-                self.on_abort()
-            elif self.grad and output is not None:
-                for leaf in tree_leaves(output):
-                    if isinstance(leaf, torch.Tensor) and leaf.requires_grad:
-                        leaf.register_hook(_refuse_backward)
-        finally:
-            self.owner = None
-            self._lock.release()
-        return None
+    def check_owner(self) -> None:
+        """Raise when another thread's forward of the model runs now (a submodule called from here meanwhile)."""
+        owner = self.owner
+        if owner is not None and owner != threading.get_ident():
+            raise self.refusal()
+
+    def refusal(self) -> ConcurrentForwardError:
+        return ConcurrentForwardError(
+            f"a forward of this {self.model_name} is running in another thread: the plan applied to it rewrites "
+            "shared buffers during a forward (prefetch slots, host experts' rows), so its forwards must run one "
+            "at a time (hold a lock around them, or give each thread its own model)")
+
+
+class _Unwrap:
+    """Takes the gate off ``model.forward`` (what ``remove()`` calls for each of an offloader's hooks)."""
+
+    def __init__(self, model: nn.Module, previous: object) -> None:
+        self.model, self.previous = model, previous
+
+    def remove(self) -> None:
+        if self.previous is _ABSENT:
+            self.model.__dict__.pop("forward", None)
+        else:
+            self.model.forward = self.previous
 
 
 def slot_checks(module: nn.Module, owned: list[str], ensure: Callable[[], None], hooks: list) -> None:

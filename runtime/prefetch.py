@@ -19,8 +19,8 @@ Eager hooks call these methods directly; only code being traced by torch.compile
 the custom ops (runtime/prefetch_ops.py), whose bodies call the same methods.
 Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
 layer that finds someone else's weights in its slot (after an interrupted forward, or a submodule
-called on its own) gets a synchronous copy. One forward at a time, no backward through the slots:
-runtime/forward_gate.py. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
+called on its own) gets a synchronous copy. One forward at a time, and a backward that would read
+a refilled slot refused: runtime/forward_gate.py. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
 never triggered again.
 """
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from torch.autograd.graph import increment_version
 from torch.compiler import is_compiling
 
 import runtime.cudart as cudart
@@ -96,7 +97,10 @@ class PrefetchOffloader(Offloader):
         self.current = ForwardStats()
         self._trigger_events: dict[int, object] = {}
         self._order: list[int] | None = []  # offloaded layers seen in the first forward (order check)
-        self.gate: ForwardGate | None = None  # one forward at a time, no backward, submodules called alone
+        self.gate: ForwardGate | None = None  # one forward at a time; submodules called alone (forward_gate.py)
+        self._autograd = False  # a forward ran with grad mode on: refills bump the overwritten params' versions
+        self._rivals: list[list[torch.Tensor]] = []  # per layer: the params of the others that share its slots
+        self.on_bump = None  # told of those bumps (apply: the write check's ``expect``)
         # the hot path's calls, bound at apply (wrap_modules)
         self._memcpy = None
         self._compute_stream = None
@@ -105,6 +109,7 @@ class PrefetchOffloader(Offloader):
     def wrap_modules(self) -> None:
         plan = self.plan
         self.pool = BufferPool(plan.buffer_pool, self.device)
+        self.gate = ForwardGate(type(self.model).__name__, self._forward_ended)  # its hooks check it
         position = {layer.name: i for i, layer in enumerate(plan.layers)}
         host_of = {(o.ref.layer, o.ref.rel): o for o in self.offloaded}
         n_layers = len(plan.layers)
@@ -152,7 +157,9 @@ class PrefetchOffloader(Offloader):
             if j is not None and not pl.prefetch.once:  # a slot's only user never leaves it
                 slot_checks(module, list(pl.prefetched), functools.partial(self._ensure, j), self.hooks)
         self.hooks.append(self.model.register_forward_hook(self._post_hook()))
-        self.gate = ForwardGate(type(self.model).__name__, self._after_abort)
+        self._rivals = [[o.ref.local for k, other in enumerate(self.layers) if k != j
+                         and set(other.regions) & set(layer.regions) for o, _ in other.params]
+                        for j, layer in enumerate(self.layers)]
         self.gate.install(self.model, self.hooks)
 
     def _pre_hook(self, pos: int, trigger: bool, j: int | None):
@@ -160,12 +167,15 @@ class PrefetchOffloader(Offloader):
         start_op = torch.ops.offload_planner.start_copies
         wait_op = torch.ops.offload_planner.wait_copy
         start, wait = self.start_copies, self.wait_copy
+        gate = self.gate
 
         def hook(_module: nn.Module, args: tuple, kwargs: dict):
             # eager (and eager CUDA graph capture, which runs this body once): call the offloader
             # directly; under torch.compile tracing, the custom ops order the steps in the graph
             x = _first_tensor(args, kwargs) if is_compiling() else None
             if x is None:
+                if gate is not None:
+                    gate.check_owner()  # an inner module called from another thread while a forward runs
                 if trigger:
                     start(pos)
                 if j is not None:
@@ -185,9 +195,9 @@ class PrefetchOffloader(Offloader):
         join = self.join_after_forward
 
         def hook(_module: nn.Module, _args: tuple, output):
-            x = None
-            if is_compiling():  # the anchor is looked for at trace time only
-                x = activation(output) if isinstance(output, torch.Tensor) else _first_in(output)
+            if not is_compiling():  # eager: the gate's end of the forward joined (_forward_ended)
+                return None
+            x = activation(output) if isinstance(output, torch.Tensor) else _first_in(output)  # at trace time
             if x is None:
                 join()
             else:
@@ -231,6 +241,8 @@ class PrefetchOffloader(Offloader):
         memcpy = self._memcpy
         for j in js:  # every call names its stream: no stream context needed
             layer = self.layers[j]
+            if self._autograd:
+                self._bump_rivals(j)
             if timed:
                 t0 = torch.cuda.Event(enable_timing=True)
                 t0.record(stream)
@@ -253,6 +265,8 @@ class PrefetchOffloader(Offloader):
 
     def wait_copy(self, j: int) -> None:
         layer = self.layers[j]
+        if not self._autograd and torch.is_grad_enabled():
+            self._autograd = True
         if self._order is not None:
             self._order.append(j)
         if any(self.slot_owner.get(r) != j for r in layer.regions):  # not what the schedule left there: copy now
@@ -281,8 +295,6 @@ class PrefetchOffloader(Offloader):
 
     def join_after_forward(self) -> None:
         self._join_copies()
-        if self.gate is not None:
-            self.gate.joined_now()
         if self._order is not None and self._order:
             self._check_order(self._order)
             self._order = None
@@ -298,16 +310,33 @@ class PrefetchOffloader(Offloader):
         self.issued.clear()
         self.captured.clear()
 
-    def _after_abort(self) -> None:
-        """A forward ended with an error before its join (runtime/forward_gate.py): join what it issued, and
-        check the layer order again on the next whole forward."""
+    def _forward_ended(self, completed: bool) -> None:
+        """The end of an eager forward, inside the gate (runtime/forward_gate.py): the join; after an error, what
+        it issued joined, its partial statistics dropped, and the layer order checked again on the next one."""
+        if completed:
+            self.join_after_forward()
+            return
         self._join_copies()
+        self.current = ForwardStats()
         if self._order is not None:
             self._order = []
+
+    def _bump_rivals(self, j: int) -> None:
+        """Layer ``j``'s refill overwrites what its slots held: the other layers' params there change version, so
+        a backward that saved them refuses (runtime/forward_gate.py); the write check is told (runtime/writes.py)."""
+        rivals = self._rivals[j]
+        for t in rivals:
+            increment_version(t)
+        if self.on_bump is not None:
+            self.on_bump(rivals)
 
     def _ensure(self, j: int) -> None:
         """Layer ``j``'s weights in its slot, copied now when the slot holds another layer's (a submodule of
         ``j`` called on its own)."""
+        if self.gate is not None:
+            self.gate.check_owner()
+        if not self._autograd and torch.is_grad_enabled():
+            self._autograd = True
         owner = self.slot_owner
         for r in self.layers[j].regions:
             if owner.get(r) != j:
@@ -342,6 +371,8 @@ class PrefetchOffloader(Offloader):
     def _copy_now(self, j: int) -> None:
         """Synchronous-order copy on the compute stream (priming, recovery, CPU)."""
         layer = self.layers[j]
+        if self._autograd:
+            self._bump_rivals(j)
         if not self.cuda:
             for o, buf in layer.params:
                 buf.copy_(o.host)

@@ -17,7 +17,7 @@ import runtime  # noqa: E402
 from model_state import assert_same, snapshot  # noqa: E402
 from models import LlamaConfig, make_llama  # noqa: E402
 from runtime.errors import ApplyError  # noqa: E402
-from runtime.errors import BackwardThroughOffloadError, ConcurrentForwardError  # noqa: E402
+from runtime.errors import ConcurrentForwardError  # noqa: E402
 
 CFG = LlamaConfig(vocab=64, dim=32, layers=4, heads=4, kv_heads=2, hidden=48)
 IDS = torch.randint(0, 60, (2, 5), generator=torch.Generator().manual_seed(3))
@@ -99,14 +99,87 @@ def test_a_forward_that_raises_gives_the_gate_back_without_an_order_warning(capl
         assert "did not run in the plan's order" not in caplog.text
 
 
-def test_backward_through_a_prefetch_plan_is_refused_and_the_forward_is_right():
+def test_a_backward_that_would_read_a_refilled_slot_is_refused_and_one_that_would_not_is_exact():
     model, ref = make_llama(CFG, dtype=torch.float32), make_llama(CFG, dtype=torch.float32)
     with runtime.apply(shared_slot_plan(model), model, device="cpu"):
-        out = model(IDS)
+        out = model(IDS)  # layer 3's refill overwrote layer 1's weights, which autograd saved
         assert torch.equal(out, ref(IDS))
-        with pytest.raises(BackwardThroughOffloadError, match="gradients would be wrong"):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             out.pow(2).mean().backward()
         assert torch.equal(logits(model), logits(ref))  # inference goes on as before
+        # a frozen backbone: only the head learns, so no slot's weights were saved for the backward
+        model.zero_grad(set_to_none=True)  # the refused backward had reached the head already
+        for p in [*model.parameters(), *ref.parameters()]:
+            p.requires_grad_(False)
+        model.lm_head.weight.requires_grad_(True)
+        ref.lm_head.weight.requires_grad_(True)
+        model(IDS).pow(2).mean().backward()
+        ref(IDS).pow(2).mean().backward()
+        assert torch.equal(model.lm_head.weight.grad, ref.lm_head.weight.grad)
+
+
+def test_a_backward_through_a_kv_cache_or_a_hooked_activation_is_refused_too():
+    model = make_llama(CFG, dtype=torch.float32)
+    seen = []
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        hook = model.model.norm.register_forward_hook(lambda _m, _a, out: seen.append(out))
+        model(IDS)
+        hook.remove()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            seen[0].sum().backward()
+
+
+def test_a_forward_inside_the_models_own_forward_keeps_the_gate_until_the_outer_one_ends():
+    model, ref = make_llama(CFG), make_llama(CFG)
+    want = logits(ref)
+    inner, started = [], []
+
+    def nested(_module, _args, _out):
+        if not started:
+            started.append(True)
+            inner.append(logits(model, IDS[:, :3]))
+
+    with runtime.apply(shared_slot_plan(model), model, device="cpu") as handle:
+        gate = handle.offloader.gate
+        hook = model.model.layers[0].register_forward_hook(nested)
+        owners = []
+        probe = model.model.layers[2].register_forward_pre_hook(lambda *_: owners.append((gate.owner, gate.depth)))
+        assert torch.equal(logits(model), want)
+        hook.remove()
+        probe.remove()
+        assert owners and all(o is not None and d == 1 for o, d in owners[-1:])  # the outer forward still held it
+        assert torch.equal(inner[0], logits(ref, IDS[:, :3]))
+        assert gate.owner is None and not gate._lock.locked()
+
+
+def test_a_forward_ended_by_keyboard_interrupt_gives_the_gate_back():
+    model, ref = make_llama(CFG), make_llama(CFG)
+
+    def interrupt(_module, _args):
+        raise KeyboardInterrupt
+
+    with runtime.apply(shared_slot_plan(model), model, device="cpu") as handle:
+        hook = model.model.layers[2].register_forward_pre_hook(interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            logits(model)
+        hook.remove()
+        assert handle.offloader.gate.owner is None
+        done = []
+        t = threading.Thread(target=lambda: done.append(torch.equal(logits(model), logits(ref))))
+        t.start()
+        t.join(10)
+        assert done == [True]
+
+
+def test_the_gate_keeps_the_models_forward_signature_and_remove_takes_it_off():
+    import inspect
+
+    model = make_llama(CFG)
+    before = inspect.signature(model.forward)
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        assert "forward" in model.__dict__
+        assert inspect.signature(model.forward) == before
+    assert "forward" not in model.__dict__
 
 
 def test_apply_and_remove_inside_inference_mode_leave_ordinary_tensors():
