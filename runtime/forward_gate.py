@@ -14,7 +14,9 @@ rows, so these uses of an applied model would compute with another layer's weigh
   layer's weights: autograd saved the slot, not the weights. Each refill bumps the version counter of the params
   it overwrites (``PrefetchOffloader``, once a forward has run with grad mode on), so autograd's own check refuses
   such a backward ("modified by an inplace operation"); a backward whose saved weights are still in their slots,
-  or that saved none (a frozen backbone), runs and is exact.
+  or that saved none (a frozen backbone), runs and is exact. Autograd does not check tensors saved through
+  ``torch.autograd.graph.saved_tensors_hooks`` (``save_on_cpu``, activation offloaders), so a grad-mode forward
+  under such hooks is refused at its first layer that shares a slot (``saved_tensor_hooks_active``).
 - **A submodule called on its own** (``layers[3].mlp(x)``) skips its layer's hook, so its slot may hold another
   layer's weights: each module that owns a prefetched param of a layer sharing its slot gets a pre-hook that copies
   its layer back into its slot first (``slot_checks``; ``PrefetchOffloader._ensure``: correct, synchronous).
@@ -37,12 +39,31 @@ import functools
 import threading
 from collections.abc import Callable
 
+import torch
 from torch import nn
 from torch.compiler import is_compiling
 
 from runtime.errors import ConcurrentForwardError
 
 _ABSENT = object()
+
+SAVED_HOOKS_REFUSED = (
+    "'{layer}' runs with grad mode on under torch.autograd.graph.saved_tensors_hooks (save_on_cpu, an activation "
+    "offloader): it reads its weights from a prefetch slot that a later layer refills, and autograd does not check "
+    "tensors saved through such hooks, so a backward would silently use the other layer's weights. Run the forward "
+    "under torch.no_grad() or torch.inference_mode(), outside those hooks, or remove() the plan to train")
+
+
+def saved_tensor_hooks_active() -> bool:
+    """Whether ``torch.autograd.graph.saved_tensors_hooks`` are in force on this thread (False where this torch does
+    not say)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is None:
+        return False
+    try:
+        return top(True) is not None
+    except TypeError:  # an older signature, without ignore_is_tracing
+        return top() is not None
 
 
 class ForwardGate:
@@ -54,17 +75,19 @@ class ForwardGate:
         self._lock = threading.Lock()
         self.owner: int | None = None  # the thread whose forward runs now
         self.depth = 0  # forwards of the model that thread is inside
+        self.active = True  # until the plan is removed
 
     def install(self, model: nn.Module, hooks: list) -> None:
         """Wrap ``model.forward``; what undoes it is appended to ``hooks`` (the offloader removes them)."""
         previous = model.__dict__.get("forward", _ABSENT)
-        model.forward = self.wrap(model.forward)
-        hooks.append(_Unwrap(model, previous))
+        gated = self.wrap(model.forward)
+        model.forward = gated
+        hooks.append(_Unwrap(self, model, gated, previous))
 
     def wrap(self, forward: Callable) -> Callable:
         @functools.wraps(forward)  # inspect.signature(model.forward) still reads the model's own (generate() does)
         def gated(*args, **kwargs):
-            if is_compiling():
+            if is_compiling() or not self.active:  # (not active: removed, and still called through a user's wrapper)
                 return forward(*args, **kwargs)
             me = threading.get_ident()
             if self.owner == me:  # a forward of the model inside its own forward, on this thread
@@ -105,12 +128,17 @@ class ForwardGate:
 
 
 class _Unwrap:
-    """Takes the gate off ``model.forward`` (what ``remove()`` calls for each of an offloader's hooks)."""
+    """Takes the gate off ``model.forward`` (what ``remove()`` calls for each of an offloader's hooks): the forward
+    before it comes back, unless something else was set there since (a user's wrapper, kept; the gate inside it
+    then just calls through)."""
 
-    def __init__(self, model: nn.Module, previous: object) -> None:
-        self.model, self.previous = model, previous
+    def __init__(self, gate: ForwardGate, model: nn.Module, gated: Callable, previous: object) -> None:
+        self.gate, self.model, self.gated, self.previous = gate, model, gated, previous
 
     def remove(self) -> None:
+        self.gate.active = False
+        if self.model.__dict__.get("forward") is not self.gated:
+            return
         if self.previous is _ABSENT:
             self.model.__dict__.pop("forward", None)
         else:

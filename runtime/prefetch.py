@@ -41,7 +41,8 @@ import runtime.prefetch_ops as prefetch_ops
 from runtime.gpu_buffers import BufferPool
 from runtime.capture import captured_copies
 from runtime.dtensor import activation
-from runtime.forward_gate import ForwardGate, slot_checks
+from runtime.errors import ApplyError
+from runtime.forward_gate import SAVED_HOOKS_REFUSED, ForwardGate, saved_tensor_hooks_active, slot_checks
 from runtime.offloader import Offloaded, Offloader
 from runtime.stats import ForwardStats
 from runtime.tensors import storage_nbytes
@@ -265,8 +266,8 @@ class PrefetchOffloader(Offloader):
 
     def wait_copy(self, j: int) -> None:
         layer = self.layers[j]
-        if not self._autograd and torch.is_grad_enabled():
-            self._autograd = True
+        if torch.is_grad_enabled():
+            self._grad_forward(j)
         if self._order is not None:
             self._order.append(j)
         if any(self.slot_owner.get(r) != j for r in layer.regions):  # not what the schedule left there: copy now
@@ -321,6 +322,13 @@ class PrefetchOffloader(Offloader):
         if self._order is not None:
             self._order = []
 
+    def _grad_forward(self, j: int) -> None:
+        """Layer ``j`` runs with grad mode on: from now on refills bump versions (``_bump_rivals``); under saved-tensor
+        hooks, which autograd does not version-check, a layer sharing its slot is refused (runtime/forward_gate.py)."""
+        self._autograd = True
+        if self._rivals[j] and saved_tensor_hooks_active():
+            raise ApplyError(SAVED_HOOKS_REFUSED.format(layer=self.layers[j].name))
+
     def _bump_rivals(self, j: int) -> None:
         """Layer ``j``'s refill overwrites what its slots held: the other layers' params there change version, so
         a backward that saved them refuses (runtime/forward_gate.py); the write check is told (runtime/writes.py)."""
@@ -335,8 +343,8 @@ class PrefetchOffloader(Offloader):
         ``j`` called on its own)."""
         if self.gate is not None:
             self.gate.check_owner()
-        if not self._autograd and torch.is_grad_enabled():
-            self._autograd = True
+        if torch.is_grad_enabled():
+            self._grad_forward(j)
         owner = self.slot_owner
         for r in self.layers[j].regions:
             if owner.get(r) != j:

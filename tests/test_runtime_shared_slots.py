@@ -252,3 +252,27 @@ def test_a_model_dropped_while_applied_gives_back_what_the_process_held():
     del model
     gc.collect()
     assert (guard._hook_guard_holds, capture._held) == held[:2]
+
+
+def test_a_grad_forward_under_saved_tensor_hooks_is_refused_where_a_slot_is_shared():
+    model, ref = make_llama(CFG, dtype=torch.float32), make_llama(CFG, dtype=torch.float32)
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            with pytest.raises(ApplyError, match="saved_tensors_hooks"):
+                model(IDS)
+            assert torch.equal(logits(model), logits(ref))  # no grad: nothing is saved, nothing refused
+        assert torch.equal(logits(model), logits(ref))
+
+
+def test_remove_keeps_a_forward_the_user_set_while_applied():
+    model, ref = make_llama(CFG), make_llama(CFG)
+    handle = runtime.apply(shared_slot_plan(model), model, device="cpu")
+    gated = model.forward
+
+    def mine(*args, **kwargs):
+        return gated(*args, **kwargs)
+
+    model.forward = mine
+    handle.remove()
+    assert model.__dict__["forward"] is mine
+    assert torch.equal(logits(model), logits(ref))  # the gate inside it just calls through now
