@@ -69,8 +69,10 @@ def saved_tensor_hooks_active() -> bool:
 class ForwardGate:
     """One applied plan's gate: which thread runs a forward of the model now, and how deep."""
 
-    def __init__(self, model_name: str, on_end: Callable[[bool], None] | None = None) -> None:
+    def __init__(self, model_name: str, on_end: Callable[[bool], None] | None = None,
+                 on_start: Callable[[], None] | None = None) -> None:
         self.model_name = model_name
+        self.on_start = on_start  # the offloader's start of a forward, inside the gate
         self.on_end = on_end  # the offloader's end of a forward, inside the gate: on_end(completed)
         self._lock = threading.Lock()
         self.owner: int | None = None  # the thread whose forward runs now
@@ -101,6 +103,8 @@ class ForwardGate:
             self.owner, self.depth = me, 1
             completed = False
             try:
+                if self.on_start is not None:
+                    self.on_start()
                 out = forward(*args, **kwargs)
                 completed = True
                 return out

@@ -20,8 +20,8 @@ the custom ops (runtime/prefetch_ops.py), whose bodies call the same methods.
 Eager calls also track which layer each slot holds (a spanning layer holds every slot); a
 layer that finds someone else's weights in its slot (after an interrupted forward, or a submodule
 called on its own) gets a synchronous copy. One forward at a time, and a backward that would read
-a refilled slot refused: runtime/forward_gate.py. A layer the plan copies ``once`` (its slot's only user) is copied at apply time and
-never triggered again.
+a refilled slot refused: runtime/forward_gate.py. A layer the plan copies ``once`` (its slot's only
+user) is copied at apply time and never triggered again.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class PrefetchOffloader(Offloader):
     def wrap_modules(self) -> None:
         plan = self.plan
         self.pool = BufferPool(plan.buffer_pool, self.device)
-        self.gate = ForwardGate(type(self.model).__name__, self._forward_ended)  # its hooks check it
+        self.gate = ForwardGate(type(self.model).__name__, self._forward_ended, self._forward_started)  # hooks check it
         position = {layer.name: i for i, layer in enumerate(plan.layers)}
         host_of = {(o.ref.layer, o.ref.rel): o for o in self.offloaded}
         n_layers = len(plan.layers)
@@ -310,6 +310,12 @@ class PrefetchOffloader(Offloader):
             torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
         self.issued.clear()
         self.captured.clear()
+
+    def _forward_started(self) -> None:
+        """An eager forward of the whole model starts: layers called on their own before the first one are not
+        part of the order it checks."""
+        if self._order:
+            self._order = []
 
     def _forward_ended(self, completed: bool) -> None:
         """The end of an eager forward, inside the gate (runtime/forward_gate.py): the join; after an error, what

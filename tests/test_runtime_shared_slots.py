@@ -276,3 +276,15 @@ def test_remove_keeps_a_forward_the_user_set_while_applied():
     handle.remove()
     assert model.__dict__["forward"] is mine
     assert torch.equal(logits(model), logits(ref))  # the gate inside it just calls through now
+
+
+def test_a_layer_called_alone_before_the_first_forward_does_not_make_it_warn(caplog):
+    model, ref = make_llama(CFG), make_llama(CFG)
+    x = torch.randn(1, 3, CFG.dim, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(7))
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"):
+        with torch.no_grad():
+            assert torch.equal(model.model.layers[3].mlp(x), ref.model.layers[3].mlp(x))
+            model.model.layers[3](x)
+        with caplog.at_level("WARNING", logger="runtime"):
+            assert torch.equal(logits(model), logits(ref))
+        assert "did not run in the plan's order" not in caplog.text
