@@ -175,8 +175,7 @@ class PrefetchOffloader(Offloader):
             # directly; under torch.compile tracing, the custom ops order the steps in the graph
             x = _first_tensor(args, kwargs) if is_compiling() else None
             if x is None:
-                if gate is not None:
-                    gate.check_owner()  # an inner module called from another thread while a forward runs
+                gate.check_owner()  # an inner module called from another thread while a forward runs
                 if trigger:
                     start(pos)
                 if j is not None:
@@ -270,7 +269,7 @@ class PrefetchOffloader(Offloader):
             self._grad_forward(j)
         if self._order is not None:
             self._order.append(j)
-        if any(self.slot_owner.get(r) != j for r in layer.regions):  # not what the schedule left there: copy now
+        if not self._holds(j):  # not what the schedule left there: copy now
             self._copy_now(j)
             self.current.late_copies += 1
             return
@@ -347,15 +346,16 @@ class PrefetchOffloader(Offloader):
     def _ensure(self, j: int) -> None:
         """Layer ``j``'s weights in its slot, copied now when the slot holds another layer's (a submodule of
         ``j`` called on its own)."""
-        if self.gate is not None:
-            self.gate.check_owner()
+        self.gate.check_owner()
         if torch.is_grad_enabled():
             self._grad_forward(j)
+        if not self._holds(j):
+            self._copy_now(j)
+
+    def _holds(self, j: int) -> bool:
+        """Whether every slot region of layer ``j`` holds its weights (by the eager bookkeeping)."""
         owner = self.slot_owner
-        for r in self.layers[j].regions:
-            if owner.get(r) != j:
-                self._copy_now(j)
-                return
+        return all(owner.get(r) == j for r in self.layers[j].regions)
 
     def join_capture(self) -> None:
         """The capture under way ends (runtime/capture.py): join the copies issued in it, which count as

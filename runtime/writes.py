@@ -30,7 +30,7 @@ kernels handed a raw pointer that do not declare the mutation.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 import torch
@@ -52,6 +52,10 @@ class WriteWatch:
     how: list[str]  # per tensor: 'prefetch', 'uva' or 'copy' (what became of a write)
     tensors: list[torch.Tensor]
     versions: list[int]
+    index: dict[int, int] = field(default_factory=dict)  # id(tensor) -> its position in ``tensors``
+
+    def __post_init__(self) -> None:
+        self.index = {id(t): i for i, t in enumerate(self.tensors)}
 
     @classmethod
     def of(cls, offloader: Offloader, how: dict[str, str]) -> WriteWatch:
@@ -70,18 +74,10 @@ class WriteWatch:
     def expect(self, bumped: list[torch.Tensor]) -> None:
         """The runtime bumped these tensors' version counters itself (a prefetch refill, so that autograd refuses a
         backward reading the overwritten weights: runtime/forward_gate.py): not a write of the model's."""
-        index = self._index
         for t in bumped:
-            i = index.get(id(t))
+            i = self.index.get(id(t))
             if i is not None:
                 self.versions[i] += 1
-
-    @property
-    def _index(self) -> dict[int, int]:
-        index = self.__dict__.get("_by_id")
-        if index is None:
-            index = self.__dict__["_by_id"] = {id(t): i for i, t in enumerate(self.tensors)}
-        return index
 
     def check(self) -> None:
         written = self.written()
@@ -94,8 +90,7 @@ class WriteWatch:
             offloader.hooks.append(model.register_forward_hook(self._hook()))
 
     def close(self) -> None:
-        self.tensors, self.versions = [], []
-        self.__dict__.pop("_by_id", None)
+        self.tensors, self.versions, self.index = [], [], {}
 
     def _hook(self):
         def hook(_module: nn.Module, _args: tuple, _output):

@@ -149,19 +149,19 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         ms = p.bytes / rate / 1e6
         return ms, ms if link else 0.0
     numel = _numel(p)
-    if role == "routed" and moe is not None:
+    grouped = role == "routed" and moe is not None  # a grouped matmul over the experts the tokens reach
+    if grouped:
         experts = moe[0]
-        hit, routed = reach(moe, tokens, shares)
-        flops = 2.0 * routed * numel / experts
+        hit, pairs = reach(moe, tokens, shares)
+        flops = 2.0 * pairs * numel / experts
         nbytes = p.bytes * hit / experts
-        rows = routed / max(hit, 1e-9)  # tokens each touched expert sees
+        rows = pairs / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
-    routed = role == "routed" and moe is not None
-    passes = (hw.expert_passes(rows) if routed else hw.passes(rows)) if link else 1.0
+    passes = (hw.expert_passes(rows) if grouped else hw.passes(rows)) if link else 1.0
     fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
     read = nbytes * passes / rate / 1e6
-    tflops = hw.experts_tflops if routed else hw.matmul_tflops
+    tflops = hw.experts_tflops if grouped else hw.matmul_tflops
     return fixed + max(flops / (tflops * 1e9), read), read if link else 0.0
 
 
