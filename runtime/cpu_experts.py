@@ -8,8 +8,9 @@ is replaced (an instance attribute, removed again by ``restore``) by ``SplitForw
 1. the routed tokens' hidden states and their routing are copied to the layer's host buffers (pinned,
    asynchronous; made at the layer's first call and reused, ``_Staging``) and the stream then writes a count to
    host memory (or records an event, where the issuing thread computes);
-2. the GPU parts (gpu, uva) are launched: ``runtime.expert_math.part_rows``, grouped matmuls that read no
-   value back;
+2. the GPU parts (gpu, uva) are launched in one pass (``runtime.expert_math.parts_rows``: the pairs sorted
+   once, each part's grouped matmuls, the UVA part's first so that it reads only the experts its rows route
+   to), which reads no value back;
 3. on a GPU whose streams can wait on a flag in host memory (``runtime.stream_wait``): the stream is told to
    wait for the host's rows, their copy to the GPU is queued behind that wait, and the host's part goes to
    ``HostWorker``, one thread of the process that reads host memory until the stream's count arrives, computes
@@ -61,7 +62,7 @@ from torch import nn
 
 from runtime.errors import ApplyError
 from runtime.forward_gate import ForwardGate
-from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, rows_dtype
+from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, parts_rows, rows_dtype
 from runtime.pinned import HostArena, pack
 from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
 from runtime.tensors import TensorRef, resolve
@@ -177,9 +178,19 @@ class _Part:
 
 
 def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
+    """[E]: each of ``ids``' place in it, the others ``len(ids)``."""
     table = torch.full((experts,), len(ids), dtype=torch.long)
     table[torch.tensor(ids, dtype=torch.long)] = torch.arange(len(ids))
     return table.to(device)
+
+
+@dataclass(frozen=True)
+class _GpuParts:
+    """The experts GPU kernels compute (the UVA part's first, then those in GPU memory), in one pass
+    (``parts_rows``)."""
+
+    weights: list[dict[str, torch.Tensor]]
+    table: torch.Tensor  # [E]: place in the parts taken in order, or their total (the host's experts)
 
 
 @dataclass(eq=False)
@@ -219,7 +230,7 @@ class SplitForward:
     module: nn.Module
     layout: Layout
     device: torch.device
-    gpu_parts: list[_Part]
+    gpu: _GpuParts | None  # None: every expert is the host's
     host: _Part | None = None  # the experts the host computes
     host_on_gpu: _Part | None = None  # the same, read through UVA by GPU kernels (calls over max_tokens)
     max_tokens: int | None = None
@@ -232,16 +243,17 @@ class SplitForward:
                  *args, **kwargs) -> torch.Tensor:
         tokens = hidden_states.shape[0]
         on_host = self.host is not None and (self.max_tokens is None or tokens <= self.max_tokens)
-        parts = list(self.gpu_parts)
-        if self.host is not None and not on_host:
-            parts.append(self.host_on_gpu)
         staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
         rows = None  # the parts' rows added in place: one [T·k, H] beside a part's own, however many parts run
-        for part in parts:
+        if self.gpu is not None:
+            rows = parts_rows(self.module, self.layout, self.gpu.weights, self.gpu.table, hidden_states,
+                              top_k_index, top_k_weights)
+        if self.host is not None and not on_host:  # a second part through UVA: its own pass
+            part = self.host_on_gpu
             r = part_rows(self.module, part.layout, part.weights, part.table, hidden_states, top_k_index,
                           top_k_weights)
             rows = r if rows is None else rows.add_(r)
-            del r  # a part's own rows are let go before the next part runs
+            del r
         if staged is not None:
             r = self._host_async(*staged) if self.worker is not None else self._host_rows(*staged)
             if r is not None:
@@ -422,9 +434,12 @@ class ExpertSplits:
         same = lambda t: t  # noqa: E731
         cuda = self.device.type == "cuda"
         uva_view = (lambda t: device_view(t, self.device)) if cuda else same
-        gpu_parts = [part("gpu", same, self.device)] if ids["gpu"] else []
-        if ids["uva"]:
-            gpu_parts.append(part("uva", uva_view, self.device))
+        on_gpu = [p for p in ("uva", "gpu") if ids[p]]  # the part that crosses the link first (parts_rows)
+        gpu = None
+        if on_gpu:
+            places = [e for p in on_gpu for e in ids[p]]
+            gpu = _GpuParts([{a: (uva_view if p == "uva" else same)(sp.slices[p]) for a, sp in by_attr.items()}
+                             for p in on_gpu], _table(places, experts, self.device))
         host = host_on_gpu = None
         if ids["cpu"]:
             host = part("cpu", same, torch.device("cpu"))
@@ -433,7 +448,7 @@ class ExpertSplits:
         worker = self._worker() if host is not None else None
         staging = _Staging(pin=cuda)
         self.stagings.append(staging)
-        forward = SplitForward(module, layout, self.device, gpu_parts, host, host_on_gpu, split.cpu_max_tokens,
+        forward = SplitForward(module, layout, self.device, gpu, host, host_on_gpu, split.cpu_max_tokens,
                                worker, new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT)))

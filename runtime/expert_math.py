@@ -143,6 +143,43 @@ def part_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor
     return rows
 
 
+def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Tensor]], table: torch.Tensor,
+               hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    """``part_rows`` of several parts of one layer at once, the pairs sorted once (one sort, count, gather,
+    weighting and scatter a layer however many parts: at batch 1 the CPU's launches are the step). ``table``
+    maps a global expert id to its place in the parts taken in order (part 0's experts first), or to the parts'
+    total when no part holds it (those pairs' rows are 0).
+
+    Each part's grouped matmuls run over the sorted rows from the first: the rows before its own experts' (the
+    earlier parts') go through its first expert and are not taken (``torch.where`` on the sorted ids), so put
+    first the part whose weights cross the link, which then reads only the experts its own rows route to; the
+    later parts' first experts see the earlier rows again from GPU memory. Rows past a part's last expert are
+    undefined in its output and likewise not taken. A row's value is what ``part_rows`` gives it."""
+    k = top_k_index.shape[-1]
+    sizes = [next(iter(w.values())).shape[0] for w in parts]
+    total = sum(sizes)
+    local = table[top_k_index].reshape(-1)
+    order = torch.argsort(local, stable=True)
+    ids = local[order]
+    counts = torch.histc(ids.float() if ids.device.type == "cpu" else ids.int(), bins=total, min=0, max=total - 1)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    x = hidden[order // k]
+    o = None
+    start = 0
+    for weights, n in zip(parts, sizes):
+        own = (ids - start).clamp(0, n - 1) if layout.has_bias else None  # bias rows only
+        out = expert_outputs(module, layout, weights, x, own, offs[start:start + n])
+        o = out if o is None else torch.where((ids >= start).unsqueeze(-1), out, o, out=o)  # in place: no third
+        del out
+        start += n
+    o = o * top_k_weights.reshape(-1)[order].unsqueeze(-1)  # in the promoted dtype, as transformers weighs them
+    if total < table.numel():  # some experts are in no part (the host's)
+        o = torch.where((ids < total).unsqueeze(-1), o, o.new_zeros(()))
+    rows = torch.empty_like(o)
+    rows[order] = o
+    return rows
+
+
 def host_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], table: torch.Tensor,
               hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
               out: torch.Tensor, kernel: str = "padded") -> bool:
