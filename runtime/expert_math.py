@@ -127,20 +127,7 @@ def part_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor
               hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
     """[T·k, H]: each pair's weighted output if its expert is in the part, else 0. ``table`` maps a global
     expert id to its part-local one, or to ``n`` (the part's size) when the part does not hold it."""
-    n = next(iter(weights.values())).shape[0]
-    k = top_k_index.shape[-1]
-    local = table[top_k_index].reshape(-1)
-    order = torch.argsort(local, stable=True)
-    ids = local[order]
-    counts = torch.histc(ids.float() if ids.device.type == "cpu" else ids.int(), bins=n, min=0, max=n - 1)
-    offs = torch.cumsum(counts, 0, dtype=torch.int32)
-    x = hidden[order // k]
-    o = expert_outputs(module, layout, weights, x, ids.clamp(max=n - 1), offs)
-    o = o * top_k_weights.reshape(-1)[order].unsqueeze(-1)  # in the promoted dtype, as transformers weighs them
-    o = torch.where((ids < n).unsqueeze(-1), o, o.new_zeros(()))
-    rows = torch.empty_like(o)
-    rows[order] = o
-    return rows
+    return parts_rows(module, layout, [weights], table, hidden, top_k_index, top_k_weights)
 
 
 def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Tensor]], table: torch.Tensor,
