@@ -68,6 +68,25 @@ def test_a_decode_over_a_long_context_reads_the_kv_cache():
     assert block_ms(shape, 32, seqs, hw) > 20 * block_ms(shape, 32, ONE, hw)  # the context dominates
 
 
+def test_a_captured_prefill_attends_the_whole_square_over_repeated_keys():
+    """In CUDA graph replay transformers passes SDPA a mask (it cannot read the padding mask while capturing):
+    every query-key pair, keys and values repeated for the query heads (measured: bench/probe_replay_kernels.py)."""
+    hw = load_hardware("h200")
+    shape = block_shape(triples(LLAMA_BLOCK), None)
+    tokens = 2048
+    eager = block_ms(shape, tokens, ONE, hw)
+    captured = Sequences(captured=True)
+    square = 4 * tokens * tokens * 4096 / (hw.attention_tflops * 1e9)
+    repeat = tokens * (4096 + 2 * 4096 * 2) / hw.strided_copy_gbps / 1e6
+    elementwise = tokens * 43008 * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6
+    assert block_ms(shape, tokens, captured, hw) == pytest.approx(repeat + square + elementwise)
+    assert block_ms(shape, tokens, captured, hw) > eager
+    # a decode step (one token a sequence) attends the same pairs either way
+    assert block_ms(shape, 1, captured, hw) == block_ms(shape, 1, ONE, hw)
+    assert sequences_of(WorkloadItem(tokens=2048, mode="graph")) == captured
+    assert sequences_of(WorkloadItem(tokens=2048)) == ONE
+
+
 def test_fused_projections_and_routed_experts():
     fused = triples({"attn.qkv_proj.weight": [3072, 1024], "attn.o_proj.weight": [1024, 1024],
                      "mlp.fc1.weight": [4096, 1024], "mlp.fc2.weight": [1024, 4096]})

@@ -15,6 +15,14 @@ attention's own arithmetic over the context, and the elementwise work between th
   ``strided_copy_gbps`` (bytes read + written: PyTorch's element-by-element copy of a non-contiguous view, not
   the vectorized copy of a contiguous one), and SDPA then reads those copies at ``gpu_mem_gbps`` instead of the
   cache (planner/memory/activations.py counts the copies' memory).
+- A forward of several tokens a sequence captured as a CUDA graph (``mode: graph``): transformers cannot read the
+  padding mask while a stream captures, so it does not leave the mask out for SDPA's own causal kernel; it
+  passes SDPA an explicit mask, whose attention computes every query-key pair of the square (not the causal
+  half) and, in a grouped-query model, reads keys and values repeated for every query head (``repeat_kv``, as
+  above). Measured on the H200 (bench/probe_replay_kernels.py, 2026-12-02): the Llama-3-8B shape's prefill of
+  2,048 tokens replayed ran SDPA's kernel 2.5x as long (7.1 against 2.8 ms a forward) and 64 copies more (1.6
+  ms) than the same forward's kernels run eagerly; the matmuls alike to 1%. A decode step (one token a
+  sequence) attends the same pairs either way.
 - Elementwise: norms, rotary embedding, activation and residual adds move ``elementwise_bytes`` of GPU
   memory per token for each output element of the block's matrices (routed experts: the top-k a token
   uses), at ``gpu_mem_gbps``. ``planner calibrate`` measures it on a transformers Llama block as what the
@@ -51,6 +59,7 @@ class Sequences:
 
     count: int = 1
     context: int = 0
+    captured: bool = False  # the forward runs in CUDA graph replay (SDPA is passed an explicit mask)
 
 
 ONE = Sequences()
@@ -62,11 +71,12 @@ def sequences_of(item, name: str = "") -> Sequences:
     after it) less the tokens the forward adds; without a context, none."""
     from schemas.workload import batch_of
 
+    captured = getattr(item, "mode", "eager") == "graph"
     if getattr(item, "context", None) is None:  # as before workloads had contexts: its batch, if it gives one
         given = item.batch if isinstance(item.batch, int) else 1
-        return Sequences(max(1, min(given, item.rows)), 0)
+        return Sequences(max(1, min(given, item.rows)), 0, captured)
     batch = batch_of(name, item)
-    return Sequences(batch, max(0, item.context - -(-item.rows // batch)))
+    return Sequences(batch, max(0, item.context - -(-item.rows // batch)), captured)
 
 
 @dataclass(frozen=True)
@@ -113,10 +123,11 @@ def block_ms(shape: BlockShape, tokens: int, seqs: Sequences, hw: HardwareProfil
     if not shape.query:
         return elementwise
     q = tokens / seqs.count
-    pairs = seqs.count * (q * seqs.context + q * (q + 1) / 2)
+    masked = seqs.captured and q > 1  # SDPA given a mask: the whole square, keys and values repeated
+    pairs = seqs.count * (q * (seqs.context + q) if masked else q * seqs.context + q * (q + 1) / 2)
     flops = 4.0 * pairs * shape.query
     held = seqs.count * (seqs.context + q)  # cached tokens attended to, the new ones included
-    if seqs.context and shape.repeated_bytes:  # a step over cached tokens: repeat_kv copies them, SDPA reads the copies
+    if (seqs.context or masked) and shape.repeated_bytes:  # repeat_kv copies them, SDPA reads the copies
         repeat = held * (shape.kv_bytes + shape.repeated_bytes) / hw.strided_copy_gbps / 1e6
         read = held * shape.repeated_bytes
     else:

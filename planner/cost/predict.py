@@ -41,11 +41,15 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE
 
 def plan_sequences(plan: Plan, name: str, tokens: int) -> Sequences:
     """The sequences of the plan's forward ``name`` at ``tokens``, as its memory section records them (a
-    forward the plan does not record at these tokens: one sequence, no context)."""
+    forward the plan does not record at these tokens: one sequence, no context), run in the mode its
+    prediction of ``name`` assumed."""
+    predicted = next((w for w in plan.predictions.workloads if w.workload == name), None) if plan.predictions else None
+    captured = predicted is not None and predicted.mode == "graph"
     f = plan.memory.forward(name) if plan.memory is not None else None
     if f is None or f.tokens != tokens:
-        return ONE
-    return Sequences(f.batch, max(0, f.context - -(-f.tokens // f.batch))) if f.context else Sequences(f.batch, 0)
+        return Sequences(captured=captured)
+    context = max(0, f.context - -(-f.tokens // f.batch)) if f.context else 0
+    return Sequences(f.batch, context, captured)
 
 
 def in_range(t: Timeline, workload: str, hw: HardwareProfile) -> None:
