@@ -8,7 +8,13 @@ keeps the hot experts on the GPU 77.6 eager and 15.9 in replay (2026-12-02). Eag
 Here the same model, routers and plans, and for the resident model and each plan at batch 1: the CPU's issue
 time (a forward's wall time until it returns, on an idle GPU), the step (until the GPU is done), the graph
 replay, and torch.profiler's CPU-side table of three eager steps (ops by self CPU time, with the calls that
-wait for the GPU: synchronizes, copies to the host, ``item``), so that a wait or a costly op shows by name."""
+wait for the GPU: synchronizes, copies to the host, ``item``), so that a wait or a costly op shows by name.
+
+``--interleave``: the host's speed moves between minutes (the same all-UVA plan measured 46.5 and 75.4 ms eager
+in one call on 2026-12-02), so a ratio of two eager steps means something only when both are timed at the same
+moment. Two copies of the model, the all-UVA plan applied to one and the hot-experts plan to the other, timed in
+turns: each turn 10 steps back to back (wall clock, the GPU idle before and waited for after: a step as a loop
+of forwards sees it), the ratio taken per round and its median reported."""
 from __future__ import annotations
 
 import argparse
@@ -88,11 +94,65 @@ class Probe(h.Bench):
                 torch.cuda.empty_cache()
 
 
+class Interleave(h.Bench):
+    """Collects the skewed part's plans instead of measuring them (``interleaved`` measures them)."""
+
+    def measure(self, model_name, label, plan, model, config, cases, shares=None, graph=False, link=None):
+        self.plans = getattr(self, "plans", {})
+        self.plans[label] = plan
+
+
+def loop_ms(fn, steps: int = 10) -> float:
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / steps * 1e3
+
+
+def interleaved(bench: Interleave, rounds: int = 8) -> None:
+    """The all-UVA and the hot-experts plans on two copies of the model, timed in turns."""
+    models, handles = {}, []
+    for label in ("uva", "hot"):
+        model, config = bench.build("qwen3_moe")
+        h.bias_routers(model, config, bench.ids((128, 1), config.vocab_size, seed=7), bench)
+        handles.append(runtime.apply(bench.plans[label], model, device=str(bench.device)))
+        if bench.device.type == "cuda":
+            torch.cuda.empty_cache()
+        models[label] = model
+    ids = bench.ids((1, 1), config.vocab_size)
+    with torch.inference_mode():
+        steps = {label: (lambda m=m: m(ids, use_cache=False)) for label, m in models.items()}
+        for fn in steps.values():
+            loop_ms(fn, 3)
+        times = {label: [] for label in steps}
+        for _ in range(rounds):
+            for label, fn in steps.items():
+                times[label].append(loop_ms(fn))
+        ratios = [hot / uva for hot, uva in zip(times["hot"], times["uva"])]
+        replay = {label: bench.time_ms(h.graph_step(m, ids), 1) if bench.device.type == "cuda" else float("nan")
+                  for label, m in models.items()}
+    bench.emit(kind="interleaved", rounds=rounds, eager_ms={k: [round(x, 2) for x in v] for k, v in times.items()},
+               eager_ratio_per_round=[round(r, 3) for r in ratios], eager_ratio_median=round(statistics.median(ratios), 3),
+               replay_ms={k: round(v, 3) for k, v in replay.items()},
+               replay_ratio=round(replay["hot"] / replay["uva"], 3))
+    for handle in handles:
+        handle.remove()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
+    ap.add_argument("--interleave", action="store_true", help="the two plans on two models, timed in turns (GPU)")
     args = ap.parse_args()
+    if args.interleave:
+        bench = Interleave(argparse.Namespace(dry_run=args.dry_run, out=args.out,
+                                              device="cpu" if args.dry_run else "cuda", cases=["decode1"]))
+        bench.skewed()
+        interleaved(bench)
+        return 0
     probe = Probe(argparse.Namespace(dry_run=args.dry_run, out=args.out, device="cpu" if args.dry_run else "cuda",
                                      cases=["decode1"]))
     real_skewed_measure = probe.measure
