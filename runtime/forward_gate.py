@@ -29,9 +29,9 @@ the whole model running, is not gated; nor is anything under torch.compile (its 
 
 Cost, eager only: one wrapper call a forward, and one pre-hook a module that owns a prefetched param of a layer
 sharing its slot; measured on this project's 2-core VM, a 16-layer tiny Llama with 8 such layers (72 module hooks):
-2.04 ms a forward against 1.93 without the module hooks, about 1.5 us a hook. For the Llama-3-8B shape at 8 GB
-(162 such hooks) that would be about 0.3 ms on a 150 ms step: an estimate, not measured on the H200.
-"""
+2.04 ms a forward against 1.93 without the module hooks, about 1.5 us a hook. On the H200 (bench/bench_hot_path.py,
+2026-12-02 11:20, docs/BENCHMARKS.md): the Llama-3-8B shape's 12 GB plan (32 layers offloaded) issues an offloaded
+layer in 1.14x a hook-free layer's time, gate and hooks included (1.20-1.21x in the runs before the gate)."""
 
 from __future__ import annotations
 
