@@ -109,8 +109,9 @@ def _linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, transposed: bo
 
 
 def expert_outputs(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], x: torch.Tensor,
-                   ids: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """Each row of ``x`` (sorted by part-local expert ``ids``, clamped into the part) through its expert."""
+                   ids: torch.Tensor | None, offs: torch.Tensor) -> torch.Tensor:
+    """Each row of ``x`` (sorted by expert, ``offs`` each expert's end) through its expert; ``ids``, each row's
+    part-local expert clamped into the part, are read for the biases only."""
     a = _linear(x, weights[layout.up], offs, layout.up_t)
     if layout.has_bias:
         a = a + weights[f"{layout.up}_bias"][ids]
@@ -141,7 +142,10 @@ def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Te
     earlier parts') go through its first expert and are not taken (``torch.where`` on the sorted ids), so put
     first the part whose weights cross the link, which then reads only the experts its own rows route to; the
     later parts' first experts see the earlier rows again from GPU memory. Rows past a part's last expert are
-    undefined in its output and likewise not taken. A row's value is what ``part_rows`` gives it."""
+    undefined in its output and likewise not taken. A row's value is what ``part_rows`` of its own part gives it,
+    but for the rows of a later part's first expert, whose group also holds the earlier rows: torch's CPU kernel
+    can round those float32 rows otherwise (tests/test_parts_rows.py); on the H200 in bf16 the logits are the
+    resident model's bit for bit (tests/test_cpu_experts_gpu.py)."""
     k = top_k_index.shape[-1]
     sizes = [next(iter(w.values())).shape[0] for w in parts]
     total = sum(sizes)

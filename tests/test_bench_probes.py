@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -42,3 +44,20 @@ def test_an_offloaded_model_gives_the_resident_logits_with_either_experts_kernel
         (p, k, t) for p in ("resident", "offloaded") for k in ("grouped_mm", "batched_mm") for t in (1, 4)}
     offloaded = [r for r in steps if r["placed"] == "offloaded"]
     assert all(r["same_as_resident"] for r in offloaded)
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_the_split_eager_probe_runs_its_plans_on_the_cpu(tmp_path, interleave):
+    out = tmp_path / "split.jsonl"
+    argv = [sys.executable, str(ROOT / "bench" / "probe_split_eager.py"), "--dry-run", "--out", str(out)]
+    subprocess.run(argv + (["--interleave"] if interleave else []), check=True, cwd=ROOT, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    if interleave:
+        row = next(r for r in rows if r.get("kind") == "interleaved")
+        assert len(row["eager_ratio_per_round"]) == row["rounds"] == 8
+        assert all(t > 0 for ts in row["eager_ms"].values() for t in ts)
+    else:
+        plans = [r["plan"] for r in rows if "issue_ms" in r]
+        assert plans == ["resident", "uva", "hot", "hot+cpu"]
+        assert all(r["top_self_cpu_us"] for r in rows if "issue_ms" in r)
