@@ -39,6 +39,24 @@ def test_hot_experts_that_take_the_tokens_cut_the_link_time():
     assert measured.synced_gpu_ms is None  # no host part: nothing to wait for mid-layer
 
 
+def test_a_split_layer_costs_the_cpu_the_launches_its_parts_add():
+    """GPU parts share one pass (3 launches a part after the first), the host's part adds its hand-off, and the
+    host's experts read through UVA above cpu_max_tokens a pass of their own (planner/cost/host_experts.py)."""
+    from planner.cost.host_experts import GPU_PART_LAUNCHES, HOST_PART_LAUNCHES, OWN_PASS_LAUNCHES
+
+    block = HW.moe_block_cpu_us / 1e3
+    launch = HW.launch_us / 1e3
+    assert split_work(layer(uva=list(range(E))), 1, HW).cpu_ms == pytest.approx(block)
+    assert split_work(layer(gpu=list(range(26)), uva=list(range(26, E))), 1, HW).cpu_ms == pytest.approx(
+        block + GPU_PART_LAUNCHES * launch)
+    three = dict(gpu=list(range(26)), uva=list(range(26, 64)), cpu=list(range(64, E)))
+    assert split_work(layer(**three), 1, HW).cpu_ms == pytest.approx(
+        block + (GPU_PART_LAUNCHES + HOST_PART_LAUNCHES) * launch)
+    beyond = layer(**three, cpu_max_tokens=16)
+    assert split_work(beyond, 64, HW).cpu_ms == pytest.approx(
+        block + (GPU_PART_LAUNCHES + OWN_PASS_LAUNCHES) * launch)
+
+
 def test_the_host_part_runs_beside_the_gpu_parts_and_joins():
     work = split_work(layer(uva=list(range(64)), cpu=list(range(64, E))), 32, HW)
     assert work.host_ms > 0 and 0 < work.beside_ms < work.gpu_ms  # the UVA part runs beside the host's thread

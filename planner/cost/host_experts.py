@@ -36,7 +36,17 @@ from schemas.plan_content import PlanLayer
 from schemas.plan_experts import ExpertSplit
 from schemas.spec_layers import moe_shape
 
-PART_LAUNCHES = 12  # kernels one part of a split forward issues (sort, grouped matmuls, gate, weights, rows)
+# kernels a split forward issues beyond transformers' own grouped experts kernel (in the MoE block's CPU figure):
+# each GPU part after the first, its grouped matmuls, gate and the pick of its rows (runtime/expert_math.py
+# parts_rows: the parts share one sort; measured on the H200, 2,019 launches a decode step with two GPU parts in
+# each of 24 layers against the resident model's 1,947, and 2,523 when each part had a pass of its own,
+# 2026-12-02); a pass of its own (the host's experts read through UVA above cpu_max_tokens); the host's part:
+# its inputs' copies, the stream's count and wait, the rows' copy back and their add, and the hand-off's Python
+# (not measured on its own: held at the 24 launches the model gave a UVA and a host part before the GPU parts
+# shared a pass; decode steps at batch 1 with the host measured 0.77-1.04x their prediction with it)
+GPU_PART_LAUNCHES = 3
+OWN_PASS_LAUNCHES = 21
+HOST_PART_LAUNCHES = 24
 MAX_TOKENS_SEARCHED = 1 << 20
 
 
@@ -142,8 +152,11 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
     uva_q = q["uva"] + ([] if on_host else q["cpu"])
     parts_ms = gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(uva_q, tokens, shape, hw, True)
-    parts = sum(1 for x in (q["gpu"], uva_q, q["cpu"] if on_host else []) if x)
-    issue_ms = (hw.moe_block_cpu_us + parts * PART_LAUNCHES * hw.launch_us) / 1e3
+    gpu_parts = sum(1 for x in (q["gpu"], q["uva"]) if x)
+    launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES
+    if q["cpu"]:
+        launches += HOST_PART_LAUNCHES if on_host else OWN_PASS_LAUNCHES
+    issue_ms = (hw.moe_block_cpu_us + launches * hw.launch_us) / 1e3
     if not on_host:
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
