@@ -61,7 +61,7 @@ import torch
 from torch import nn
 
 from runtime.errors import ApplyError
-from runtime.forward_gate import ForwardGate
+from runtime.forward_gate import ForwardGate, callers
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, parts_rows, rows_dtype
 from runtime.pinned import HostArena, pack
 from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
@@ -514,4 +514,5 @@ class CpuOffloader(UvaOffloader):
 
     def wrap_modules(self) -> None:
         if any(layer.experts is not None and layer.experts.cpu for layer in self.plan.layers):
-            ForwardGate(type(self.model).__name__).install(self.model, self.hooks)
+            ForwardGate(type(self.model).__name__).install(self.model, self.hooks, callers(
+                self.model, [layer.name for layer in self.plan.layers if layer.experts is not None]))

@@ -20,12 +20,15 @@ rows, so these uses of an applied model would compute with another layer's weigh
 - **A submodule called on its own** (``layers[3].mlp(x)``) skips its layer's hook, so its slot may hold another
   layer's weights: each module that owns a prefetched param of a layer sharing its slot gets a pre-hook that copies
   its layer back into its slot first (``slot_checks``; ``PrefetchOffloader._ensure``: correct, synchronous).
+- **A forward of a module between the model and its plan's layers** (``model.model(...)``, the base model without its
+  head) takes the gate as the model's does (``callers``), without the offloader's start and end of a forward: a
+  second thread's forward of the model or of that module meanwhile is refused.
 
 A forward that ended with an error also restarts the check of the plan's layer order (it would otherwise report
 the interrupted forward's layers as out of order) and drops its partial statistics.
 
-Calling inner modules of one applied model (``model.model(...)``) from several threads at once, with no forward of
-the whole model running, is not gated; nor is anything under torch.compile (its backward included).
+Calling the plan's layers themselves (``model.model.layers[3](x)``) from several threads at once, with no forward
+of a module above them running, is not gated; nor is anything under torch.compile (its backward included).
 
 Cost, eager only: one wrapper call a forward, and one pre-hook a module that owns a prefetched param of a layer
 sharing its slot; measured on this project's 2-core VM, a 16-layer tiny Llama with 8 such layers (72 module hooks):
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -79,14 +82,21 @@ class ForwardGate:
         self.depth = 0  # forwards of the model that thread is inside
         self.active = True  # until the plan is removed
 
-    def install(self, model: nn.Module, hooks: list) -> None:
-        """Wrap ``model.forward``; what undoes it is appended to ``hooks`` (the offloader removes them)."""
-        previous = model.__dict__.get("forward", _ABSENT)
-        gated = self.wrap(model.forward)
-        model.forward = gated
-        hooks.append(_Unwrap(self, model, gated, previous))
+    def install(self, model: nn.Module, hooks: list, inner: Iterable[nn.Module] = ()) -> None:
+        """Wrap ``model.forward``, and the forwards of ``inner`` modules (``callers``: a forward of one of them runs
+        the plan's layers without the model's own, so it takes the gate too, without the offloader's start and
+        end); what undoes each is appended to ``hooks`` (the offloader removes them)."""
+        for module in (model, *inner):
+            previous = module.__dict__.get("forward", _ABSENT)
+            gated = self.wrap(module.forward, ends=module is model)
+            module.forward = gated
+            hooks.append(_Unwrap(self, module, gated, previous))
 
-    def wrap(self, forward: Callable) -> Callable:
+    def wrap(self, forward: Callable, ends: bool = True) -> Callable:
+        """``forward`` taking the gate; ``ends``: calling the offloader's start and end of a forward (the model's
+        own forward; a caller's holds the gate only)."""
+        on_start, on_end = (self.on_start, self.on_end) if ends else (None, None)
+
         @functools.wraps(forward)  # inspect.signature(model.forward) still reads the model's own (generate() does)
         def gated(*args, **kwargs):
             if is_compiling() or not self.active:  # (not active: removed, and still called through a user's wrapper)
@@ -103,15 +113,15 @@ class ForwardGate:
             self.owner, self.depth = me, 1
             completed = False
             try:
-                if self.on_start is not None:
-                    self.on_start()
+                if on_start is not None:
+                    on_start()
                 out = forward(*args, **kwargs)
                 completed = True
                 return out
             finally:
                 try:
-                    if self.on_end is not None:
-                        self.on_end(completed)
+                    if on_end is not None:
+                        on_end(completed)
                 finally:
                     self.owner, self.depth = None, 0
                     self._lock.release()
@@ -129,6 +139,22 @@ class ForwardGate:
             f"a forward of this {self.model_name} is running in another thread: the plan applied to it rewrites "
             "shared buffers during a forward (prefetch slots, host experts' rows), so its forwards must run one "
             "at a time (hold a lock around them, or give each thread its own model)")
+
+
+def callers(model: nn.Module, names: Iterable[str]) -> list[nn.Module]:
+    """The modules between ``model`` and each of its submodules ``names`` (``model.model`` for
+    ``model.model.layers.3``) whose class has a forward of its own (not a ModuleList): calling one runs those
+    submodules without ``model``'s forward."""
+    found: dict[str, nn.Module] = {}
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            path = ".".join(parts[:i])
+            if path not in found:
+                module = model.get_submodule(path)
+                if type(module).forward is not nn.Module.forward:
+                    found[path] = module
+    return list(found.values())
 
 
 class _Unwrap:

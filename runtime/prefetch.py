@@ -42,7 +42,7 @@ from runtime.gpu_buffers import BufferPool
 from runtime.capture import captured_copies
 from runtime.dtensor import activation
 from runtime.errors import ApplyError
-from runtime.forward_gate import SAVED_HOOKS_REFUSED, ForwardGate, saved_tensor_hooks_active, slot_checks
+from runtime.forward_gate import SAVED_HOOKS_REFUSED, ForwardGate, callers, saved_tensor_hooks_active, slot_checks
 from runtime.offloader import Offloaded, Offloader
 from runtime.stats import ForwardStats
 from runtime.tensors import storage_nbytes
@@ -161,7 +161,7 @@ class PrefetchOffloader(Offloader):
         self._rivals = [[o.ref.local for k, other in enumerate(self.layers) if k != j
                          and set(other.regions) & set(layer.regions) for o, _ in other.params]
                         for j, layer in enumerate(self.layers)]
-        self.gate.install(self.model, self.hooks)
+        self.gate.install(self.model, self.hooks, callers(self.model, [pl.name for pl in plan.layers]))
 
     def _pre_hook(self, pos: int, trigger: bool, j: int | None):
         hid = self.handle_id

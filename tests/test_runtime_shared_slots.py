@@ -147,9 +147,46 @@ def test_a_forward_inside_the_models_own_forward_keeps_the_gate_until_the_outer_
         assert torch.equal(logits(model), want)
         hook.remove()
         probe.remove()
-        assert owners and all(o is not None and d == 1 for o, d in owners[-1:])  # the outer forward still held it
+        # the outer forward still held it: the model's forward and its base model's (a caller, forward_gate.callers)
+        assert owners and all(o is not None and d == 2 for o, d in owners[-1:])
         assert torch.equal(inner[0], logits(ref, IDS[:, :3]))
         assert gate.owner is None and not gate._lock.locked()
+
+
+@pytest.mark.parametrize("second", ["base", "model"])
+def test_a_base_model_forward_takes_the_gate_and_a_second_thread_is_refused(second):
+    """``model.model(...)`` (the base model, no head) runs the plan's layers without the model's own forward: it
+    holds the gate too, so a second thread's forward of either is refused, and both threads' outputs are right."""
+    model, ref = make_llama(CFG), make_llama(CFG)
+    with torch.no_grad():
+        want = ref.model(IDS)
+    inside, go_on = threading.Event(), threading.Event()
+
+    def hold(_module, _args):
+        if threading.current_thread().name == "first":
+            inside.set()
+            go_on.wait(10)
+
+    outcome = {}
+
+    def first():
+        with torch.no_grad():
+            outcome["first"] = torch.equal(model.model(IDS), want)
+
+    with runtime.apply(shared_slot_plan(model), model, device="cpu") as handle:
+        hook = model.model.layers[2].register_forward_pre_hook(hold)
+        t = threading.Thread(target=first, name="first")
+        t.start()
+        assert inside.wait(10)
+        with pytest.raises(ConcurrentForwardError, match="running in another thread"), torch.no_grad():
+            model.model(IDS) if second == "base" else model(IDS)
+        go_on.set()
+        t.join(10)
+        hook.remove()
+        assert outcome["first"] is True
+        assert handle.offloader.gate.owner is None and not handle.offloader.gate._lock.locked()
+        assert torch.equal(logits(model), logits(ref))
+    assert "forward" not in model.model.__dict__  # remove() took the base model's wrapper off too
 
 
 def test_a_forward_ended_by_keyboard_interrupt_gives_the_gate_back():
