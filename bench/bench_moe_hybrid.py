@@ -61,7 +61,7 @@ from compare_run import graph as graph_step  # noqa: E402
 import planner  # noqa: E402
 import runtime  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
-from planner.kinds import param_kind  # noqa: E402
+from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
 from schemas.hardware_profile import RatePoint  # noqa: E402

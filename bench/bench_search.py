@@ -40,7 +40,7 @@ import planner  # noqa: E402
 from planner.build import _merge, _model  # noqa: E402
 from planner.cost.placement import PlacementCost  # noqa: E402
 from planner.errors import InfeasibleError  # noqa: E402
-from planner.kinds import param_kind  # noqa: E402
+from schemas.kinds import param_kind  # noqa: E402
 from planner.layers import group_rule  # noqa: E402
 from planner.memory.parts import MemoryModel, weights_budget  # noqa: E402
 from planner.strategy.peaks import exact_pool  # noqa: E402

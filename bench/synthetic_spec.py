@@ -34,7 +34,7 @@ def moe_spec_text(num_layers: int = 1000, dense: int = 3, experts: int = 4, hidd
     """YAML of a DeepSeek-like MoE: ``num_layers`` decoder blocks, the first ``dense`` with a dense MLP,
     the others with a router, ``experts`` routed experts and a shared expert, each listed on its own.
 
-    Kinds (planner/kinds.py): attention, norm, dense_mlp, router, routed_experts, shared_experts, so
+    Kinds (schemas/kinds.py): attention, norm, dense_mlp, router, routed_experts, shared_experts, so
     ``--prefer routed_experts,dense_mlp`` gives a ladder of three tiers.
     """
     h, i = hidden, inter

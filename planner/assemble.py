@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from planner.errors import PlanningError
-from planner.kinds import classify, name_key, param_kind
+from schemas.kinds import classify, name_key, param_kind
 from planner.layers import longest_run
 from planner.words.assemble_notes import schedule_notes, span_notes, tied_note
 from schemas.buffer_pool import PoolEntry, Signature, build_pool, pool_bytes, signature

@@ -14,28 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.kinds import param_kind
+from schemas.kinds import expert_count_problems, param_kind
 from schemas.errors import InputError
 from schemas.numbered import split_numbered
 from schemas.spec_layers import Layer, Tensor
 
 
 def expert_problems(layer: Layer) -> list[str]:
-    """Routed-expert tensors that hold the experts in one tensor (3-D and more, expert first, as transformers 5
-    stores them) must hold as many as the layer's ``moe`` says, the count the cost model prices them by, or an equal
-    share of them (a rank's local shard under tensor parallelism: ``describe(local=True)``)."""
+    """The spec layer's routed-expert tensors that do not hold its ``moe``'s experts (schemas.kinds)."""
     if layer.moe is None:
         return []
-    experts = layer.moe.experts
-    out = []
-    for t in layer.params:
-        if len(t.shape) < 3 or param_kind(layer.name, t.name, t.kind) != "routed_experts":
-            continue
-        held = t.shape[0]
-        if held != experts and not (0 < held < experts and experts % held == 0):
-            out.append(f"{layer.name}.{t.name} holds {held} experts (shape {list(t.shape)}), but moe.experts is "
-                       f"{experts} (expected {experts}, or an equal share of them)")
-    return out
+    return expert_count_problems(layer.name, layer.moe.experts, ((t.name, t.shape, t.kind) for t in layer.params))
 
 
 @dataclass(frozen=True)

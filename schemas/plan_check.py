@@ -2,7 +2,8 @@
 
 A plan file is read by people and may be edited by hand, so nothing derived is trusted:
 param bytes (from shape, dtype and stride), per-layer and summary totals, the peak and the
-budgets, backend consistency (which offloaded params are on UVA, which are prefetched), ties,
+budgets, backend consistency (which offloaded params are on UVA, which are prefetched), ties, an MoE
+layer's expert count against its routed-expert tensors (``schemas.kinds.expert_count_problems``),
 the buffer pool (``schemas.buffer_pool.build_pool``) and every prefetch entry
 (``schemas.schedule.schedule`` from the step), both from the prefetched params only, and the
 predictions (``schemas.prediction_check``). All findings are
@@ -21,6 +22,7 @@ import schemas.plan_wording as say
 from schemas.buffer_pool import PoolEntry, PoolKey, Signature, build_pool, has_span, pool_bytes
 from schemas.dtypes import DTYPE_BYTES, canonical_dtype
 from schemas.errors import InputError, Problem, format_path
+from schemas.kinds import expert_count_problems
 from schemas.memory_check import check_memory
 from schemas.plan_content import PREFETCHING, PlanContent, PlanLayer, PlanParam
 from schemas.plan_experts import host_bytes, split_findings
@@ -144,6 +146,9 @@ def _check_layer(i: int, layer: PlanLayer, backend: str, tied_to: dict[str, list
         _param_bytes(i, rel, p, out, totals.good)
         if rel not in layer.tied:
             own += p.bytes
+    if layer.moe is not None:  # the count the predictions price its experts by, against its own tensors
+        out.extend(Finding(loc + ("moe",), text) for text in expert_count_problems(
+            layer.name, layer.moe.experts, ((rel, p.shape, p.kind) for rel, p in params.items())))
     offloaded = 0
     seen: set[str] = set()
     split = layer.experts

@@ -19,7 +19,7 @@ from schemas.spec_names import check_dotted_name, check_dotted_names, check_prin
 
 REPEAT_TOKEN = "{i}"
 
-# What a param is, for selection by kind (rules in planner/kinds.py and docs/DESIGN.md, "Kinds").
+# What a param is, for selection by kind (rules in schemas/kinds.py and docs/DESIGN.md, "Kinds").
 ParamKind = Literal["attention", "dense_mlp", "shared_experts", "routed_experts", "router", "norm", "scale",
                     "embedding", "other"]
 PARAM_KINDS: tuple[str, ...] = get_args(ParamKind)

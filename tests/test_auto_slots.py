@@ -133,7 +133,7 @@ MOE_BLOCK = {"input_layernorm.weight": [32], "self_attn.q_proj.weight": [32, 32]
 @pytest.mark.parametrize("prefer", [["attention"], ["routed_experts", "norm"], ["norm", "attention"]])
 @pytest.mark.parametrize("workload", [DECODE, PREFILL])
 def test_prefer_orders_auto_moves(prefer, workload):
-    from planner.kinds import param_kind
+    from schemas.kinds import param_kind
 
     spec = make_spec([dict(MOE_BLOCK)] * 8, head=False)
     total = sum(layer.nbytes for layer in spec.model.expanded())

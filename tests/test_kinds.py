@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.kinds import PARAM_KINDS, classify, param_kind
+from schemas.kinds import PARAM_KINDS, classify, param_kind
 from planner.layers import eligible_params
 from schemas import SpecFile
 

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.kinds import classify, param_kind
+from schemas.kinds import classify, param_kind
 
 segment = st.sampled_from(["model", "layers", "0", "17", "mlp", "experts", "3", "w1", "weight", "self_attn", "q_proj",
                            "shared_expert", "gate", "input_layernorm", "Block_Sparse_MoE", "embed_tokens", "scale",

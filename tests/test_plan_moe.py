@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 import planner
 from planner.errors import InfeasibleError
-from planner.kinds import param_kind
+from schemas.kinds import param_kind
 from planner.strategy.spread_order import last_first
 from schemas import Plan, SpecFile, dump_model, load_spec
 from schemas.io import load_model
@@ -402,3 +402,26 @@ def test_cli_kinds_and_prefer_plan(tmp_path):
     plan = load_model(Plan, "<out>", result.stdout)
     assert _kinds_offloaded(plan) <= {"shared_experts", ROUTED} and plan.summary.peak_gpu_bytes <= total // 2
     assert "budget by kind (shared_experts, then routed_experts" in plan.summary.notes[0]
+
+
+@pytest.mark.parametrize("experts", [64, 100])  # 256 would be legal: 128 an equal share (a rank's)
+def test_a_plan_whose_moe_contradicts_its_expert_tensors_is_refused_at_load(tmp_path, experts):
+    """A hand-edited ``moe.experts`` would make every prediction price another count of experts: the plan check
+    (schemas/plan_check.py) refuses it with the file, line and field, as the spec's graph does (schemas.kinds)."""
+    from schemas.errors import InputError
+    from schemas.io import load_plan
+
+    spec = load_spec(EXAMPLES / "generated" / "qwen3-30b-a3b.yaml")
+    plan = planner.plan(spec, gpu_budget=20 * 10**9)
+    good = tmp_path / "good.plan.yaml"
+    good.write_text(dump_model(plan))
+    load_plan(good)
+    text = good.read_text()
+    assert "moe: {experts: 128, top_k: 8}" in text
+    bad = tmp_path / "bad.plan.yaml"
+    bad.write_text(text.replace("moe: {experts: 128, top_k: 8}", f"moe: {{experts: {experts}, top_k: 8}}", 1))
+    with pytest.raises(InputError) as err:
+        load_plan(bad)
+    message = str(err.value)
+    assert "bad.plan.yaml" in message and ".moe" in message
+    assert "holds 128 experts" in message and f"moe.experts is {experts}" in message

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import planner  # noqa: E402
-from planner import kinds  # noqa: E402
+from schemas import kinds  # noqa: E402
 from planner.cost import layer as layer_cost
 from schemas.io import load_model  # noqa: E402
 from schemas.spec import SpecFile  # noqa: E402

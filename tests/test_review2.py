@@ -39,7 +39,7 @@ def test_check_plans_given_a_rank_plan_checks_its_set(tmp_path: Path, monkeypatc
 
 def test_export_names_any_embedding_by_its_kind() -> None:
     """export --to vllm: an offloaded GPT-2 position embedding (``transformer.wpe``) is 'an offloaded
-    embedding' as planner/kinds.py classifies it (the export guessed from 'embed'/'lm_head'/'wte' in the name)."""
+    embedding' as schemas/kinds.py classifies it (the export guessed from 'embed'/'lm_head'/'wte' in the name)."""
     from planner.assemble import assemble
     from planner.assemble import Assignment
     from planner.layers import build_graph, layers_in_order

@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 
 from planner.cost.host_experts import cpu_max_tokens, split_work
 from planner.cost.layer import profile_for
-from planner.kinds import param_kind
+from schemas.kinds import param_kind
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.plan_experts import ExpertSplit

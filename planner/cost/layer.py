@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.cost.block import ONE, Sequences, block_ms, block_shape
-from planner.kinds import name_key, param_kind
+from schemas.kinds import name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.spec_layers import Tensor, moe_shape

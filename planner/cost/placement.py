@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate
 from operator import attrgetter
 
-from planner.kinds import name_key, param_kind
+from schemas.kinds import name_key, param_kind
 from planner.cost.block import Sequences, sequences_of
 from planner.cost.host_experts import split_work
 from planner.cost.host_split import HOST_MARGIN, balanced, whole_split

@@ -3,7 +3,7 @@ widths, its MLP's inner width, its routed experts, an embedding lookup's or an L
 
 A projection's output width is its weight's first dimension (``nn.Linear`` stores ``[out, in]``; GPT-2's
 ``Conv1D`` modules ``c_attn``, ``c_fc`` and ``c_proj`` store ``[in, out]``). Names are read as
-``planner.kinds`` reads them (the module holding the weight): ``q_proj``/``wq``/``query`` and
+``schemas.kinds`` reads them (the module holding the weight): ``q_proj``/``wq``/``query`` and
 ``q_b_proj`` (queries), ``k_proj``/``wk``/``key``, ``v_proj``/``wv``/``value``, fused ``qkv_proj``/
 ``query_key_value``/``wqkv``/``c_attn``, DeepSeek's latent attention ``kv_a_proj_with_mqa`` with
 ``kv_b_proj``; MLPs ``gate_proj`` with ``up_proj`` (or ``w1`` with ``w3``), fused ``gate_up_proj``, a plain
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.kinds import name_key, param_kind
+from schemas.kinds import name_key, param_kind
 from schemas.spec_layers import Layer, MoeSpec, Tensor, moe_shape
 
 _Q = {"q_proj", "wq", "query", "q_b_proj"}

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from schemas.buffer_pool import Signature, signature
-from planner.kinds import name_key, param_kind
+from schemas.kinds import name_key, param_kind
 from planner.cost.layer import gpu_and_uva_ms
 from planner.strategy.order import NOT_MOVED, Move, Order, Split, after_move, new_move, placement, tier_of
 from planner.strategy.peaks import Signatures, exact_pool_of

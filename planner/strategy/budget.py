@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from planner.errors import InfeasibleError
-from planner.kinds import name_key, param_kind
+from schemas.kinds import name_key, param_kind
 from planner.strategy.choice import Choice
 from planner.cost.placement import PlacementCost
 from planner.strategy.fit import Chosen, NoFit, Reckoning, Speed, choose, first_fit

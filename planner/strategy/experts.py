@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from planner.assemble import Assignment
 from planner.cost.host_split import HOST_MARGIN, balanced, per_expert, whole_split
 from planner.errors import PlanningError
-from planner.kinds import name_key, param_kind
+from schemas.kinds import name_key, param_kind
 from planner.layers import eligible_params
 from planner.words.experts_notes import host_limits, hot_note
 from schemas.hardware import HardwareProfile

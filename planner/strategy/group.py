@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from planner.errors import InfeasibleError
-from planner.kinds import param_kind
+from schemas.kinds import param_kind
 from planner.strategy.choice import Choice
 from planner.cost.placement import PlacementCost
 from planner.strategy.fit import Chosen, Reckoning, Speed, choose

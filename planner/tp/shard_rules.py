@@ -1,6 +1,6 @@
 """How tensor parallelism splits a param by default: one table of rules over its kind and name.
 
-A param is matched by its kind (planner/kinds.py, or the spec's ``kind:``), the module that holds it
+A param is matched by its kind (schemas/kinds.py, or the spec's ``kind:``), the module that holds it
 (the name segment before ``weight``/``bias``) and its own name; the first rule that matches decides.
 A registered buffer is never split. A param no rule matches stays whole on every rank (replicated);
 the plan's notes say how many bytes that leaves replicated, and a ``shard:`` in the spec splits it.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.kinds import is_experts_container, param_kind
+from schemas.kinds import is_experts_container, param_kind
 
 ATTENTION = frozenset({"attention"})
 MLP = frozenset({"dense_mlp", "shared_experts", "routed_experts"})  # routed: one Linear per expert

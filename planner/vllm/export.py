@@ -30,7 +30,7 @@ from schemas.plan import Plan
 from schemas.spec_layers import Layer, Tensor
 
 from planner.layers import build_graph, find_block_stack
-from planner.kinds import param_kind
+from schemas.kinds import param_kind
 from planner.words.names import join_names
 from planner.vllm.flags import VllmFlags, gib_text
 from planner.vllm.select import StackLayer, select

@@ -35,6 +35,7 @@ A param's explicit ``kind:`` in the spec overrides all of this.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from schemas.spec_layers import PARAM_KINDS, ParamKind
@@ -123,3 +124,20 @@ def param_kind(layer: str, name: str, explicit: str | None = None) -> ParamKind:
     if explicit is not None:
         return explicit  # type: ignore[return-value]  # validated against PARAM_KINDS by the spec
     return _classify(_layer_segments(layer) + _relative_segments(name))  # = classify(f"{layer}.{name}")
+
+
+def expert_count_problems(layer: str, experts: int, tensors: Iterable[tuple[str, Sequence[int], str | None]]
+                          ) -> list[str]:
+    """Routed-expert tensors that hold the experts in one tensor (3-D and more, expert first, as transformers 5
+    stores them) must hold as many as the layer's ``moe`` says, the count the cost model prices them by, or an equal
+    share of them (a rank's local shard under tensor parallelism: ``describe(local=True)``). ``tensors``: (name
+    relative to ``layer``, shape, explicit kind) of a spec's or a plan's layer."""
+    out = []
+    for name, shape, kind in tensors:
+        if len(shape) < 3 or param_kind(layer, name, kind) != "routed_experts":
+            continue
+        held = shape[0]
+        if held != experts and not (0 < held < experts and experts % held == 0):
+            out.append(f"{layer}.{name} holds {held} experts (shape {list(shape)}), but moe.experts is "
+                       f"{experts} (expected {experts}, or an equal share of them)")
+    return out
