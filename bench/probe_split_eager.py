@@ -121,7 +121,14 @@ def interleaved(bench: Interleave, rounds: int = 8) -> None:
         if bench.device.type == "cuda":
             torch.cuda.empty_cache()
         models[label] = model
-    ids = bench.ids((1, 1), config.vocab_size)
+    try:
+        _turns(bench, models, bench.ids((1, 1), config.vocab_size), rounds)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _turns(bench: Interleave, models: dict, ids, rounds: int) -> None:
     with torch.inference_mode():
         steps = {label: (lambda m=m: m(ids, use_cache=False)) for label, m in models.items()}
         for fn in steps.values():
@@ -131,14 +138,12 @@ def interleaved(bench: Interleave, rounds: int = 8) -> None:
             for label, fn in steps.items():
                 times[label].append(loop_ms(fn))
         ratios = [hot / uva for hot, uva in zip(times["hot"], times["uva"])]
-        replay = {label: bench.time_ms(h.graph_step(m, ids), 1) if bench.device.type == "cuda" else float("nan")
+        replay = {label: bench.time_ms(h.graph_step(m, ids), 1) if bench.device.type == "cuda" else None
                   for label, m in models.items()}
     bench.emit(kind="interleaved", rounds=rounds, eager_ms={k: [round(x, 2) for x in v] for k, v in times.items()},
                eager_ratio_per_round=[round(r, 3) for r in ratios], eager_ratio_median=round(statistics.median(ratios), 3),
-               replay_ms={k: round(v, 3) for k, v in replay.items()},
-               replay_ratio=round(replay["hot"] / replay["uva"], 3))
-    for handle in handles:
-        handle.remove()
+               replay_ms={k: None if v is None else round(v, 3) for k, v in replay.items()},
+               replay_ratio=round(replay["hot"] / replay["uva"], 3) if bench.device.type == "cuda" else None)
 
 
 def main() -> int:

@@ -148,19 +148,31 @@ def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Te
     resident model's bit for bit (tests/test_cpu_experts_gpu.py)."""
     k = top_k_index.shape[-1]
     sizes = [next(iter(w.values())).shape[0] for w in parts]
+    if not parts or not all(sizes):
+        raise ValueError(f"parts_rows takes parts of one expert or more (sizes {sizes})")
     total = sum(sizes)
     local = table[top_k_index].reshape(-1)
     order = torch.argsort(local, stable=True)
     ids = local[order]
-    counts = torch.histc(ids.float() if ids.device.type == "cpu" else ids.int(), bins=total, min=0, max=total - 1)
-    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    # one bin an id; the pairs of no part (id ``total``) fall past the last bin, or, with one expert in all the
+    # parts, in a second bin left out (histc over min == max would read the data's range back: a sync)
+    bins = total if total > 1 else 2
+    counts = torch.histc(ids.float() if ids.device.type == "cpu" else ids.int(), bins=bins, min=0, max=bins - 1)
+    offs = torch.cumsum(counts[:total], 0, dtype=torch.int32)
     x = hidden[order // k]
     o = None
     start = 0
     for weights, n in zip(parts, sizes):
         own = (ids - start).clamp(0, n - 1) if layout.has_bias else None  # bias rows only
-        out = expert_outputs(module, layout, weights, x, own, offs[start:start + n])
-        o = out if o is None else torch.where((ids >= start).unsqueeze(-1), out, o, out=o)  # in place: no third
+        xin = x
+        if x.requires_grad:  # the grouped kernel's backward leaves rows past the part's last expert undefined
+            xin = torch.where(((ids >= start) & (ids < start + n)).unsqueeze(-1), x, x.new_zeros(()))
+        out = expert_outputs(module, layout, weights, xin, own, offs[start:start + n])
+        if o is None:
+            o = out
+        else:  # in place where autograd need not see it (no third [T·k, H] held)
+            later = (ids >= start).unsqueeze(-1)
+            o = torch.where(later, out, o) if o.requires_grad or out.requires_grad else torch.where(later, out, o, out=o)
         del out
         start += n
     o = o * top_k_weights.reshape(-1)[order].unsqueeze(-1)  # in the promoted dtype, as transformers weighs them

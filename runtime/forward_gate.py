@@ -21,8 +21,9 @@ rows, so these uses of an applied model would compute with another layer's weigh
   layer's weights: each module that owns a prefetched param of a layer sharing its slot gets a pre-hook that copies
   its layer back into its slot first (``slot_checks``; ``PrefetchOffloader._ensure``: correct, synchronous).
 - **A forward of a module between the model and its plan's layers** (``model.model(...)``, the base model without its
-  head) takes the gate as the model's does (``callers``), without the offloader's start and end of a forward: a
-  second thread's forward of the model or of that module meanwhile is refused.
+  head) takes the gate as the model's does (``callers``): a second thread's forward of the model or of that module
+  meanwhile is refused; at its end the copies are joined and its statistics kept as a forward's, and the check of
+  the layer order waits for a forward of the whole model.
 
 A forward that ended with an error also restarts the check of the plan's layer order (it would otherwise report
 the interrupted forward's layers as out of order) and drops its partial statistics.
@@ -82,20 +83,22 @@ class ForwardGate:
         self.depth = 0  # forwards of the model that thread is inside
         self.active = True  # until the plan is removed
 
-    def install(self, model: nn.Module, hooks: list, inner: Iterable[nn.Module] = ()) -> None:
+    def install(self, model: nn.Module, hooks: list, inner: Iterable[nn.Module] = (),
+                inner_end: Callable[[bool], None] | None = None) -> None:
         """Wrap ``model.forward``, and the forwards of ``inner`` modules (``callers``: a forward of one of them runs
-        the plan's layers without the model's own, so it takes the gate too, without the offloader's start and
-        end); what undoes each is appended to ``hooks`` (the offloader removes them)."""
+        the plan's layers without the model's own, so it takes the gate too, with the offloader's start and
+        ``inner_end`` for its end: not the whole model's, whose layers it does not all run); what undoes each is
+        appended to ``hooks`` (the offloader removes them)."""
         for module in (model, *inner):
             previous = module.__dict__.get("forward", _ABSENT)
-            gated = self.wrap(module.forward, ends=module is model)
+            gated = self.wrap(module.forward, self.on_end if module is model else inner_end)
             module.forward = gated
             hooks.append(_Unwrap(self, module, gated, previous))
 
-    def wrap(self, forward: Callable, ends: bool = True) -> Callable:
-        """``forward`` taking the gate; ``ends``: calling the offloader's start and end of a forward (the model's
-        own forward; a caller's holds the gate only)."""
-        on_start, on_end = (self.on_start, self.on_end) if ends else (None, None)
+    def wrap(self, forward: Callable, on_end: Callable[[bool], None] | None) -> Callable:
+        """``forward`` taking the gate, calling the offloader's start and ``on_end`` (``on_end(completed)``) when it
+        is the outermost forward of this thread."""
+        on_start = self.on_start
 
         @functools.wraps(forward)  # inspect.signature(model.forward) still reads the model's own (generate() does)
         def gated(*args, **kwargs):

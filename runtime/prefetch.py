@@ -161,7 +161,8 @@ class PrefetchOffloader(Offloader):
         self._rivals = [[o.ref.local for k, other in enumerate(self.layers) if k != j
                          and set(other.regions) & set(layer.regions) for o, _ in other.params]
                         for j, layer in enumerate(self.layers)]
-        self.gate.install(self.model, self.hooks, callers(self.model, [pl.name for pl in plan.layers]))
+        self.gate.install(self.model, self.hooks, callers(self.model, [pl.name for pl in plan.layers]),
+                          self._caller_ended)
 
     def _pre_hook(self, pos: int, trigger: bool, j: int | None):
         hid = self.handle_id
@@ -298,6 +299,10 @@ class PrefetchOffloader(Offloader):
         if self._order is not None and self._order:
             self._check_order(self._order)
             self._order = None
+        self._keep_stats()
+
+    def _keep_stats(self) -> None:
+        """The forward's statistics into the history (the last 100 kept)."""
         if self.collect_stats and (self.current.bytes or self.current.stalls):
             self.history.append(self.current)
             del self.history[:-100]
@@ -314,6 +319,18 @@ class PrefetchOffloader(Offloader):
         """An eager forward of the whole model starts: layers called on their own before the first one are not
         part of the order it checks."""
         if self._order:
+            self._order = []
+
+    def _caller_ended(self, completed: bool) -> None:
+        """The end of an eager forward of a module between the model and its layers (the base model), inside the
+        gate: the join, and its statistics kept as a forward's (dropped after an error); the layers it ran are not
+        a whole forward's, so the order check starts again with the next one."""
+        self._join_copies()
+        if completed:
+            self._keep_stats()
+        else:
+            self.current = ForwardStats()
+        if self._order is not None:
             self._order = []
 
     def _forward_ended(self, completed: bool) -> None:

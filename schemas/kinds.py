@@ -40,7 +40,8 @@ from functools import lru_cache
 
 from schemas.spec_layers import PARAM_KINDS, ParamKind
 
-__all__ = ["PARAM_KINDS", "ParamKind", "classify", "param_kind"]
+__all__ = ["PARAM_KINDS", "ParamKind", "classify", "expert_count_problems", "is_experts_container", "name_key",
+           "param_kind"]
 
 _LN = re.compile(r"^ln(_\w+|\d+)?$")
 _SCALE = re.compile(

@@ -15,6 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 from moe_models import ARCHITECTURES, make_moe  # noqa: E402
 from torch import nn  # noqa: E402
 
+from runtime.cpu_experts import _table as cpu_table  # noqa: E402
 from runtime.expert_math import Layout, part_rows, parts_rows  # noqa: E402
 
 
@@ -47,9 +48,7 @@ def _experts(arch: str):
 
 
 def _table(places: list[int], experts: int) -> torch.Tensor:
-    table = torch.full((experts,), len(places), dtype=torch.long)
-    table[torch.tensor(places)] = torch.arange(len(places))
-    return table
+    return cpu_table(places, experts, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("arch", (*ARCHITECTURES, "biased"))
@@ -85,3 +84,54 @@ def test_one_sort_gives_each_row_what_a_sort_a_part_gives(arch, tokens, host):
         missing = torch.isin(index.reshape(-1), torch.tensor(cut[2]))
         assert missing.any() or tokens == 1
         assert torch.equal(one[missing], torch.zeros_like(one[missing]))
+
+
+def test_a_part_of_one_expert_counts_only_its_own_pairs():
+    """With one expert in all the parts, the count's range is still [0, 1] (histc over min == max would read the
+    data's own range back, and count every pair)."""
+    module = _experts("qwen3_moe")
+    layout = Layout.of(module)
+    w = {n: getattr(module, n).data for n in layout.names}
+    experts = w[layout.up].shape[0]
+    index = torch.tensor([[0, 1], [2, 0], [3, 1]])
+    weights = torch.full((3, 2), 0.5, dtype=w[layout.up].dtype)
+    hidden = torch.randn(3, w[layout.up].shape[-1], generator=torch.Generator().manual_seed(0)).to(weights.dtype)
+    one = {n: t[:1] for n, t in w.items()}
+    with torch.no_grad():
+        rows = parts_rows(module, layout, [one], _table([0], experts), hidden, index, weights)
+        alone = parts_rows(module, layout, [one], _table([0], experts), hidden[:1], index[:1, :1], weights[:1, :1])
+    hit = index.reshape(-1) == 0
+    assert torch.equal(rows[~hit], torch.zeros_like(rows[~hit]))
+    assert torch.equal(rows[0], alone[0])
+    with pytest.raises(ValueError, match="one expert or more"):
+        parts_rows(module, layout, [one, {n: t[:0] for n, t in w.items()}], _table([0], experts), hidden, index,
+                   weights)
+
+
+def test_a_split_forward_with_grad_on_runs_and_backpropagates():
+    """Grad mode on (a plain ``model(ids)``): the GPU parts' pass picks rows without writing in place, so autograd
+    takes it, and masks each part's input rows, whose grouped kernel leaves the gradient of rows past its last
+    expert undefined (NaN on the CPU, found by this test). The gradients that reach the embeddings differ from the
+    resident model's by no more than transformers' two experts kernels differ from each other (training is not
+    supported while applied, but a grad-mode forward must not fail or give NaN)."""
+    import runtime
+    from moe_models import split_plan
+
+    def embedding_grad(model, ids):
+        model.zero_grad()
+        out = model(ids).logits
+        out.float().sum().backward()
+        return out, model.model.embed_tokens.weight.grad.float().clone()
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    ids = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(5))
+    ref, want = embedding_grad(model, ids)
+    model.set_experts_implementation("eager")
+    tolerance = (embedding_grad(model, ids)[1] - want).abs().max().item()  # two kernels of the same experts
+    model.set_experts_implementation("grouped_mm")
+    places = lambda n: {"gpu": list(range(0, n, 2)), "uva": list(range(1, n, 2))}  # noqa: E731
+    with runtime.apply(split_plan(model, places), model, device="cpu"):
+        out, got = embedding_grad(model, ids)
+    assert out.requires_grad and torch.equal(out, ref)
+    assert not torch.isnan(got).any() and got.abs().max() > 0
+    assert (got - want).abs().max().item() <= tolerance

@@ -325,3 +325,33 @@ def test_a_layer_called_alone_before_the_first_forward_does_not_make_it_warn(cap
         with caplog.at_level("WARNING", logger="runtime"):
             assert torch.equal(logits(model), logits(ref))
         assert "did not run in the plan's order" not in caplog.text
+
+
+def test_base_model_forwards_keep_their_statistics_and_the_order_check_stays_bounded(caplog):
+    """A forward of the base model alone ends as a forward does (its copies joined, its statistics kept; dropped
+    after an error), and the layer order it records is let go at its end: the check waits for a whole forward
+    (no warning for the head the base model never runs), and nothing grows call after call."""
+    model, ref = make_llama(CFG), make_llama(CFG)
+    with torch.no_grad():
+        want = ref.model(IDS)
+    with runtime.apply(shared_slot_plan(model), model, device="cpu", stats=True) as handle, torch.no_grad():
+        off = handle.offloader
+        for _ in range(20):
+            assert torch.equal(model.model(IDS), want)
+        assert len(off.history) == 20 and all(f.bytes > 0 for f in off.history)
+        assert off._order == []  # let go at each base forward's end
+        one = off.history[-1].bytes
+
+        def fail(_module, _args):
+            raise RuntimeError("boom")
+
+        hook = model.model.layers[3].register_forward_pre_hook(fail)
+        with pytest.raises(RuntimeError, match="boom"):
+            model.model(IDS)
+        hook.remove()
+        assert len(off.history) == 20 and off.current.bytes == 0  # the failed forward's partial statistics dropped
+        with caplog.at_level("WARNING"):
+            assert torch.equal(logits(model), logits(ref))
+        assert "did not run in the plan's order" not in caplog.text
+        assert one <= off.history[-1].bytes < 2 * one  # a whole forward's own, not the base forwards' added up
+        assert not off.gate._lock.locked()

@@ -36,14 +36,14 @@ from schemas.plan_content import PlanLayer
 from schemas.plan_experts import ExpertSplit
 from schemas.spec_layers import moe_shape
 
-# kernels a split forward issues beyond transformers' own grouped experts kernel (in the MoE block's CPU figure):
-# each GPU part after the first, its grouped matmuls, gate and the pick of its rows (runtime/expert_math.py
-# parts_rows: the parts share one sort; measured on the H200, 2,019 launches a decode step with two GPU parts in
-# each of 24 layers against the resident model's 1,947, and 2,523 when each part had a pass of its own,
-# 2026-12-02); a pass of its own (the host's experts read through UVA above cpu_max_tokens); the host's part:
-# its inputs' copies, the stream's count and wait, the rows' copy back and their add, and the hand-off's Python
-# (not measured on its own: held at the 24 launches the model gave a UVA and a host part before the GPU parts
-# shared a pass; decode steps at batch 1 with the host measured 0.77-1.04x their prediction with it)
+# kernels a split forward issues beyond transformers' own grouped experts kernel (in the MoE block's CPU figure), as
+# differences measured against it, not counts of a part's kernels: a GPU part after the first (runtime/expert_math.py
+# parts_rows: the parts share one sort; on the H200 2,019 launches a decode step with two GPU parts in each of 24
+# layers against the resident model's 1,947, and 2,523 when each part had a pass of its own, 2026-12-02); a pass of
+# its own (the host's experts read through UVA above cpu_max_tokens); the host's part: its inputs' copies, the
+# stream's count and wait, the rows' copy back and their add, and the hand-off's Python (not measured on its own:
+# held at the 24 launches the model gave a UVA and a host part before the GPU parts shared a pass; decode steps at
+# batch 1 with the host measured 0.77-1.04x their prediction with it)
 GPU_PART_LAUNCHES = 3
 OWN_PASS_LAUNCHES = 21
 HOST_PART_LAUNCHES = 24
