@@ -427,19 +427,22 @@ class ExpertSplits:
 
         layout = Layout.of(module)
 
-        def part(place: str, view: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> _Part:
-            return _Part({a: view(sp.slices[place]) for a, sp in by_attr.items()}, _table(ids[place], experts, device),
-                         layout.for_host() if place == "cpu" else layout)
-
         same = lambda t: t  # noqa: E731
         cuda = self.device.type == "cuda"
         uva_view = (lambda t: device_view(t, self.device)) if cuda else same
+
+        def weights(place: str, view: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {a: view(sp.slices[place]) for a, sp in by_attr.items()}
+
+        def part(place: str, view: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> _Part:
+            return _Part(weights(place, view), _table(ids[place], experts, device),
+                         layout.for_host() if place == "cpu" else layout)
+
         on_gpu = [p for p in ("uva", "gpu") if ids[p]]  # the part that crosses the link first (parts_rows)
         gpu = None
         if on_gpu:
-            places = [e for p in on_gpu for e in ids[p]]
-            gpu = _GpuParts([{a: (uva_view if p == "uva" else same)(sp.slices[p]) for a, sp in by_attr.items()}
-                             for p in on_gpu], _table(places, experts, self.device))
+            gpu = _GpuParts([weights(p, uva_view if p == "uva" else same) for p in on_gpu],
+                            _table([e for p in on_gpu for e in ids[p]], experts, self.device))
         host = host_on_gpu = None
         if ids["cpu"]:
             host = part("cpu", same, torch.device("cpu"))
