@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import weakref
 from collections.abc import Sequence
@@ -110,7 +112,9 @@ class Handle:
         failed (calling remove() again retries only that). A second call is otherwise a no-op."""
         if not self._pending:
             return
-        with torch.inference_mode(False):  # restored tensors are ordinary ones, whatever mode the caller is in
+        gate = self.offloader.gate
+        with gate.exclusive("remove()") if gate is not None and gate.active else contextlib.nullcontext(), \
+                torch.inference_mode(False):  # restored tensors are ordinary ones, whatever mode the caller is in
             self._pending, problems = run_steps(self._pending)
         if not any(step in self._pending for step in _RELEASE_HELD):
             self._give_back.detach()
@@ -220,6 +224,7 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         offloader = make_offloader(_link_backend(plan), plan=plan, model=model, device=device,
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
+        splits.attach(offloader.gate)
         offloader.post_init()
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)

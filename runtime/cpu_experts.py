@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from runtime.errors import ApplyError
+from runtime.errors import ApplyError, ConcurrentForwardError
 from runtime.forward_gate import ForwardGate, callers
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, parts_rows, rows_dtype
 from runtime.pinned import HostArena, pack
@@ -74,6 +74,12 @@ log = logging.getLogger("runtime")
 
 _ABSENT = object()
 CPU_BACKEND = "the cpu backend (plan layers whose experts.cpu lists experts the host computes)"
+
+
+REENTERED = (
+    "'{module}' was called again while its own call was still writing the layer's host buffers (a forward of the "
+    "model from a hook inside its experts): the host's part would read the second call's inputs. Run that forward "
+    "after the layer's call returns")
 
 
 class HostExpertsCaptureError(ApplyError):
@@ -238,11 +244,37 @@ class SplitForward:
     flag: HostFlag | ThreadFlag | None = None  # raised by the host's thread when its rows are written
     staged: HostFlag | None = None  # written by the stream when the routed tokens are on the host (a GPU's worker)
     staging: _Staging = field(default_factory=lambda: _Staging(pin=False))
+    gate: ForwardGate | None = None  # the applied plan's (``ExpertSplits.attach``): another thread's forward refused
+    busy: threading.Lock = field(default_factory=threading.Lock)  # held by a call using the layer's host buffers
+    user: int | None = None  # the thread holding ``busy``
 
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                  *args, **kwargs) -> torch.Tensor:
         tokens = hidden_states.shape[0]
         on_host = self.host is not None and (self.max_tokens is None or tokens <= self.max_tokens)
+        if not on_host:
+            return self._rows(hidden_states, top_k_index, top_k_weights, False)
+        if self.gate is not None:
+            self.gate.check_owner()  # the layer called from another thread while a forward runs
+        me = threading.get_ident()
+        if not self.busy.acquire(blocking=False):  # its host buffers are in use by another call
+            if self.user == me:
+                raise ApplyError(REENTERED.format(module=type(self.module).__name__))
+            raise ConcurrentForwardError(
+                f"'{type(self.module).__name__}' of this {self.gate.model_name if self.gate is not None else 'model'}"
+                " is running in another thread (a call of the layer or a forward of the model): its host buffers are "
+                "rewritten at every call, so the model's forwards and its layers' calls must run one at a time (hold a "
+                "lock around them, or give each thread its own model)")
+        self.user = me
+        try:
+            return self._rows(hidden_states, top_k_index, top_k_weights, True)
+        finally:
+            self.user = None
+            self.busy.release()
+
+    def _rows(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+              on_host: bool) -> torch.Tensor:
+        tokens = hidden_states.shape[0]
         staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
         rows = None  # the parts' rows added in place: one [T·k, H] beside a part's own, however many parts run
         if self.gpu is not None:
@@ -368,6 +400,7 @@ class ExpertSplits:
     params: list[_SplitParam] = field(default_factory=list)
     arenas: list[HostArena] = field(default_factory=list)
     forwards: list[tuple[nn.Module, object]] = field(default_factory=list)  # (module, its own forward attribute)
+    split_forwards: list[SplitForward] = field(default_factory=list)  # what replaced them
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
     worker: HostWorker | None = None
@@ -455,6 +488,7 @@ class ExpertSplits:
                                worker, new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT)))
+        self.split_forwards.append(forward)
         module.forward = torch.compiler.disable(forward) if host is not None else forward
 
     def restore(self) -> list[str]:
@@ -464,6 +498,7 @@ class ExpertSplits:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        self.split_forwards.clear()
         while self.forwards:
             module, previous = self.forwards.pop()
             if previous is _ABSENT:
@@ -492,6 +527,11 @@ class ExpertSplits:
             self.threads = None
         return []
 
+    def attach(self, gate: ForwardGate | None) -> None:
+        """Give every split layer the applied plan's gate (made by the offloader after the splits)."""
+        for forward in self.split_forwards:
+            forward.gate = gate
+
     def true_values(self) -> dict[int, Callable[[], torch.Tensor]]:
         """id(param) -> a function assembling its value in host memory (for state_dict while applied)."""
         return {id(sp.ref.tensor): (lambda sp=sp: sp.assemble(torch.device("cpu"))) for sp in self.params if sp.swapped}
@@ -517,5 +557,6 @@ class CpuOffloader(UvaOffloader):
 
     def wrap_modules(self) -> None:
         if any(layer.experts is not None and layer.experts.cpu for layer in self.plan.layers):
-            ForwardGate(type(self.model).__name__).install(self.model, self.hooks, callers(
+            self.gate = ForwardGate(type(self.model).__name__)
+            self.gate.install(self.model, self.hooks, callers(
                 self.model, [layer.name for layer in self.plan.layers if layer.experts is not None]))

@@ -175,9 +175,9 @@ def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Te
             o = torch.where(later, out, o) if o.requires_grad or out.requires_grad else torch.where(later, out, o, out=o)
         del out
         start += n
+    if total < table.numel():  # some experts are in no part (the host's): their rows are undefined, made 0 before
+        o = torch.where((ids < total).unsqueeze(-1), o, o.new_zeros(()))  # the weighting (its backward reads them)
     o = o * top_k_weights.reshape(-1)[order].unsqueeze(-1)  # in the promoted dtype, as transformers weighs them
-    if total < table.numel():  # some experts are in no part (the host's)
-        o = torch.where((ids < total).unsqueeze(-1), o, o.new_zeros(()))
     rows = torch.empty_like(o)
     rows[order] = o
     return rows

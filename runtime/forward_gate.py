@@ -18,8 +18,9 @@ rows, so these uses of an applied model would compute with another layer's weigh
   ``torch.autograd.graph.saved_tensors_hooks`` (``save_on_cpu``, activation offloaders), so a grad-mode forward
   under such hooks is refused at its first layer that shares a slot (``saved_tensor_hooks_active``).
 - **A submodule called on its own** (``layers[3].mlp(x)``) skips its layer's hook, so its slot may hold another
-  layer's weights: each module that owns a prefetched param of a layer sharing its slot gets a pre-hook that copies
-  its layer back into its slot first (``slot_checks``; ``PrefetchOffloader._ensure``: correct, synchronous).
+  layer's weights: the forward of each module that owns a prefetched param of a layer sharing its slot takes the
+  gate and copies its layer back into its slot first (``slot_checks``; ``PrefetchOffloader._ensure``: correct,
+  synchronous); another thread's forward of the model meanwhile is refused.
 - **A forward of a module between the model and its plan's layers** (``model.model(...)``, the base model without its
   head) takes the gate as the model's does (``callers``): a second thread's forward of the model or of that module
   meanwhile is refused; at its end the copies are joined and its statistics kept as a forward's, and the check of
@@ -28,8 +29,16 @@ rows, so these uses of an applied model would compute with another layer's weigh
 A forward that ended with an error also restarts the check of the plan's layer order (it would otherwise report
 the interrupted forward's layers as out of order) and drops its partial statistics.
 
+- **A layer whose host computes experts** (the cpu backend) is used by one call at a time: a second thread's call of
+  it, or a forward meeting another thread's call inside it, is refused, and so is a forward of the model from a
+  hook inside its experts (runtime/cpu_experts.py: the layer's host buffers).
+- **``remove()`` while a forward runs** (in another thread, or from inside the forward) is refused
+  (``ForwardGate.exclusive``), and no forward starts while it runs.
+
 Calling the plan's layers themselves (``model.model.layers[3](x)``) from several threads at once, with no forward
-of a module above them running, is not gated; nor is anything under torch.compile (its backward included).
+of a module above them running, is not gated; nor is anything under torch.compile (its backward included): in
+particular a prefetched layer's submodule compiled on its own (``torch.compile(layers[1].mlp)``) is not checked
+and may read another layer's weights; compile the whole model or whole layers, whose hooks run as custom ops.
 
 Cost, eager only: one wrapper call a forward, and one pre-hook a module that owns a prefetched param of a layer
 sharing its slot; measured on this project's 2-core VM, a 16-layer tiny Llama with 8 such layers (72 module hooks):
@@ -39,6 +48,7 @@ layer in 1.14x a hook-free layer's time, gate and hooks included (1.20-1.21x in 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterable
@@ -95,9 +105,10 @@ class ForwardGate:
             module.forward = gated
             hooks.append(_Unwrap(self, module, gated, previous))
 
-    def wrap(self, forward: Callable, on_end: Callable[[bool], None] | None) -> Callable:
+    def wrap(self, forward: Callable, on_end: Callable[[bool], None] | None,
+             before: Callable[[], None] | None = None) -> Callable:
         """``forward`` taking the gate, calling the offloader's start and ``on_end`` (``on_end(completed)``) when it
-        is the outermost forward of this thread."""
+        is the outermost forward of this thread, and ``before`` inside the gate before every call."""
         on_start = self.on_start
 
         @functools.wraps(forward)  # inspect.signature(model.forward) still reads the model's own (generate() does)
@@ -108,6 +119,8 @@ class ForwardGate:
             if self.owner == me:  # a forward of the model inside its own forward, on this thread
                 self.depth += 1
                 try:
+                    if before is not None:
+                        before()
                     return forward(*args, **kwargs)
                 finally:
                     self.depth -= 1
@@ -118,6 +131,8 @@ class ForwardGate:
             try:
                 if on_start is not None:
                     on_start()
+                if before is not None:
+                    before()
                 out = forward(*args, **kwargs)
                 completed = True
                 return out
@@ -130,6 +145,19 @@ class ForwardGate:
                     self._lock.release()
 
         return gated
+
+    @contextlib.contextmanager
+    def exclusive(self, what: str):
+        """Hold the gate for ``what`` (``remove()``): refused while a forward of the model runs, on any thread
+        (inside one on this thread too), and no forward starts meanwhile."""
+        if not self._lock.acquire(blocking=False):
+            raise ConcurrentForwardError(
+                f"{what} while a forward of this {self.model_name} is running (in another thread, or the call is "
+                "inside that forward): the forward would lose its weights mid-way. Call it after the forward returns")
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def check_owner(self) -> None:
         """Raise when another thread's forward of the model runs now (a submodule called from here meanwhile)."""
@@ -178,15 +206,16 @@ class _Unwrap:
             self.model.forward = self.previous
 
 
-def slot_checks(module: nn.Module, owned: list[str], ensure: Callable[[], None], hooks: list) -> None:
-    """Pre-hooks on the submodules of a prefetched layer ``module`` that own its prefetched params (``owned``: the
-    params' names relative to it): ``ensure`` puts the layer's weights in its slot when one is called on its
-    own."""
-    def hook(_module: nn.Module, _args: tuple) -> None:
-        if not is_compiling():
-            ensure()
-        return None
-
+def slot_checks(gate: ForwardGate, module: nn.Module, owned: list[str], ensure: Callable[[], None],
+                hooks: list) -> None:
+    """The forwards of the submodules of a prefetched layer ``module`` that own its prefetched params (``owned``: the
+    params' names relative to it) take the gate and, inside it, ``ensure`` that the layer's weights are in its slot
+    (so a forward of the model on another thread cannot refill the slot between that check and the submodule's
+    use of it: it is refused, as the submodule is while such a forward runs)."""
     for path in sorted({rel.rpartition(".")[0] for rel in owned}):
         if path:  # the layer's own params are covered by its own pre-hook
-            hooks.append(module.get_submodule(path).register_forward_pre_hook(hook))
+            sub = module.get_submodule(path)
+            previous = sub.__dict__.get("forward", _ABSENT)
+            gated = gate.wrap(sub.forward, None, ensure)
+            sub.forward = gated
+            hooks.append(_Unwrap(gate, sub, gated, previous))

@@ -37,6 +37,7 @@ class Offloader:
     offloaded: list[Offloaded]
     collect_stats: bool = False
     hooks: list[RemovableHandle] = field(default_factory=list)
+    gate: object | None = None  # runtime.forward_gate.ForwardGate, where forwards must run one at a time
 
     def offloaded_pairs(self) -> list[tuple[TensorRef, torch.Tensor]]:
         return [(o.ref, o.host) for o in self.offloaded]

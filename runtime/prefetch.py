@@ -98,7 +98,6 @@ class PrefetchOffloader(Offloader):
         self.current = ForwardStats()
         self._trigger_events: dict[int, object] = {}
         self._order: list[int] | None = []  # offloaded layers seen in the first forward (order check)
-        self.gate: ForwardGate | None = None  # one forward at a time; submodules called alone (forward_gate.py)
         self._autograd = False  # a forward ran with grad mode on: refills bump the overwritten params' versions
         self._rivals: list[list[torch.Tensor]] = []  # per layer: the params of the others that share its slots
         self.on_bump = None  # told of those bumps (apply: the write check's ``expect``)
@@ -156,7 +155,7 @@ class PrefetchOffloader(Offloader):
             module = self.model.get_submodule(pl.name)
             self.hooks.append(module.register_forward_pre_hook(self._pre_hook(pos, trig, j), with_kwargs=True))
             if j is not None and not pl.prefetch.once:  # a slot's only user never leaves it
-                slot_checks(module, list(pl.prefetched), functools.partial(self._ensure, j), self.hooks)
+                slot_checks(self.gate, module, list(pl.prefetched), functools.partial(self._ensure, j), self.hooks)
         self.hooks.append(self.model.register_forward_hook(self._post_hook()))
         self._rivals = [[o.ref.local for k, other in enumerate(self.layers) if k != j
                          and set(other.regions) & set(layer.regions) for o, _ in other.params]

@@ -341,3 +341,55 @@ def test_a_second_threads_forward_is_refused_while_host_experts_run(monkeypatch)
         t.join(10)
         hook.remove()
         assert seen == {"first": True}
+
+
+@pytest.mark.parametrize("held", ["forward", "layer"])
+def test_a_split_layer_used_by_two_threads_is_refused_either_way(held):
+    """A layer whose host experts use the layer's host buffers is used by one thread at a time: a second thread's
+    call of the layer while a forward is inside it is refused (the gate), and so is a forward while another
+    thread's call of the layer is inside its experts (the layer's own lock); the one that runs is exact."""
+    model = make_moe("qwen3_moe")
+    ids = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(6))
+    x = torch.randn(2, 6, model.config.hidden_size, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    inside, go_on, seen = threading.Event(), threading.Event(), {}
+
+    def hold(*_):
+        if threading.current_thread().name == "first" and not inside.is_set():
+            inside.set()
+            go_on.wait(10)
+
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1), torch.no_grad():
+        want, want_layer = model(ids).logits, model.model.layers[0].mlp(x)
+        forward = lambda: torch.equal(model(ids).logits, want)  # noqa: E731
+        layer = lambda: torch.equal(model.model.layers[0].mlp(x), want_layer)  # noqa: E731
+        first, second = (forward, layer) if held == "forward" else (layer, forward)
+        hook = model.model.layers[0].mlp.experts.act_fn.register_forward_hook(hold)  # inside the experts' call
+
+        def run():
+            with torch.no_grad():
+                seen["first"] = first()
+
+        t = threading.Thread(target=run, name="first")
+        t.start()
+        assert inside.wait(10)
+        with pytest.raises(runtime.ConcurrentForwardError, match="another thread"):
+            second()
+        go_on.set()
+        t.join(10)
+        hook.remove()
+        assert seen == {"first": True}
+        assert forward() and layer()
+
+
+def test_a_forward_from_a_hook_inside_a_split_layer_is_refused_and_the_model_stays_exact():
+    """A forward of the model from a hook inside a split layer's experts would rewrite the layer's host buffers
+    before the outer call hands them to the host: refused, and the next forward is exact."""
+    model = make_moe("qwen3_moe")
+    ids = torch.randint(0, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(6))
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1), torch.no_grad():
+        want = model(ids).logits
+        hook = model.model.layers[0].mlp.experts.act_fn.register_forward_hook(lambda *_: model(ids))
+        with pytest.raises(runtime.ApplyError, match="called again while its own call"):
+            model(ids)
+        hook.remove()
+        assert torch.equal(model(ids).logits, want)

@@ -108,10 +108,12 @@ def test_a_part_of_one_expert_counts_only_its_own_pairs():
                    weights)
 
 
-def test_a_split_forward_with_grad_on_runs_and_backpropagates():
+@pytest.mark.parametrize("host", [False, True])
+def test_a_split_forward_with_grad_on_runs_and_backpropagates(host):
     """Grad mode on (a plain ``model(ids)``): the GPU parts' pass picks rows without writing in place, so autograd
     takes it, and masks each part's input rows, whose grouped kernel leaves the gradient of rows past its last
-    expert undefined (NaN on the CPU, found by this test). The gradients that reach the embeddings differ from the
+    expert undefined (NaN on the CPU, found by this test), and zeroes the rows of the host's pairs before weighting
+    them (their backward reads them). The gradients that reach the embeddings differ from the
     resident model's by no more than transformers' two experts kernels differ from each other (training is not
     supported while applied, but a grad-mode forward must not fail or give NaN)."""
     import runtime
@@ -129,8 +131,8 @@ def test_a_split_forward_with_grad_on_runs_and_backpropagates():
     model.set_experts_implementation("eager")
     tolerance = (embedding_grad(model, ids)[1] - want).abs().max().item()  # two kernels of the same experts
     model.set_experts_implementation("grouped_mm")
-    places = lambda n: {"gpu": list(range(0, n, 2)), "uva": list(range(1, n, 2))}  # noqa: E731
-    with runtime.apply(split_plan(model, places), model, device="cpu"):
+    places = None if host else (lambda n: {"gpu": list(range(0, n, 2)), "uva": list(range(1, n, 2))})  # thirds
+    with runtime.apply(split_plan(model, places), model, device="cpu", host_threads=1):
         out, got = embedding_grad(model, ids)
     assert out.requires_grad and torch.equal(out, ref)
     assert not torch.isnan(got).any() and got.abs().max() > 0

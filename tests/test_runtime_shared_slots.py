@@ -355,3 +355,63 @@ def test_base_model_forwards_keep_their_statistics_and_the_order_check_stays_bou
         assert "did not run in the plan's order" not in caplog.text
         assert one <= off.history[-1].bytes < 2 * one  # a whole forward's own, not the base forwards' added up
         assert not off.gate._lock.locked()
+
+
+def test_remove_while_another_threads_forward_runs_is_refused_and_works_after():
+    model, ref = make_llama(CFG), make_llama(CFG)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    want = logits(ref)
+    inside, go_on, seen = threading.Event(), threading.Event(), {}
+
+    def hold(_module, _args):
+        if threading.current_thread().name == "first":
+            inside.set()
+            go_on.wait(10)
+
+    handle = runtime.apply(shared_slot_plan(model), model, device="cpu")
+    hook = model.model.layers[2].register_forward_pre_hook(hold)
+    t = threading.Thread(target=lambda: seen.setdefault("first", torch.equal(logits(model), want)), name="first")
+    t.start()
+    assert inside.wait(10)
+    with pytest.raises(ConcurrentForwardError, match="remove\\(\\) while a forward"):
+        handle.remove()
+    go_on.set()
+    t.join(10)
+    hook.remove()
+    assert seen == {"first": True} and handle.active
+    assert torch.equal(logits(model), want)
+    handle.remove()
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # bit-identical
+
+
+def test_a_submodule_called_alone_meets_a_whole_forward_of_another_thread_and_both_are_right():
+    """Thread B calls layer 3's mlp on its own and is held before its down projection (after the check of its gate
+    projection) while thread A runs a whole forward, which refills the shared slot with layer 1: B's down
+    projection takes the gate and copies layer 3 back inside it, so both are right."""
+    model, ref = make_llama(CFG), make_llama(CFG)
+    x = torch.randn(2, 5, CFG.dim, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    with torch.no_grad():
+        want, want_b = ref(IDS), ref.model.layers[3].mlp(x)
+    inside, go_on, seen = threading.Event(), threading.Event(), {}
+
+    def hold(_module, _args):
+        if threading.current_thread().name == "B":
+            inside.set()
+            go_on.wait(10)
+
+    with runtime.apply(shared_slot_plan(model), model, device="cpu"), torch.no_grad():
+        logits(model)
+        hook = model.model.layers[3].mlp.down_proj.register_forward_pre_hook(hold)
+
+        def b():
+            with torch.no_grad():
+                seen["b"] = torch.equal(model.model.layers[3].mlp(x), want_b)
+
+        t = threading.Thread(target=b, name="B")
+        t.start()
+        assert inside.wait(10)
+        assert torch.equal(logits(model), want)  # A: its forward refills the slot with layer 1, then layer 3
+        go_on.set()
+        t.join(10)
+        hook.remove()
+        assert seen == {"b": True}
