@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import weakref
 from collections.abc import Sequence

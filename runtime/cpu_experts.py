@@ -399,8 +399,8 @@ class ExpertSplits:
     device: torch.device
     params: list[_SplitParam] = field(default_factory=list)
     arenas: list[HostArena] = field(default_factory=list)
-    forwards: list[tuple[nn.Module, object]] = field(default_factory=list)  # (module, its own forward attribute)
-    split_forwards: list[SplitForward] = field(default_factory=list)  # what replaced them
+    # (module, its own forward attribute, the SplitForward that replaced it)
+    forwards: list[tuple[nn.Module, object, SplitForward]] = field(default_factory=list)
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
     worker: HostWorker | None = None
@@ -487,8 +487,7 @@ class ExpertSplits:
         forward = SplitForward(module, layout, self.device, gpu, host, host_on_gpu, split.cpu_max_tokens,
                                worker, new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging)
-        self.forwards.append((module, module.__dict__.get("forward", _ABSENT)))
-        self.split_forwards.append(forward)
+        self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
         module.forward = torch.compiler.disable(forward) if host is not None else forward
 
     def restore(self) -> list[str]:
@@ -498,9 +497,8 @@ class ExpertSplits:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
-        self.split_forwards.clear()
         while self.forwards:
-            module, previous = self.forwards.pop()
+            module, previous, _ = self.forwards.pop()
             if previous is _ABSENT:
                 module.__dict__.pop("forward", None)
             else:
@@ -529,7 +527,7 @@ class ExpertSplits:
 
     def attach(self, gate: ForwardGate | None) -> None:
         """Give every split layer the applied plan's gate (made by the offloader after the splits)."""
-        for forward in self.split_forwards:
+        for _, _, forward in self.forwards:
             forward.gate = gate
 
     def true_values(self) -> dict[int, Callable[[], torch.Tensor]]:

@@ -100,10 +100,15 @@ class ForwardGate:
         ``inner_end`` for its end: not the whole model's, whose layers it does not all run); what undoes each is
         appended to ``hooks`` (the offloader removes them)."""
         for module in (model, *inner):
-            previous = module.__dict__.get("forward", _ABSENT)
-            gated = self.wrap(module.forward, self.on_end if module is model else inner_end)
-            module.forward = gated
-            hooks.append(_Unwrap(self, module, gated, previous))
+            self.wrap_module(module, hooks, self.on_end if module is model else inner_end)
+
+    def wrap_module(self, module: nn.Module, hooks: list, on_end: Callable[[bool], None] | None,
+                    before: Callable[[], None] | None = None) -> None:
+        """``module.forward`` replaced by ``wrap``'s (an instance attribute); its ``_Unwrap`` appended to ``hooks``."""
+        previous = module.__dict__.get("forward", _ABSENT)
+        gated = self.wrap(module.forward, on_end, before)
+        module.forward = gated
+        hooks.append(_Unwrap(self, module, gated, previous))
 
     def wrap(self, forward: Callable, on_end: Callable[[bool], None] | None,
              before: Callable[[], None] | None = None) -> Callable:
@@ -214,8 +219,4 @@ def slot_checks(gate: ForwardGate, module: nn.Module, owned: list[str], ensure: 
     use of it: it is refused, as the submodule is while such a forward runs)."""
     for path in sorted({rel.rpartition(".")[0] for rel in owned}):
         if path:  # the layer's own params are covered by its own pre-hook
-            sub = module.get_submodule(path)
-            previous = sub.__dict__.get("forward", _ABSENT)
-            gated = gate.wrap(sub.forward, None, ensure)
-            sub.forward = gated
-            hooks.append(_Unwrap(gate, sub, gated, previous))
+            gate.wrap_module(module.get_submodule(path), hooks, None, ensure)

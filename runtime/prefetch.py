@@ -324,20 +324,25 @@ class PrefetchOffloader(Offloader):
         """The end of an eager forward of a module between the model and its layers (the base model), inside the
         gate: the join, and its statistics kept as a forward's (dropped after an error); the layers it ran are not
         a whole forward's, so the order check starts again with the next one."""
+        if not completed:
+            self._forward_failed()
+            return
         self._join_copies()
-        if completed:
-            self._keep_stats()
-        else:
-            self.current = ForwardStats()
+        self._keep_stats()
         if self._order is not None:
             self._order = []
 
     def _forward_ended(self, completed: bool) -> None:
-        """The end of an eager forward, inside the gate (runtime/forward_gate.py): the join; after an error, what
-        it issued joined, its partial statistics dropped, and the layer order checked again on the next one."""
+        """The end of an eager forward, inside the gate (runtime/forward_gate.py): the join (``_forward_failed``
+        after an error)."""
         if completed:
             self.join_after_forward()
-            return
+        else:
+            self._forward_failed()
+
+    def _forward_failed(self) -> None:
+        """A forward ended with an error: what it issued joined, its partial statistics dropped, and the layer
+        order checked again on the next one."""
         self._join_copies()
         self.current = ForwardStats()
         if self._order is not None:
@@ -361,8 +366,7 @@ class PrefetchOffloader(Offloader):
 
     def _ensure(self, j: int) -> None:
         """Layer ``j``'s weights in its slot, copied now when the slot holds another layer's (a submodule of
-        ``j`` called on its own)."""
-        self.gate.check_owner()
+        ``j`` called on its own; inside the gate: ``slot_checks``)."""
         if torch.is_grad_enabled():
             self._grad_forward(j)
         if not self._holds(j):
