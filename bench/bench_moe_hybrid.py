@@ -92,7 +92,7 @@ class Bench:
         self.device = torch.device("cpu" if self.dry else args.device)
         self.out = open(args.out, "w")
         self.folder = Path(args.out).parent
-        self.hw = load_hardware("h200")
+        self.hw = load_hardware(args.profile)
         if self.dry:  # a fast host and a slow link, so that the tiny plans give the host experts and the run exercises it
             self.hw = self.hw.model_copy(update={"host_call_us": 1.0, "host_expert_us": 0.0, "uva_gbps": 0.01,
                                                  "moe_block_cpu_us": 1.0, "host_expert_gbps": [RatePoint(tokens=1,
@@ -393,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--only", choices=["qwen3_moe", "phimoe", "skewed"], action="append")
     ap.add_argument("--cases", choices=CASES, action="append", help="the workloads measured (default: all)")
+    ap.add_argument("--profile", default="h200", help="the hardware profile plans are made and predicted with "
+                    "(a bundled name or a file, as `planner plan --hardware`; default the bundled h200)")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))

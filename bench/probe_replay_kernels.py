@@ -7,7 +7,13 @@ at 60.48 ms queued (the CPU issues the whole forward while the stream sleeps, so
 and 67.90 ms replayed as one CUDA graph. Here, in one process: both timings again, then the CUDA kernels of one
 queued forward and of one replay under torch.profiler, summed by kernel name (count and GPU microseconds), so
 that a kernel chosen differently under capture (cuBLAS's algorithm, SDPA's backend) or a kernel slower under
-capture shows by name; and the same for a single matmul and a single SDPA call of the shape's sizes."""
+capture shows by name; and the same for a single matmul and a single SDPA call of the shape's sizes.
+
+    PYTHONPATH=. python bench/probe_replay_kernels.py --moe-decode > $OUT/moe-decode-kernels.jsonl
+
+The resident Qwen3-MoE shape's (24 layers) decode step of one token, queued and replayed, by kernel name (the cost
+model predicted its replay at 4.77 ms against 6.13 measured on 2026-12-02: where does the 1.4 ms go?), and a
+Qwen3-MoE experts module alone with its weights in GPU memory at 1, 8 and 32 tokens (top-8 of 128, random routing)."""
 from __future__ import annotations
 
 import json
@@ -58,8 +64,61 @@ def compare(label: str, fn) -> None:
                       "graph_kernels": round(sum(v[0] for v in graph_k.values())), "top": rows}), flush=True)
 
 
+def moe_floors(device: torch.device) -> None:
+    """calibrate's MoE block floor (one more tiny block's GPU time in a replayed decode step) at other counts of
+    experts and choices than its tiny model's 8 and 2: does the floor grow with them?"""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    for experts, top_k in ((8, 2), (8, 8), (32, 8), (64, 8), (128, 2), (128, 8), (256, 8)):
+        def make(layers: int) -> torch.nn.Module:
+            return Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, num_experts=experts,
+                                                      num_experts_per_tok=top_k, moe_intermediate_size=32,
+                                                      decoder_sparse_step=1, mlp_only_layers=[], **c.TINY))
+        ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+
+        def step_ms(model: torch.nn.Module) -> float:
+            model = model.to(device, torch.bfloat16).eval()
+            with torch.inference_mode():
+                return c.graph_ms(lambda: model(ids, use_cache=False))
+
+        times = c._by_depth(step_ms, make)
+        print(json.dumps({"kind": "moe_floor", "experts": experts, "top_k": top_k,
+                          "per_block_us": round(c._per_block_us(times), 2),
+                          "times_ms": {str(k): round(v, 4) for k, v in times.items()}}), flush=True)
+
+
+def moe_decode(device: torch.device) -> None:
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    model, config = build("moe", Setup(False, "cuda"))
+    ids = torch.randint(0, config.vocab_size, (1, 1), device=device)
+    with torch.inference_mode():
+        compare("moe_decode", lambda: model(ids, use_cache=False).logits)
+    implementation = getattr(model.config, "_experts_implementation", None)
+    del model
+    torch.cuda.empty_cache()
+    cfg = Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8)
+    cfg._experts_implementation = implementation
+    experts = Qwen3MoeExperts(cfg).to(device, torch.bfloat16).eval()
+    g = torch.Generator().manual_seed(0)
+    for tokens in (1, 8, 32):
+        index = torch.stack([torch.randperm(128, generator=g)[:8] for _ in range(tokens)]).to(device)
+        weights = torch.full((tokens, 8), 1 / 8, dtype=torch.bfloat16, device=device)
+        x = torch.randn(tokens, 2048, dtype=torch.bfloat16, device=device)
+        touched = len(set(index.flatten().tolist()))
+        print(json.dumps({"kind": "experts_touched", "tokens": tokens, "touched": touched,
+                          "implementation": implementation}), flush=True)
+        with torch.inference_mode():
+            compare(f"experts_{tokens}", lambda: experts(x, index, weights))
+
+
 def main() -> int:
     device = torch.device("cuda")
+    if "--moe-decode" in sys.argv[1:]:
+        moe_floors(device)
+        moe_decode(device)
+        return 0
     hidden, inter, heads, kv, hd = c.LLAMA_8B_BLOCK
     x = torch.randn(TOKENS, hidden, dtype=torch.bfloat16, device=device)
     w = torch.randn(inter, hidden, dtype=torch.bfloat16, device=device)

@@ -151,15 +151,17 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
     ap.add_argument("--interleave", action="store_true", help="the two plans on two models, timed in turns (GPU)")
+    ap.add_argument("--profile", default="h200", help="the hardware profile (as bench_moe_hybrid.py's)")
     args = ap.parse_args()
     if args.interleave:
         bench = Interleave(argparse.Namespace(dry_run=args.dry_run, out=args.out,
-                                              device="cpu" if args.dry_run else "cuda", cases=["decode1"]))
+                                              device="cpu" if args.dry_run else "cuda", cases=["decode1"],
+                                              profile=args.profile))
         bench.skewed()
         interleaved(bench)
         return 0
     probe = Probe(argparse.Namespace(dry_run=args.dry_run, out=args.out, device="cpu" if args.dry_run else "cuda",
-                                     cases=["decode1"]))
+                                     cases=["decode1"], profile=args.profile))
     real_skewed_measure = probe.measure
 
     def first_resident(model_name, label, plan, model, config, cases, **kw):

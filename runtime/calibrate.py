@@ -25,8 +25,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
   above) and the attention, as bytes at ``gpu_mem_gbps`` per token and output element of its matrices
   (planner/cost/block.py reads them back the same way);
-- ``block_gpu_us``, ``moe_block_gpu_us``: the tiny Llama and Qwen3-MoE models' decode step replayed as a CUDA
-  graph: the GPU time one more block adds (its kernels' fixed times; ``block_gpu_floor``);
+- ``block_gpu_us``, ``moe_block_gpu_us``: a decode step replayed as a CUDA graph, of the tiny Llama and of a
+  Qwen3-MoE of real width (``MOE_FLOOR_SHAPE``): the GPU time one more block adds beyond its weights' reads
+  (its kernels' fixed times; ``block_gpu_floor``);
 - ``kv_read_gbps``: scaled dot-product attention of a decode step over a 4,096-token KV cache (32 sequences,
   Llama-3-8B's heads) replayed as a CUDA graph: the cache's bytes / its time (``kv_read``);
 - ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py);
@@ -416,26 +417,62 @@ def graph_ms(fn: Callable[[], object], repeat: int = 10) -> float:
     return gpu_ms(graph.replay, repeat=repeat, warmup=2)
 
 
-def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]], float] | None = None
-                    ) -> dict[str, float]:
-    """``block_gpu_us`` and ``moe_block_gpu_us``: the GPU time one more decoder block adds to a decode step of
-    tiny transformers Llama and Qwen3-MoE models replayed as a CUDA graph (20 blocks less 4, over 16): their
-    bytes and flops are nothing, so what is left is the blocks' kernels' fixed times, which a full-size block
-    pays besides its roofline (on the H200 a graph-replayed decode of the Llama-3-8B shape took 1.84 ms more
-    than its weights' reads, 57 us a block; the Qwen3-MoE shape 217 us an MoE block: 2026-12-02)."""
+# The MoE block ``moe_block_gpu_us`` is measured on: Qwen3-MoE's hidden size, heads and expert width, top-8 of 16
+# experts (a token touches eight, as in the real model; the count of experts moves the floor by at most 6 us
+# between 8 and 256, nor do 2 or 8 choices: bench/probe_replay_kernels.py --moe-decode, 2026-12-02). A tiny MoE's
+# block (hidden 64) gave 150 us where the Qwen3-MoE shape's block takes 217 beyond its roofline: its kernels work
+# on real activations, and its grouped expert matmul reads 8 experts at 1.6 TB/s, not at a GEMV's rate.
+MOE_FLOOR_SHAPE = dict(vocab_size=256, hidden_size=2048, intermediate_size=6144, num_attention_heads=32,
+                       num_key_value_heads=4, head_dim=128, num_experts=16, num_experts_per_tok=8,
+                       moe_intermediate_size=768, decoder_sparse_step=1, mlp_only_layers=[])
+MOE_FLOOR_BLOCKS = (4, 12)  # its depths (12 blocks: 2.3 GB in bf16)
+
+
+def moe_block_bytes(shape: dict, itemsize: int = 2) -> int:
+    """The weights one token's decode step reads in an MoE block of ``shape``: its attention's four matrices, the
+    router and the ``num_experts_per_tok`` experts it picks (three matrices each), the cost model's roofline."""
+    hidden, heads, kv_heads, head_dim = (shape[k] for k in ("hidden_size", "num_attention_heads",
+                                                            "num_key_value_heads", "head_dim"))
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    router = shape["num_experts"] * hidden
+    experts = shape["num_experts_per_tok"] * 3 * hidden * shape["moe_intermediate_size"]
+    return (attention + router + experts) * itemsize
+
+
+def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]], float] | None = None,
+                    gpu_mem_gbps: float = float("inf"), moe_shape: dict | None = None) -> dict[str, float]:
+    """``block_gpu_us`` and ``moe_block_gpu_us``: the GPU time one more decoder block adds to a decode step
+    replayed as a CUDA graph beyond its weights' reads (at ``gpu_mem_gbps``): what the cost model's roofline
+    misses, which every block pays. Dense: a tiny transformers Llama (20 blocks less 4, over 16), whose bytes and
+    flops are nothing, so what is left is its kernels' fixed times (on the H200 a graph-replayed decode of the
+    Llama-3-8B shape took 1.84 ms more than its weights' reads, 57 us a block; the tiny model 66). MoE: a
+    Qwen3-MoE block of ``moe_shape`` (``MOE_FLOOR_SHAPE``), less its reads (``moe_block_bytes``)."""
     timer = timer or graph_ms
     if not _has_transformers():
         return {}
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+    shape = moe_shape or MOE_FLOOR_SHAPE
 
     def step_ms(model: torch.nn.Module) -> float:
         model = model.to(device, dtype).eval()
         with torch.inference_mode():
             return timer(lambda: model(ids, use_cache=False))
 
+    def moe_ms(layers: int) -> float:
+        with torch.device(device):  # built where it runs: initialising 12 full-width blocks on the host is slow
+            model = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, **shape))
+        ms = step_ms(model)
+        del model
+        return ms
+
+    few, many = MOE_FLOOR_BLOCKS
+    moe_per_block = (moe_ms(many) - moe_ms(few)) / (many - few) * 1e3
+    reads = moe_block_bytes(shape, torch.empty((), dtype=dtype).element_size()) / gpu_mem_gbps / 1e3
     return {"block_gpu_us": max(0.0, _per_block_us(_by_depth(step_ms, tiny_llama))),
-            "moe_block_gpu_us": max(0.0, _per_block_us(_by_depth(step_ms, tiny_moe)))}
+            "moe_block_gpu_us": max(0.0, moe_per_block - reads)}
 
 
 def kv_read(device: torch.device, batch: int = 32, heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
@@ -507,7 +544,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(moe_experts(device, float(figures["uva_gbps"])))
     figures.update(host_experts(device))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
-    figures.update(block_gpu_floor(device))
+    figures.update(block_gpu_floor(device, gpu_mem_gbps=float(figures["gpu_mem_gbps"])))
     figures.update(kv_read(device))
     figures.update(workspace(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts") if k in figures}

@@ -231,10 +231,11 @@ def test_the_block_gpu_floor_is_paid_per_block_in_eager_and_graph_alike():
         assert layer_work(norm, 1, after).gpu_ms == layer_work(norm, 1, before).gpu_ms
 
 
-def test_calibrate_measures_the_block_gpu_floor_from_tiny_models():
+def test_calibrate_measures_the_block_gpu_floor_beyond_the_blocks_reads():
+    """Per block: the step's time by depth, less (MoE) the weights a token reads in the block at gpu_mem_gbps."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from runtime.calibrate import block_gpu_floor
+    from runtime.calibrate import MOE_FLOOR_SHAPE, block_gpu_floor, moe_block_bytes
 
     def steps(fn):  # a timer that counts the decoder blocks run: 0.05 ms each, 0.3 ms for the rest of the step
         blocks = []
@@ -253,12 +254,20 @@ def test_calibrate_measures_the_block_gpu_floor_from_tiny_models():
             _models.append(self)
         return real(self, *args, **kwargs)
 
+    small = dict(MOE_FLOOR_SHAPE, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, moe_intermediate_size=32)
+    # attention 64 x 16 x (8 + 4), router 16 x 64, 8 experts x 3 x 64 x 32, float32 on the CPU
+    assert moe_block_bytes(small, 4) == (64 * 16 * 12 + 16 * 64 + 8 * 3 * 64 * 32) * 4
     torch.nn.Module.to = keep
     try:
-        figures = block_gpu_floor(torch.device("cpu"), timer=steps)
+        figures = block_gpu_floor(torch.device("cpu"), timer=steps, moe_shape=small)
+        read = block_gpu_floor(torch.device("cpu"), timer=steps, moe_shape=small, gpu_mem_gbps=10.0)
     finally:
         torch.nn.Module.to = real
     assert figures == {"block_gpu_us": pytest.approx(50.0), "moe_block_gpu_us": pytest.approx(50.0)}
+    # the MoE block's reads at 10 GB/s: its bytes / 1e4 us; the dense floor is a tiny model's, nothing subtracted
+    assert read == {"block_gpu_us": pytest.approx(50.0),
+                    "moe_block_gpu_us": pytest.approx(50.0 - moe_block_bytes(small, 4) / 1e4)}
 
 
 def test_a_decode_reads_its_kv_cache_at_the_kv_rate_where_the_profile_has_one():
