@@ -17,9 +17,10 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   Llama and Qwen3-MoE models (when transformers is installed): the CPU time one more dense or MoE
   decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
-- ``uva_expert_call_ms``, ``uva_expert_passes``, ``expert_tflops``: a Qwen3-MoE experts module with its weights
-  resident, then read through UVA: the time beyond the bytes it reads per grouped expert matmul, its re-reads of
-  the experts by the rows each sees (uniform random routing), and its compute rate at the most rows;
+- ``uva_expert_call_ms``, ``uva_expert_passes``, ``expert_tflops``, ``expert_gbps``: a Qwen3-MoE experts module
+  with its weights resident, then read through UVA: the time beyond the bytes it reads per grouped expert
+  matmul, its re-reads of the experts by the rows each sees (uniform random routing), its compute rate at the
+  most rows, and its read rate from GPU memory by the experts touched;
 - ``attention_tflops``, ``elementwise_bytes``: a transformers Llama decoder layer of Llama-3-8B's shape
   (resident) at 2,048 tokens, and scaled dot-product attention alone at its shape (causal): the attention's
   flops / its time; and what the layer's time leaves after its matmuls' roofline (at the figures measured
@@ -315,7 +316,10 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
       over the link / the experts' bytes (a grouped kernel re-reads an expert's weight per tile of that expert's
       rows: an expert with one row more than a tile is read twice, so equal rows of exactly a tile, 128 an expert,
       read 1.03 times and random routing at the same mean 1.41: bench/probe_expert_passes.py, 2026-12-02);
-    - ``expert_tflops``: the resident module's flops / its time at the most rows."""
+    - ``expert_tflops``: the resident module's flops / its time at the most rows;
+    - ``expert_gbps``: with its weights resident, the touched experts' bytes over the time they add between 1 and
+      32 tokens (8 and about 115 experts touched): the grouped kernels' read rate (the call's fixed time and the
+      routing's kernels lie in ``moe_block_gpu_us``, measured less the experts' reads at this rate)."""
     try:
         from transformers import Qwen3MoeConfig
         from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
@@ -347,7 +351,7 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
                 p.data = resident_params[name]
         return resident, uva
 
-    estimates = []
+    estimates, resident_points = [], []
     for tokens in (1, 32):
         g = torch.Generator().manual_seed(tokens)
         index = torch.stack([torch.randperm(experts_n, generator=g)[:top_k] for _ in range(tokens)]).to(device)
@@ -355,7 +359,10 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
         resident, uva = timed(index, 5)
         read_ms = total * hit / experts_n / uva_gbps / 1e6
         estimates.append(max(0.0, (uva - max(read_ms, resident)) / 2))
+        resident_points.append((total * hit / experts_n, resident))
     fixed = statistics.median(estimates)
+    (few_bytes, few_ms), (many_bytes, many_ms) = resident_points  # 8 experts touched, then about 115
+    expert_gbps = (many_bytes - few_bytes) / max(many_ms - few_ms, 1e-6) / 1e6
     read_ms = total / uva_gbps / 1e6
     points, raw = [], []
     g = torch.Generator().manual_seed(7)
@@ -369,7 +376,7 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
     most = raw[-1]  # bf16: the experts' weights are their bytes / 2, each row a multiply-add with each
     tflops = 2.0 * most["tokens"] * top_k * total / experts_n / 2 / most["resident_ms"] / 1e9
     return {"uva_expert_call_ms": fixed, "uva_expert_passes": points, "expert_tflops": tflops,
-            "raw_experts": raw}
+            "expert_gbps": expert_gbps, "raw_experts": raw}
 
 
 def workspace(device: torch.device) -> dict[str, int]:
@@ -428,25 +435,27 @@ MOE_FLOOR_SHAPE = dict(vocab_size=256, hidden_size=2048, intermediate_size=6144,
 MOE_FLOOR_BLOCKS = (4, 12)  # its depths (12 blocks: 2.3 GB in bf16)
 
 
-def moe_block_bytes(shape: dict, itemsize: int = 2) -> int:
-    """The weights one token's decode step reads in an MoE block of ``shape``: its attention's four matrices, the
-    router and the ``num_experts_per_tok`` experts it picks (three matrices each), the cost model's roofline."""
+def moe_block_bytes(shape: dict, itemsize: int = 2) -> tuple[int, int]:
+    """The weights one token's decode step reads in an MoE block of ``shape``, as the cost model's roofline reads
+    them: (its attention's four matrices and the router, at ``gpu_mem_gbps``; the ``num_experts_per_tok``
+    experts it picks, three matrices each, at ``expert_gbps``)."""
     hidden, heads, kv_heads, head_dim = (shape[k] for k in ("hidden_size", "num_attention_heads",
                                                             "num_key_value_heads", "head_dim"))
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    router = shape["num_experts"] * hidden
+    dense = hidden * head_dim * (2 * heads + 2 * kv_heads) + shape["num_experts"] * hidden
     experts = shape["num_experts_per_tok"] * 3 * hidden * shape["moe_intermediate_size"]
-    return (attention + router + experts) * itemsize
+    return dense * itemsize, experts * itemsize
 
 
 def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]], float] | None = None,
-                    gpu_mem_gbps: float = float("inf"), moe_shape: dict | None = None) -> dict[str, float]:
+                    gpu_mem_gbps: float = float("inf"), moe_shape: dict | None = None,
+                    expert_gbps: float | None = None) -> dict[str, float]:
     """``block_gpu_us`` and ``moe_block_gpu_us``: the GPU time one more decoder block adds to a decode step
     replayed as a CUDA graph beyond its weights' reads (at ``gpu_mem_gbps``): what the cost model's roofline
     misses, which every block pays. Dense: a tiny transformers Llama (20 blocks less 4, over 16), whose bytes and
     flops are nothing, so what is left is its kernels' fixed times (on the H200 a graph-replayed decode of the
     Llama-3-8B shape took 1.84 ms more than its weights' reads, 57 us a block; the tiny model 66). MoE: a
-    Qwen3-MoE block of ``moe_shape`` (``MOE_FLOOR_SHAPE``), less its reads (``moe_block_bytes``)."""
+    Qwen3-MoE block of ``moe_shape`` (``MOE_FLOOR_SHAPE``), less its reads (``moe_block_bytes``; the experts at
+    ``expert_gbps``, else ``gpu_mem_gbps``)."""
     timer = timer or graph_ms
     if not _has_transformers():
         return {}
@@ -470,7 +479,8 @@ def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]]
 
     few, many = MOE_FLOOR_BLOCKS
     moe_per_block = (moe_ms(many) - moe_ms(few)) / (many - few) * 1e3
-    reads = moe_block_bytes(shape, torch.empty((), dtype=dtype).element_size()) / gpu_mem_gbps / 1e3
+    dense, experts = moe_block_bytes(shape, torch.empty((), dtype=dtype).element_size())
+    reads = (dense / gpu_mem_gbps + experts / (expert_gbps or gpu_mem_gbps)) / 1e3
     return {"block_gpu_us": max(0.0, _per_block_us(_by_depth(step_ms, tiny_llama))),
             "moe_block_gpu_us": max(0.0, moe_per_block - reads)}
 
@@ -544,7 +554,8 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(moe_experts(device, float(figures["uva_gbps"])))
     figures.update(host_experts(device))
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
-    figures.update(block_gpu_floor(device, gpu_mem_gbps=float(figures["gpu_mem_gbps"])))
+    figures.update(block_gpu_floor(device, gpu_mem_gbps=float(figures["gpu_mem_gbps"]),
+                                   expert_gbps=figures.get("expert_gbps")))
     figures.update(kv_read(device))
     figures.update(workspace(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts") if k in figures}

@@ -103,6 +103,10 @@ class HardwareProfile(StrictModel):
         default=None, description="re-reads of UVA expert weights by a grouped expert matmul, by the rows each "
         "expert it touches sees (``tokens`` here: rows an expert); linear between points (absent: uva_passes, a "
         "dense matmul's)")
+    expert_gbps: Rate | None = Field(
+        default=None, description="the rate grouped routed-expert matmuls read experts from GPU memory, by the "
+        "touched experts' bytes (one token touches few experts: the block floor holds the rest), GB/s (absent: "
+        "gpu_mem_gbps)")
     expert_tflops: Tflops | None = Field(
         default=None, description="the rate of grouped routed-expert matmuls (many experts, few rows each) once "
         "compute-bound, TFLOP/s (absent: matmul_tflops)")
@@ -167,6 +171,11 @@ class HardwareProfile(StrictModel):
         """Re-reads of UVA expert weights by a grouped expert matmul whose experts see ``rows`` rows each
         (``uva_expert_passes``; a dense matmul's ``passes`` where the profile has none)."""
         return _along(self.uva_expert_passes, rows) if self.uva_expert_passes else self.passes(rows)
+
+    @property
+    def experts_gbps(self) -> float:
+        """The grouped expert matmuls' read rate from GPU memory: ``expert_gbps``, else ``gpu_mem_gbps``."""
+        return self.expert_gbps if self.expert_gbps is not None else self.gpu_mem_gbps
 
     @property
     def experts_tflops(self) -> float:

@@ -256,18 +256,23 @@ def test_calibrate_measures_the_block_gpu_floor_beyond_the_blocks_reads():
 
     small = dict(MOE_FLOOR_SHAPE, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, moe_intermediate_size=32)
-    # attention 64 x 16 x (8 + 4), router 16 x 64, 8 experts x 3 x 64 x 32, float32 on the CPU
-    assert moe_block_bytes(small, 4) == (64 * 16 * 12 + 16 * 64 + 8 * 3 * 64 * 32) * 4
+    # attention 64 x 16 x (8 + 4) and router 16 x 64; 8 experts x 3 x 64 x 32; float32 on the CPU
+    dense, experts = moe_block_bytes(small, 4)
+    assert (dense, experts) == ((64 * 16 * 12 + 16 * 64) * 4, 8 * 3 * 64 * 32 * 4)
     torch.nn.Module.to = keep
     try:
         figures = block_gpu_floor(torch.device("cpu"), timer=steps, moe_shape=small)
         read = block_gpu_floor(torch.device("cpu"), timer=steps, moe_shape=small, gpu_mem_gbps=10.0)
+        grouped = block_gpu_floor(torch.device("cpu"), timer=steps, moe_shape=small, gpu_mem_gbps=10.0,
+                                  expert_gbps=40.0)
     finally:
         torch.nn.Module.to = real
     assert figures == {"block_gpu_us": pytest.approx(50.0), "moe_block_gpu_us": pytest.approx(50.0)}
     # the MoE block's reads at 10 GB/s: its bytes / 1e4 us; the dense floor is a tiny model's, nothing subtracted
     assert read == {"block_gpu_us": pytest.approx(50.0),
-                    "moe_block_gpu_us": pytest.approx(50.0 - moe_block_bytes(small, 4) / 1e4)}
+                    "moe_block_gpu_us": pytest.approx(50.0 - (dense + experts) / 1e4)}
+    # the experts at their own rate where calibrate measured one (the cost model reads them so)
+    assert grouped["moe_block_gpu_us"] == pytest.approx(50.0 - dense / 1e4 - experts / 4e4)
 
 
 def test_a_decode_reads_its_kv_cache_at_the_kv_rate_where_the_profile_has_one():
@@ -295,3 +300,26 @@ def test_calibrate_times_the_kv_read_as_bytes_over_time():
     figures = kv_read(torch.device("cpu"), batch=2, heads=4, kv_heads=2, head_dim=8, context=16, timer=lambda fn: 0.5)
     assert figures == {"kv_read_gbps": pytest.approx(2 * 2 * 2 * 16 * 8 * 4 / 0.5 / 1e6)}
 
+
+
+def test_resident_routed_experts_are_read_at_the_grouped_rate_where_the_profile_has_one():
+    """expert_gbps prices a grouped expert matmul's read of resident experts (whole layers and a split layer's GPU
+    part); dense matmuls and UVA experts keep their rates; absent, gpu_mem_gbps."""
+    from planner.cost.host_experts import ExpertShape, gpu_part_ms
+    from planner.cost.layer import param_time
+
+    hw = load_hardware("h200").model_copy(update={"expert_gbps": None, "uva_expert_call_ms": 0.0})
+    fast = hw.model_copy(update={"expert_gbps": 2 * hw.gpu_mem_gbps})
+    experts = PlanParam(shape=[128, 1536, 2048], dtype="bfloat16", bytes=2 * 128 * 1536 * 2048)
+    dense = PlanParam(shape=[4096, 2048], dtype="bfloat16", bytes=2 * 4096 * 2048)
+    moe = (128, 8)
+    name, rel = "model.layers.0", "mlp.experts.gate_up_proj"
+    plain, grouped = (param_time(name, rel, experts, 1, h, moe) for h in (hw, fast))
+    assert plain.gpu_ms == pytest.approx(experts.bytes * 8 / 128 / hw.gpu_mem_gbps / 1e6)
+    assert grouped.gpu_ms == pytest.approx(plain.gpu_ms / 2)
+    assert grouped.uva_ms == plain.uva_ms  # through UVA: the link's rate
+    q = param_time(name, "self_attn.q_proj.weight", dense, 1, hw, None)
+    assert param_time(name, "self_attn.q_proj.weight", dense, 1, fast, None).gpu_ms == q.gpu_ms
+    shape = ExpertShape(nbytes=experts.bytes // 128, numel=1536 * 2048, width=2048, itemsize=2, top_k=8, experts=128)
+    q8 = [8 / 128] * 128
+    assert gpu_part_ms(q8, 1, shape, fast, uva=False) == pytest.approx(gpu_part_ms(q8, 1, shape, hw, uva=False) / 2)

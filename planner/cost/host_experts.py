@@ -2,7 +2,8 @@
 
 A split layer runs its other params as any layer does (planner/cost/layer.py); its experts run in parts:
 
-- gpu experts: a grouped matmul over the touched ones, from GPU memory (its flops at ``expert_tflops``);
+- gpu experts: a grouped matmul over the touched ones, from GPU memory (its flops at ``expert_tflops``, its bytes at
+  ``expert_gbps``);
 - uva experts: the same, their bytes read over the host link (``expert_passes`` re-reads, ``uva_expert_call_ms``);
 - cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
   ``host_gbps(rows)`` (times ``host_link_share`` while the link reads host memory for this layer's uva
@@ -102,7 +103,7 @@ def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     if not q:
         return 0.0
     touched, rows = touched_by(q, tokens)
-    rate = hw.uva_gbps / hw.expert_passes(rows / max(touched, 1e-9)) if uva else hw.gpu_mem_gbps
+    rate = hw.uva_gbps / hw.expert_passes(rows / max(touched, 1e-9)) if uva else hw.experts_gbps
     return _spread(q, tokens) * shape.nbytes / rate / 1e6
 
 
@@ -112,7 +113,7 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
         return 0.0
     touched, rows = touched_by(q, tokens)
     flops = 2.0 * rows * shape.numel
-    rate = hw.uva_gbps if uva else hw.gpu_mem_gbps
+    rate = hw.uva_gbps if uva else hw.experts_gbps
     passes = hw.expert_passes(rows / max(touched, 1e-9)) if uva else 1.0
     fixed = hw.uva_expert_call_ms if uva else 0.0
     return fixed + max(flops / (hw.experts_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
