@@ -274,6 +274,18 @@ def test_calibrate_measures_the_block_gpu_floor_beyond_the_blocks_reads():
     # the experts at their own rate where calibrate measured one (the cost model reads them so)
     assert grouped["moe_block_gpu_us"] == pytest.approx(50.0 - dense / 1e4 - experts / 4e4)
 
+    def short_of_memory(fn):  # the MoE of real width does not fit: the tiny MoE's floor instead
+        if _models and getattr(_models[-1].config, "num_experts", None) == small["num_experts"]:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return steps(fn)
+
+    torch.nn.Module.to = keep
+    try:
+        fallback = block_gpu_floor(torch.device("cpu"), timer=short_of_memory, moe_shape=small, gpu_mem_gbps=10.0)
+    finally:
+        torch.nn.Module.to = real
+    assert fallback == {"block_gpu_us": pytest.approx(50.0), "moe_block_gpu_us": pytest.approx(50.0)}
+
 
 def test_a_decode_reads_its_kv_cache_at_the_kv_rate_where_the_profile_has_one():
     """kv_read_gbps (attention's read of the cache) replaces gpu_mem_gbps for the cache's bytes, and only there;
