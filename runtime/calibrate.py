@@ -471,8 +471,13 @@ def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]]
             return timer(lambda: model(ids, use_cache=False))
 
     def moe_ms(layers: int) -> float:
-        with torch.device(device):  # built where it runs: initialising 12 full-width blocks on the host is slow
-            model = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, **shape))
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # made in its dtype where it runs (on the host, 12 full-width blocks are slow)
+        try:
+            with torch.device(device):
+                model = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, **shape))
+        finally:
+            torch.set_default_dtype(old)
         ms = step_ms(model)
         del model
         return ms
@@ -482,7 +487,7 @@ def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]]
     try:
         moe_per_block = (moe_ms(many) - moe_ms(few)) / (many - few) * 1e3
     except torch.cuda.OutOfMemoryError:
-        # a small GPU (the 12 blocks build in float32 first: 4.5 GB): the tiny MoE's floor, which misses what a
+        # a small GPU (the 12 blocks take 2.3 GB): the tiny MoE's floor, which misses what a
         # block of real width adds (docs/DESIGN.md, "A block's GPU floor")
         gc.collect()
         torch.cuda.empty_cache()
