@@ -343,7 +343,9 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
         with torch.inference_mode():
             for name, p in params.items():
                 p.data = resident_params[name]
-            resident = gpu_ms(lambda: experts(x, index, weights))
+            # queued: the GPU's time alone (issued as it runs, a 1-token call's 31 kernels are the CPU's time:
+            # expert_gbps came out 3.9 TB/s so on the H200, 2.7 queued, 2026-12-02)
+            resident = gpu_ms(lambda: experts(x, index, weights), queued=True)
             for name, p in params.items():
                 p.data = device_view(hosts[name], device)
             uva = gpu_ms(lambda: experts(x, index, weights), repeat=repeat)

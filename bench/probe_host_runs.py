@@ -1,0 +1,83 @@
+"""The host's padded pass by how it groups touched experts into batched matmuls (issue 21, decode at batch 32).
+
+    PYTHONPATH=. python bench/probe_host_runs.py > $OUT/host-runs.jsonl      # the H200's host
+
+``runtime.expert_math._padded_rows`` runs one torch.bmm a projection per run of consecutive touched experts, so
+that no untouched expert is read. At 32 tokens (top-8 of 128) about 7 in 8 experts are touched and the runs are
+about 8 experts long; on 2026-12-02 the host read 79 GB/s in one bmm over 64 experts at 2 rows while a forward's
+host part read 33-45 (bench/probe_host_sharing.py). Here the same host part as calibrate's (64 of 128
+Qwen3-MoE experts, ``runtime.calibrate_host._Part``), the same routings, three groupings: ``runs`` (today's),
+``gaps2`` (runs joined across gaps of at most 2 untouched experts, which are then read too) and ``span`` (one
+run from the first touched expert to the last). Per grouping: ms a call (median), the touched experts' bytes and
+the bytes read per ms."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from runtime import expert_math  # noqa: E402
+from runtime.calibrate_host import EXPERTS, HIDDEN, PART, WIDTH, _Part  # noqa: E402
+
+TODAY = expert_math._runs
+
+
+def joined(gap: int):
+    def runs(counts: list[int]) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for s, e in TODAY(counts):
+            if out and s - out[-1][1] <= gap:
+                out[-1] = (out[-1][0], e)
+            else:
+                out.append((s, e))
+        return out
+    return runs
+
+
+GROUPINGS = {"runs": TODAY, "gaps2": joined(2), "span": joined(1 << 30)}
+
+
+def main() -> int:
+    part = _Part(PART, EXPERTS, HIDDEN, WIDTH)
+    for tokens in (1, 8, 32, 64):
+        calls = part.calls(tokens, 8)
+        read_experts: dict[str, list[int]] = {}
+        for name, grouping in GROUPINGS.items():
+            seen: list[int] = []
+
+            def counting(counts, grouping=grouping, seen=seen):
+                runs = grouping(counts)
+                seen.append(sum(e - s for s, e in runs))
+                return runs
+
+            expert_math._runs = counting
+            try:
+                calls[0][0]()
+                times = []
+                for run, _, _ in calls:
+                    t0 = time.perf_counter()
+                    run()
+                    times.append((time.perf_counter() - t0) * 1e3)
+            finally:
+                expert_math._runs = TODAY
+            read_experts[name] = seen[1:]
+            touched = statistics.mean(b for _, b, _ in calls) / part.per_expert
+            ms = statistics.median(times)
+            read = statistics.mean(seen[1:])
+            print(json.dumps({"tokens": tokens, "grouping": name, "ms": round(ms, 3), "touched": round(touched, 1),
+                              "read_experts": round(read, 1),
+                              "touched_gbps": round(touched * part.per_expert / ms / 1e6, 1),
+                              "read_gbps": round(read * part.per_expert / ms / 1e6, 1),
+                              "threads": torch.get_num_threads()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
