@@ -460,7 +460,9 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
     routing = measured_routing(model, config, workload, device)
     if routing:
         out.row(type="routing", model=kind, touched={name: touched_mean(shares, dict(workload.items())[name].tokens)
-                                                     for name, shares in routing.items()})
+                                                     for name, shares in routing.items()},
+                shares={name: {layer: [round(x, 7) for x in q] for layer, q in shares.items()}
+                        for name, shares in routing.items()})  # bench/replay_predict.py predicts with them again
     modes = ["eager"] + (["graph"] if args.graph and device.type == "cuda" else [])
     names = [name for name, _ in workload.items()]
     plans = folder / "plans"

@@ -66,6 +66,9 @@ def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path):
     assert not any("predicted_routed_ms" in r for r in rows if r["model"] == "llama")
     touched = next(line for line in lines if line["type"] == "routing")
     assert touched["model"] == "moe" and set(touched["touched"]) == {"decode", "decode32", "prefill"}
+    assert set(touched["shares"]) == {"decode", "decode32", "prefill"}  # saved for the replay
+    assert all(len(q) == 16 and sum(q) == pytest.approx(4, abs=1e-4)  # the tiny MoE: top-4 of 16 experts
+               for layers in touched["shares"].values() for q in layers.values())
     cpu = {c["model"]: c for c in lines if c["type"] == "cpu"}
     assert {m: (c["figure"], c["blocks"]) for m, c in cpu.items()} == {"llama": ("block_cpu_us", 8),
                                                                        "moe": ("moe_block_cpu_us", 6)}
@@ -80,6 +83,9 @@ def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path):
                                                                        for r in rows]
     assert all(r["after_ms"] == r["before_ms"] for r in again)
     assert replay_predict.tally(again, "after") == replay_predict.tally(again, "before")
+    # and with the routing the run measured, the run's routed predictions again (the MoE's rows only)
+    assert [r["routed_after"] is not None for r in again] == [r["model"] == "moe" for r in again]
+    assert all(r["routed_after"] == pytest.approx(r["routed_before"], abs=2e-4) for r in again if r["model"] == "moe")
 
 
 def test_the_timeline_row_reads_the_copy_and_stall_events_from_the_forward_start():

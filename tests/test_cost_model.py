@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from planner.cost.expert_reads import measured_reads, tiles, uniform_reads
 from planner.cost.layer import LayerWork, layer_times, layer_work, layers_work, touched_by, touched_experts
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import load_hardware
@@ -169,8 +170,8 @@ def test_moe_uva_reads_the_touched_experts(tokens):
 @pytest.mark.parametrize("tokens", [1, 32, 2048])
 def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
     """With measured routing a whole (unsplit) experts layer reads only the experts the routing reaches: here
-    every token picks among 8 of 64, so 2,048 tokens still touch 8 (uniform routing: all 64); uniform shares
-    give the uniform figure exactly."""
+    every token picks among 8 of 64, so 2,048 tokens still touch 8 (uniform routing: all 64), each read once a
+    tile of its rows (planner/cost/expert_reads.py); uniform shares give the uniform figure exactly."""
     experts, top_k = 64, 4
     layer = _layer({"mlp.experts.gate_up_proj": [experts, 100, 100]}, offloaded=["mlp.experts.gate_up_proj"],
                    moe=MoeSpec(experts=experts, top_k=top_k), uva=True)
@@ -178,7 +179,13 @@ def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
     hit, rows = touched_by(hot, tokens)
     assert hit == pytest.approx(8 * (1 - 0.5 ** tokens))
     work = layer_work(layer, tokens, HW, shares=hot)
-    read = 2 * 100 * 100 * hit * HW.passes(rows / hit) / 0.5e9 * 1e3
+    # each hot expert sees r ~ Binomial(tokens, 0.5) rows, read ceil(r / 128) times: once up to 128 rows; at
+    # 2,048 tokens 8 times, or 9 (about half the time, r > 1,024), times the curve's share of the uniform tiles
+    reads = tiles(hot, tokens)
+    assert reads == pytest.approx({1: 4.0, 32: 8.0, 2048: 8 * 8.5}[tokens], rel=0.01)
+    read = 2 * 100 * 100 * measured_reads(hot, (experts, top_k), tokens, HW) / 0.5e9 * 1e3  # an expert's bytes
+    flat = uniform_reads((experts, top_k), tokens, HW) / tiles([top_k / experts] * experts, tokens)
+    assert read == pytest.approx(2 * 100 * 100 * reads * flat / 0.5e9 * 1e3)
     assert work.gpu_ms == pytest.approx(max(2 * rows * 100 * 100 / 1e12 * 1e3, read))
     assert work.cpu_ms == pytest.approx((HW.moe_block_cpu_us + HW.expert_cpu_us * hit) / 1e3)
     uniform = [top_k / experts] * experts

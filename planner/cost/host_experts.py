@@ -4,7 +4,8 @@ A split layer runs its other params as any layer does (planner/cost/layer.py); i
 
 - gpu experts: a grouped matmul over the touched ones, from GPU memory (its flops at ``expert_tflops``, its bytes at
   ``expert_gbps``);
-- uva experts: the same, their bytes read over the host link (``expert_passes`` re-reads, ``uva_expert_call_ms``);
+- uva experts: the same, their bytes read over the host link (``expert_passes`` re-reads, by tiles of rows for a
+  skewed routing: planner/cost/expert_reads.py; ``uva_expert_call_ms``);
 - cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
   ``host_gbps(rows)`` (times ``host_link_share`` while the link reads host memory for this layer's uva
   experts) plus ``host_expert_us`` a touched expert, or computes at ``host_tflops`` when that is slower, plus
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.cost.block import ONE, Sequences
+from planner.cost.expert_reads import is_uniform, measured_reads
 from planner.cost.layer import LayerWork, layer_work, touched_by
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
@@ -98,12 +100,20 @@ def expected_max(a: float, sd_a: float, b: float, sd_b: float) -> float:
     return a * cdf + b * (1.0 - cdf) + theta * pdf
 
 
+def _uva_passes(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> float:
+    """Reads of each touched UVA expert of a part: the calibrated curve at its rows (uniform routing), or the
+    tiles of a skewed one (planner/cost/expert_reads.py)."""
+    touched, rows = touched_by(q, tokens)
+    if is_uniform(q):
+        return hw.expert_passes(rows / max(touched, 1e-9))
+    return measured_reads(q, (shape.experts, shape.top_k), tokens, hw) / max(touched, 1e-9)
+
+
 def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
     """The spread of ``gpu_part_ms`` over routings: its touched experts' count's, at its rate per expert."""
     if not q:
         return 0.0
-    touched, rows = touched_by(q, tokens)
-    rate = hw.uva_gbps / hw.expert_passes(rows / max(touched, 1e-9)) if uva else hw.experts_gbps
+    rate = hw.uva_gbps / _uva_passes(q, tokens, shape, hw) if uva else hw.experts_gbps
     return _spread(q, tokens) * shape.nbytes / rate / 1e6
 
 
@@ -114,7 +124,7 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     touched, rows = touched_by(q, tokens)
     flops = 2.0 * rows * shape.numel
     rate = hw.uva_gbps if uva else hw.experts_gbps
-    passes = hw.expert_passes(rows / max(touched, 1e-9)) if uva else 1.0
+    passes = _uva_passes(q, tokens, shape, hw) if uva else 1.0
     fixed = hw.uva_expert_call_ms if uva else 0.0
     return fixed + max(flops / (hw.experts_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 

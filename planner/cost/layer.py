@@ -14,7 +14,8 @@ is copied into a slot by the prefetch stream) and a hardware profile:
   is read, and ``2·T·k·numel/E`` flops are done; a prefetch copy still moves every expert. With
   measured routing (expert ``e`` picked by a token with chance ``q_e``) ``Σ 1 - (1 - q_e)^T`` are
   touched and ``T·Σ q_e`` rows computed.
-  Read through UVA, a grouped expert matmul re-reads its experts ``expert_passes(rows an expert)`` times and
+  Read through UVA, a grouped expert matmul re-reads its experts ``expert_passes(rows an expert)`` times (with
+  measured routing, by its tiles of rows: planner/cost/expert_reads.py) and
   pays a fixed ``uva_expert_call_ms``; its flops run at ``expert_tflops`` (grouped kernels over many small
   experts run below a dense matmul's rate). From GPU memory it reads the touched experts at ``expert_gbps``
   (a grouped kernel reads faster the more experts a batch touches: 1.7 TB/s at 8 and 2.9 at 115 on the H200;
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.cost.block import ONE, Sequences, block_ms, block_shape
+from planner.cost.expert_reads import is_uniform, measured_reads
 from schemas.kinds import name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
@@ -164,6 +166,8 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     passes = (hw.expert_passes(rows) if grouped else hw.passes(rows)) if link else 1.0
     fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
     read = nbytes * passes / rate / 1e6
+    if grouped and link and shares is not None and not is_uniform(shares):  # the tiles of a skewed routing
+        read = p.bytes / moe[0] * measured_reads(shares, moe, tokens, hw) / rate / 1e6
     tflops = hw.experts_tflops if grouped else hw.matmul_tflops
     return fixed + max(flops / (tflops * 1e9), read), read if link else 0.0
 

@@ -1,0 +1,74 @@
+"""How many times a grouped expert matmul reads its UVA experts' weights, for uniform or measured routing.
+
+A grouped kernel cuts each expert's rows into tiles and each tile reads the expert's whole weight: an expert
+seeing r rows is read about ``ceil(r / TILE_ROWS)`` times, less what L2 catches when its tiles run together.
+Measured on the H200 (bench/probe_expert_passes.py, Qwen3-MoE's experts through UVA, 2,048 tokens whose experts
+follow 1/(e+1)^s): the expert reads the times imply, 192 / 188 / 210 / 224 for s = 0 / 0.5 / 1.0 / 1.5, against
+``Σ ceil(r_e / 128)`` of the same routings 187 / 183 / 204 / 218 (within 3%), where the calibrated curve read at
+each expert's own rows gave 15-21% too few at s = 1.0 and 1.5 and the curve at the mean rows far fewer.
+
+So: under uniform routing, the calibrated curve (``expert_passes`` at the rows a touched expert sees) times the
+touched experts, as calibrate measured it; under measured routing (expert e picked by a token with chance q_e),
+the expected tile reads of that routing scaled by what the curve gives uniform routing at the same tokens over
+its own tile reads (the L2's share at that size: 1.0 at 128 rows an expert, about half at 2,048)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+from schemas.hardware_profile import HardwareProfile
+
+TILE_ROWS = 128  # rows a tile of the grouped kernel takes (torch's grouped_mm on the H200 at 2,048 tokens)
+
+
+def _tail(n: float, q: float, above: float) -> float:
+    """P(r > above) for r ~ Binomial(n, q): the normal approximation with a continuity correction."""
+    mean, var = n * q, n * q * (1.0 - q)
+    if var <= 0.0:
+        return 1.0 if mean > above else 0.0
+    z = (above + 0.5 - mean) / math.sqrt(var)
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def tiles(q: Sequence[float], tokens: float) -> float:
+    """Expected ``Σ_e ceil(r_e / TILE_ROWS)`` when ``tokens`` tokens each pick expert e with chance ``q[e]``."""
+    return _tiles(tuple(q), float(tokens))
+
+
+@lru_cache(maxsize=1 << 12)
+def _tiles(q: tuple[float, ...], tokens: float) -> float:
+    total = 0.0
+    for x in q:
+        x = min(max(x, 0.0), 1.0)
+        if x <= 0.0:
+            continue
+        total += 1.0 - (1.0 - x) ** tokens  # read at least once when touched
+        mean, sd = tokens * x, math.sqrt(tokens * x * (1.0 - x))
+        j = 1
+        while j * TILE_ROWS <= mean + 8.0 * sd + 1.0:
+            total += _tail(tokens, x, j * TILE_ROWS)
+            j += 1
+    return total
+
+
+def uniform_reads(moe: tuple[int, int], tokens: float, hw: HardwareProfile) -> float:
+    """Expected expert reads (in experts' weights, summed) of a grouped matmul over ``moe``'s (experts, top-k)
+    experts at ``tokens`` tokens routed uniformly: the touched experts at the calibrated curve's passes."""
+    experts, top_k = moe
+    touched = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    return touched * hw.expert_passes(tokens * top_k / max(touched, 1e-9))
+
+
+def measured_reads(q: Sequence[float], moe: tuple[int, int], tokens: float, hw: HardwareProfile) -> float:
+    """The same for the experts whose chances of being picked are ``q`` (all of a layer's, or one part's) in a
+    layer of ``moe``: their tile reads, times the curve's share of the tile reads under uniform routing."""
+    experts, top_k = moe
+    flat = tiles((top_k / experts,) * experts, tokens)
+    return tiles(q, tokens) * uniform_reads(moe, tokens, hw) / max(flat, 1e-9)
+
+
+def is_uniform(q: Sequence[float]) -> bool:
+    """Whether every expert in ``q`` is as likely as the others (the curve applies as calibrated)."""
+    return not q or max(q) - min(q) <= 1e-12
