@@ -6,13 +6,15 @@
 that no untouched expert is read. At 32 tokens (top-8 of 128) about 7 in 8 experts are touched and the runs are
 about 8 experts long; on 2026-12-02 the host read 79 GB/s in one bmm over 64 experts at 2 rows while a forward's
 host part read 33-45 (bench/probe_host_sharing.py). Here the same host part as calibrate's (64 of 128
-Qwen3-MoE experts, ``runtime.calibrate_host._Part``), the same routings, three groupings: ``runs`` (today's),
-``gaps2`` (runs joined across gaps of at most 2 untouched experts, which are then read too) and ``span`` (one
-run from the first touched expert to the last). Per grouping: ms a call (median), the touched experts' bytes and
+Qwen3-MoE experts, ``runtime.calibrate_host._Part``), the same routings, four groupings: ``runs`` (today's),
+``eighth`` (branch host-joined-runs: joined while the untouched experts a batch reads stay an eighth of its
+touched ones), ``gaps2`` (runs joined across gaps of at most 2 untouched experts, which are then read too) and
+``span`` (one run from the first touched expert to the last). Per grouping: ms a call (median), the touched experts' bytes and
 the bytes read per ms."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -41,12 +43,27 @@ def joined(gap: int):
     return runs
 
 
-GROUPINGS = {"runs": TODAY, "gaps2": joined(2), "span": joined(1 << 30)}
+def eighth(counts: list[int]) -> list[tuple[int, int]]:
+    """The rule of branch host-joined-runs: join across gaps while the untouched experts a batch reads stay at most
+    an eighth of its touched ones."""
+    out: list[tuple[int, int, int]] = []
+    for s, e in TODAY(counts):
+        if out and (e - out[-1][0]) - (out[-1][2] + e - s) <= 0.125 * (out[-1][2] + e - s):
+            out[-1] = (out[-1][0], e, out[-1][2] + e - s)
+        else:
+            out.append((s, e, e - s))
+    return [(s, e) for s, e, _ in out]
 
 
-def main() -> int:
-    part = _Part(PART, EXPERTS, HIDDEN, WIDTH)
-    for tokens in (1, 8, 32, 64):
+GROUPINGS = {"runs": TODAY, "eighth": eighth, "gaps2": joined(2), "span": joined(1 << 30)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help="8 of 16 tiny experts (the tests' smoke run)")
+    args = ap.parse_args(argv)
+    part = _Part(8, 16, 64, 32) if args.small else _Part(PART, EXPERTS, HIDDEN, WIDTH)
+    for tokens in (1, 8) if args.small else (1, 8, 32, 64):
         calls = part.calls(tokens, 8)
         read_experts: dict[str, list[int]] = {}
         for name, grouping in GROUPINGS.items():

@@ -61,3 +61,27 @@ def test_the_split_eager_probe_runs_its_plans_on_the_cpu(tmp_path, interleave):
         plans = [r["plan"] for r in rows if "issue_ms" in r]
         assert plans == ["resident", "uva", "hot", "hot+cpu"]
         assert all(r["top_self_cpu_us"] for r in rows if "issue_ms" in r)
+
+
+def test_the_host_runs_probe_reads_at_least_the_touched_experts(capsys):
+    """Each grouping of bench/probe_host_runs.py reads every touched expert, and only a joining one reads more."""
+    import probe_host_runs
+
+    assert probe_host_runs.main(["--small"]) == 0
+    rows = _rows(capsys)
+    assert {r["grouping"] for r in rows} == {"runs", "eighth", "gaps2", "span"} and {r["tokens"] for r in rows} == {1, 8}
+    for r in rows:
+        assert r["read_experts"] >= r["touched"] - 1e-9 and r["ms"] > 0
+        if r["grouping"] == "runs":
+            assert r["read_experts"] == pytest.approx(r["touched"])
+
+
+def test_the_expert_prediction_probe_scores_both_guesses(capsys):
+    import probe_expert_prediction
+
+    assert probe_expert_prediction.main(["--device", "cpu", "--small", "--prompts", "1", "--new", "4"]) == 0
+    rows = _rows(capsys)
+    assert [r["guess"] for r in rows] == ["next_router", "same_as_last_token"]
+    for r in rows:
+        assert 0.0 <= r["hits"] <= 1.0 and r["top_k"] == 2 and r["steps"] == 4
+    assert set(rows[0]["per_layer"]) == {"1", "2"}  # the first layer has no layer before it to guess from
