@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import planner  # noqa: E402
 import runtime  # noqa: E402
 from planner.errors import InfeasibleError  # noqa: E402
-from planner.cost.layer import touched_experts  # noqa: E402
+from planner.cost.expert_reads import touched_experts  # noqa: E402
 from runtime.calibrate import gpu_ms  # noqa: E402
 from runtime.timing import wall_ms  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402

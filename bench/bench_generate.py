@@ -45,7 +45,7 @@ from bench_cost import build  # noqa: E402
 import planner  # noqa: E402
 import runtime  # noqa: E402
 from schemas.kinds import param_kind  # noqa: E402
-from planner.cost.layer import touched_experts  # noqa: E402
+from planner.cost.expert_reads import touched_experts  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
 from runtime.token_clock import TokenClock  # noqa: E402

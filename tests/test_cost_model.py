@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from planner.cost.expert_reads import measured_reads, tiles, uniform_reads
-from planner.cost.layer import LayerWork, layer_times, layer_work, layers_work, touched_by, touched_experts
+from planner.cost.expert_reads import measured_reads, tiles, touched_experts, uniform_reads
+from planner.cost.layer import LayerWork, layer_times, layer_work, layers_work, touched_by
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import load_hardware
 from schemas.hardware_profile import HardwareProfile, UvaPoint

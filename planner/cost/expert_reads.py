@@ -53,11 +53,16 @@ def _tiles(q: tuple[float, ...], tokens: float) -> float:
     return total
 
 
+def touched_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts hit by ``tokens`` tokens routed uniformly to ``top_k`` of ``experts``."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
 def uniform_reads(moe: tuple[int, int], tokens: float, hw: HardwareProfile) -> float:
     """Expected expert reads (in experts' weights, summed) of a grouped matmul over ``moe``'s (experts, top-k)
     experts at ``tokens`` tokens routed uniformly: the touched experts at the calibrated curve's passes."""
     experts, top_k = moe
-    touched = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    touched = touched_experts(experts, top_k, tokens)
     return touched * hw.expert_passes(tokens * top_k / max(touched, 1e-9))
 
 

@@ -100,10 +100,10 @@ def expected_max(a: float, sd_a: float, b: float, sd_b: float) -> float:
     return a * cdf + b * (1.0 - cdf) + theta * pdf
 
 
-def _uva_passes(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> float:
-    """Reads of each touched UVA expert of a part: the calibrated curve at its rows (uniform routing), or the
-    tiles of a skewed one (planner/cost/expert_reads.py)."""
-    touched, rows = touched_by(q, tokens)
+def _uva_passes(q: Sequence[float], tokens: int, touched: float, rows: float, shape: ExpertShape,
+                hw: HardwareProfile) -> float:
+    """Reads of each of a part's ``touched`` UVA experts (``touched_by(q, tokens)``, with the ``rows`` they see):
+    the calibrated curve at its rows (uniform routing), or the tiles of a skewed one (planner/cost/expert_reads.py)."""
     if is_uniform(q):
         return hw.expert_passes(rows / max(touched, 1e-9))
     return measured_reads(q, (shape.experts, shape.top_k), tokens, hw) / max(touched, 1e-9)
@@ -113,7 +113,7 @@ def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     """The spread of ``gpu_part_ms`` over routings: its touched experts' count's, at its rate per expert."""
     if not q:
         return 0.0
-    rate = hw.uva_gbps / _uva_passes(q, tokens, shape, hw) if uva else hw.experts_gbps
+    rate = hw.uva_gbps / _uva_passes(q, tokens, *touched_by(q, tokens), shape, hw) if uva else hw.experts_gbps
     return _spread(q, tokens) * shape.nbytes / rate / 1e6
 
 
@@ -124,7 +124,7 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     touched, rows = touched_by(q, tokens)
     flops = 2.0 * rows * shape.numel
     rate = hw.uva_gbps if uva else hw.experts_gbps
-    passes = _uva_passes(q, tokens, shape, hw) if uva else 1.0
+    passes = _uva_passes(q, tokens, touched, rows, shape, hw) if uva else 1.0
     fixed = hw.uva_expert_call_ms if uva else 0.0
     return fixed + max(flops / (hw.experts_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 

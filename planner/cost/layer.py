@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.cost.block import ONE, Sequences, block_ms, block_shape
-from planner.cost.expert_reads import is_uniform, measured_reads
+from planner.cost.expert_reads import is_uniform, measured_reads, touched_experts
 from schemas.kinds import name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
@@ -99,11 +99,6 @@ def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:
     return hw.model_copy(update={"launch_us": 0.0, "block_cpu_us": 0.0, "moe_block_cpu_us": 0.0,
                                  "expert_cpu_us": 0.0, "moe_sync": False, "uva_call_ms": 0.0,
                                  "uva_expert_call_ms": 0.0})
-
-
-def touched_experts(experts: int, top_k: int, tokens: float) -> float:
-    """Expected distinct experts hit by ``tokens`` tokens routed uniformly to ``top_k`` of ``experts``."""
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
 def touched_by(q: Sequence[float], tokens: float) -> tuple[float, float]:
