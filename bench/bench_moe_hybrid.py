@@ -60,6 +60,7 @@ from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
+from runtime import expert_math  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
@@ -102,6 +103,8 @@ class Bench:
         self.repeat = 1 if self.dry else 5
         self.warmup = 0 if self.dry else 2
         self.cases = set(args.cases or CASES)
+        self.default_waste = expert_math.JOIN_WASTE
+        self.join_wastes = args.join_waste or [self.default_waste]
 
     def calibrate_host(self) -> None:
         """The host's figures measured here, beside the profile's (not in the dry run: its tiny models need the
@@ -168,7 +171,9 @@ class Bench:
             for name, shape in cases:
                 ids = self.ids(shape, config.vocab_size)
                 modes = ["eager"] + (["graph"] if graph and self.device.type == "cuda" else [])
-                for mode in modes:
+                for mode, waste in [(m, w) for m in modes for w in (self.join_wastes if hybrid else [None])]:
+                    if waste is not None:
+                        expert_math.JOIN_WASTE = waste
                     step = (lambda: model(ids, use_cache=False)) if mode == "eager" else graph_step(model, ids)
                     tokens = shape[0] * shape[1]
                     ms = self.time_ms(step, tokens)
@@ -182,11 +187,13 @@ class Bench:
                         row["link_bytes_per_step"] = self.link_bytes(plan, model, ids, link)
                     if hybrid and mode == "eager":
                         row["host_ms_per_layer"] = host_times(model, ids)
+                        row["join_waste"] = waste
                     if exact is not None and name == "decode32":
                         row["exactness"] = exact(model)
                     self.emit(**row)
         finally:
             handle.remove()
+            expert_math.JOIN_WASTE = self.default_waste
 
     def exactness(self, model, config):
         """The resident model's logits at decode batch 32 (before apply), and how far transformers' per-expert loop
@@ -395,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", choices=CASES, action="append", help="the workloads measured (default: all)")
     ap.add_argument("--profile", default="h200", help="the hardware profile plans are made and predicted with "
                     "(a bundled name or a file, as `planner plan --hardware`; default the bundled h200)")
+    ap.add_argument("--join-waste", type=float, action="append", help="measure the host plans with the padded "
+                    "pass's batches joined at each of these values of runtime.expert_math.JOIN_WASTE, side by side "
+                    "(0: each run of touched experts apart; default the runtime's)")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))

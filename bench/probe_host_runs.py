@@ -2,13 +2,13 @@
 
     PYTHONPATH=. python bench/probe_host_runs.py > $OUT/host-runs.jsonl      # the H200's host
 
-``runtime.expert_math._padded_rows`` runs one torch.bmm a projection per run of consecutive touched experts, so
-that no untouched expert is read. At 32 tokens (top-8 of 128) about 7 in 8 experts are touched and the runs are
+``runtime.expert_math._padded_rows`` ran one torch.bmm a projection per run of consecutive touched experts, so
+that no untouched expert was read. At 32 tokens (top-8 of 128) about 7 in 8 experts are touched and the runs are
 about 8 experts long; on 2026-12-02 the host read 79 GB/s in one bmm over 64 experts at 2 rows while a forward's
 host part read 33-45 (bench/probe_host_sharing.py). Here the same host part as calibrate's (64 of 128
-Qwen3-MoE experts, ``runtime.calibrate_host._Part``), the same routings, four groupings: ``runs`` (today's),
-``eighth`` (branch host-joined-runs: joined while the untouched experts a batch reads stay an eighth of its
-touched ones), ``gaps2`` (runs joined across gaps of at most 2 untouched experts, which are then read too) and
+Qwen3-MoE experts, ``runtime.calibrate_host._Part``), the same routings, four groupings: ``runs`` (each run apart:
+``_runs(counts, 0)``), ``eighth`` (the runtime's default since 2026-12-02: joined while the untouched experts a
+batch reads stay at most ``JOIN_WASTE``, an eighth, of its touched ones), ``gaps2`` (runs joined across gaps of at most 2 untouched experts, which are then read too) and
 ``span`` (one run from the first touched expert to the last). Per grouping: ms a call (median), the touched experts' bytes and
 the bytes read per ms."""
 
@@ -31,31 +31,23 @@ from runtime.calibrate_host import EXPERTS, HIDDEN, PART, WIDTH, _Part  # noqa: 
 TODAY = expert_math._runs
 
 
+def runs(counts: list[int]) -> list[tuple[int, int]]:
+    return TODAY(counts, 0.0)
+
+
 def joined(gap: int):
-    def runs(counts: list[int]) -> list[tuple[int, int]]:
+    def batches(counts: list[int]) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
-        for s, e in TODAY(counts):
+        for s, e in runs(counts):
             if out and s - out[-1][1] <= gap:
                 out[-1] = (out[-1][0], e)
             else:
                 out.append((s, e))
         return out
-    return runs
+    return batches
 
 
-def eighth(counts: list[int]) -> list[tuple[int, int]]:
-    """The rule of branch host-joined-runs: join across gaps while the untouched experts a batch reads stay at most
-    an eighth of its touched ones."""
-    out: list[tuple[int, int, int]] = []
-    for s, e in TODAY(counts):
-        if out and (e - out[-1][0]) - (out[-1][2] + e - s) <= 0.125 * (out[-1][2] + e - s):
-            out[-1] = (out[-1][0], e, out[-1][2] + e - s)
-        else:
-            out.append((s, e, e - s))
-    return [(s, e) for s, e, _ in out]
-
-
-GROUPINGS = {"runs": TODAY, "eighth": eighth, "gaps2": joined(2), "span": joined(1 << 30)}
+GROUPINGS = {"runs": runs, "eighth": TODAY, "gaps2": joined(2), "span": joined(1 << 30)}
 
 
 def main(argv: list[str] | None = None) -> int:
