@@ -104,7 +104,8 @@ class Bench:
         self.warmup = 0 if self.dry else 2
         self.cases = set(args.cases or CASES)
         self.default_waste = expert_math.JOIN_WASTE
-        self.join_wastes = args.join_waste or [self.default_waste]
+        self.join_wastes = getattr(args, "join_waste", None) or [self.default_waste]
+        self.host_shares = getattr(args, "host_share", None) or []
 
     def calibrate_host(self) -> None:
         """The host's figures measured here, beside the profile's (not in the dry run: its tiny models need the
@@ -257,6 +258,18 @@ class Bench:
             self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
                       gpu_budget=budget)
             self.measure(kind, label, plan, model, config, only.get(label, cases))
+        profile = self.hw
+        for share in self.host_shares:  # other splits: the profile's host_link_share moves auto's host share
+            self.hw = profile.model_copy(update={"host_link_share": share})
+            try:
+                label = f"auto decode32, host_link_share {share}"
+                plan = self.plan(spec, budget, 32)
+                self.emit(model=kind, plan=label, splits=sorted({(len(l.experts.cpu), len(l.experts.uva))
+                                                                 for l in plan.layers if l.experts is not None}),
+                          host_layers=sum(1 for l in plan.layers if l.experts is not None and l.experts.cpu))
+                self.measure(kind, label, plan, model, config, cases[:1])
+            finally:
+                self.hw = profile
         del model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -405,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--join-waste", type=float, action="append", help="measure the host plans with the padded "
                     "pass's batches joined at each of these values of runtime.expert_math.JOIN_WASTE, side by side "
                     "(0: each run of touched experts apart; default the runtime's)")
+    ap.add_argument("--host-share", type=float, action="append", help="also plan and measure auto at decode 32 with "
+                    "the profile's host_link_share at each of these values (they move the host's share of a split "
+                    "layer's experts): the measured step by split")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))
