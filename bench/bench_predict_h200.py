@@ -75,7 +75,7 @@ CONFIGS = ROOT / "examples" / "configs"
 WORKLOADS = Workload({"decode": WorkloadItem(tokens=1), "decode32": WorkloadItem(tokens=32),
                       "prefill": WorkloadItem(tokens=2048)})
 DRY_WORKLOADS = Workload({"decode": WorkloadItem(tokens=1), "decode32": WorkloadItem(tokens=4),
-                          "prefill": WorkloadItem(tokens=16)})
+                          "prefill": WorkloadItem(tokens=64)})
 # model -> (bundled config, its overrides on the H200, the tiny overrides of a dry run)
 _TINY_IDS = dict(bos_token_id=None, eos_token_id=None)  # the real ids lie outside a tiny vocabulary
 MODELS = {

@@ -145,8 +145,8 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
                             "before_ms": r["predicted_ms"], "after_ms": after,
                             "before": round(r["predicted_ms"] / r["measured_ms"], 4),
                             "after": None if after is None else round(after / r["measured_ms"], 4),
-                            "routed_before": (round(r["predicted_routed_ms"] / r["measured_ms"], 4)
-                                              if r.get("predicted_routed_ms") else None),
+                            "routed_before": (round(r.get("predicted_routed_ms", r["predicted_ms"])
+                                                    / r["measured_ms"], 4) if kind in routings else None),
                             # with the routing where it was well sampled (bench.well_sampled), else uniform
                             "routed_after": (round(routed.get((r["workload"], mode), after) / r["measured_ms"], 4)
                                              if kind in routings and after is not None else None)})

@@ -238,9 +238,11 @@ def _padded_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Ten
     """The padded pass: each touched expert's rows (``pairs`` sorted by part-local ``ids``) padded to the most any
     expert sees, every batch of ``_runs`` one batched matmul a projection (torch.bmm: oneDNN's batched kernel, the
     threads sharing the whole batch's weights), so each touched expert is read once and an untouched one only
-    inside a short gap that ``JOIN_WASTE`` lets a batch span. Measured on the H200's host (bench/results/hybrid-h200-2026-12-01/): 48 experts at 32
-    tokens 7.6 ms against 9.9 for torch's grouped kernel and 9.0 for a dense pass of every token through every
-    expert; at 64 tokens 8.2 against 12.0 and 13.1 (runs not joined then)."""
+    inside a short gap that ``JOIN_WASTE`` lets a batch span. Measured on the H200's host
+    (bench/results/hybrid-h200-2026-12-01/): 48 experts at 32 tokens 7.6 ms against 9.9 for torch's grouped
+    kernel and 9.0 for a dense pass of every token through every expert; at 64 tokens 8.2 against 12.0 and 13.1
+    (runs not joined then). Joined (bench/probe_host_runs.py, 2026-12-02): 64 experts at 32 tokens 14.0 ms
+    against 19.5 apart, at 64 tokens 9.8 against 12.8, at 8 tokens 8.4 against 9.7."""
     counts = torch.bincount(ids, minlength=n)
     rows = int(counts.max())
     slot = torch.arange(ids.numel()) - (torch.cumsum(counts, 0) - counts)[ids]
