@@ -17,7 +17,7 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
   Llama and Qwen3-MoE models (when transformers is installed): the CPU time one more dense or MoE
   decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
-- ``uva_expert_call_ms``, ``uva_expert_passes``, ``expert_tflops``, ``expert_gbps``: a Qwen3-MoE experts module
+- ``uva_expert_call_ms``, ``uva_expert_passes``, ``expert_tflops`` (and by rows), ``expert_gbps``: a Qwen3-MoE experts module
   with its weights resident, then read through UVA: the time beyond the bytes it reads per grouped expert
   matmul, its re-reads of the experts by the rows each sees (uniform random routing), its compute rate at the
   most rows, and its read rate from GPU memory by the experts touched;
@@ -299,6 +299,9 @@ def block_cpu_us(blocks: Sequence[torch.nn.Module], forward: Callable[[], object
 
 # the mean rows each of the 128 experts sees in ``moe_experts``' grouped calls: 16 to 32,768 tokens at top-8
 EXPERT_ROWS = (1, 2, 8, 32, 128, 512, 2048)
+# from these rows an expert on, the resident module's time is its flops' (below, its reads and fixed costs: the
+# block floor and expert_gbps hold those): the points of ``expert_tflops_rows``
+COMPUTE_ROWS = 128
 
 
 def _uniform_routing(experts: int, top_k: int, tokens: int, g: torch.Generator) -> torch.Tensor:
@@ -316,7 +319,9 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
       over the link / the experts' bytes (a grouped kernel re-reads an expert's weight per tile of that expert's
       rows: an expert with one row more than a tile is read twice, so equal rows of exactly a tile, 128 an expert,
       read 1.03 times and random routing at the same mean 1.41: bench/probe_expert_passes.py, 2026-12-02);
-    - ``expert_tflops``: the resident module's flops / its time at the most rows;
+    - ``expert_tflops``: the resident module's flops / its time at the most rows; ``expert_tflops_rows``: the same
+      at each of ``EXPERT_ROWS`` from ``COMPUTE_ROWS`` on (on the H200 122 TFLOP/s at 128 rows an expert, 182 at
+      512, 199 at 2,048: a 2,048-token prefill's experts run at the first, not the last);
     - ``expert_gbps``: with its weights resident, the touched experts' bytes over the time they add between 1 and
       32 tokens (8 and about 115 experts touched): the grouped kernels' read rate (the call's fixed time and the
       routing's kernels lie in ``moe_block_gpu_us``, measured less the experts' reads at this rate)."""
@@ -375,10 +380,15 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
         raw.append({"rows_an_expert": rows, "tokens": index.shape[0], "resident_ms": resident, "uva_ms": uva})
     for a, b in zip(points, points[1:]):  # passes never fall as the rows grow (a dip is the timing's noise)
         b["passes"] = max(a["passes"], b["passes"])
-    most = raw[-1]  # bf16: the experts' weights are their bytes / 2, each row a multiply-add with each
-    tflops = 2.0 * most["tokens"] * top_k * total / experts_n / 2 / most["resident_ms"] / 1e9
-    return {"uva_expert_call_ms": fixed, "uva_expert_passes": points, "expert_tflops": tflops,
-            "expert_gbps": expert_gbps, "raw_experts": raw}
+    def tflops_at(point: dict) -> float:  # bf16: the weights are their bytes / 2, each row a multiply-add with each
+        return 2.0 * point["tokens"] * top_k * total / experts_n / 2 / point["resident_ms"] / 1e9
+
+    by_rows = [{"tokens": r["rows_an_expert"], "tflops": round(tflops_at(r), 3)}
+               for r in raw if r["rows_an_expert"] >= COMPUTE_ROWS]
+    for a, b in zip(by_rows, by_rows[1:]):  # more rows never compute slower (a dip is the timing's noise)
+        b["tflops"] = max(a["tflops"], b["tflops"])
+    return {"uva_expert_call_ms": fixed, "uva_expert_passes": points, "expert_tflops": tflops_at(raw[-1]),
+            "expert_tflops_rows": by_rows, "expert_gbps": expert_gbps, "raw_experts": raw}
 
 
 def workspace(device: torch.device) -> dict[str, int]:

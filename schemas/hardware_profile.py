@@ -43,6 +43,13 @@ class RatePoint(StrictModel):
     gbps: Rate
 
 
+class TflopsPoint(StrictModel):
+    """A compute rate at a number of rows: grouped expert matmuls whose experts see ``tokens`` rows each."""
+
+    tokens: PositiveCount
+    tflops: Tflops
+
+
 # the host CPU of the H200 machine (16 cores, AMX): the padded pass (torch.bmm in bf16) on the backend's host thread
 # in the forwards of bench/results/hybrid-h200-2026-12-01/moe-hybrid-decode.jsonl, at decode 32 beside the UVA part:
 # Qwen3-MoE (64 host experts, 56 touched, 528 MB) 15.7 ms a layer, Phi-3.5-MoE (8, 7.9 touched, 1.24 GB) 27.2 ms;
@@ -110,6 +117,10 @@ class HardwareProfile(StrictModel):
     expert_tflops: Tflops | None = Field(
         default=None, description="the rate of grouped routed-expert matmuls (many experts, few rows each) once "
         "compute-bound, TFLOP/s (absent: matmul_tflops)")
+    expert_tflops_rows: list[TflopsPoint] | None = Field(
+        default=None, description="the rate of grouped routed-expert matmuls from GPU memory by the rows each "
+        "expert sees, where their flops outlast their reads (128 rows an expert and more); linear between points, "
+        "flat outside them (absent: expert_tflops at any rows)")
     uva_call_ms: Milliseconds = Field(
         default=0.0, description="fixed GPU time of one dense matmul whose weight is read through UVA, beyond its "
         "bytes at uva_gbps (the read's ramp and tail: what a matmul of one weight loses against uva_gbps, which a "
@@ -141,7 +152,7 @@ class HardwareProfile(StrictModel):
         """The workspace allowance a plan counts: the measured one, else DEFAULT_WORKSPACE_BYTES."""
         return self.workspace_bytes if self.workspace_bytes is not None else DEFAULT_WORKSPACE_BYTES
 
-    @field_validator("uva_passes", "uva_expert_passes", "host_expert_gbps")
+    @field_validator("uva_passes", "uva_expert_passes", "host_expert_gbps", "expert_tflops_rows")
     @classmethod
     def _sorted(cls, points: list | None) -> list | None:
         if points is None:
@@ -154,13 +165,7 @@ class HardwareProfile(StrictModel):
     def host_gbps(self, rows: float) -> float:
         """The host expert kernel's GB/s when each expert sees ``rows`` rows: linear between the points, flat
         outside them."""
-        pts = self.host_expert_gbps
-        if rows <= pts[0].tokens:
-            return pts[0].gbps
-        for a, b in zip(pts, pts[1:]):
-            if rows <= b.tokens:
-                return a.gbps + (rows - a.tokens) * (b.gbps - a.gbps) / (b.tokens - a.tokens)
-        return pts[-1].gbps
+        return _flat_between([(p.tokens, p.gbps) for p in self.host_expert_gbps], rows)
 
     def passes(self, tokens: float) -> float:
         """Re-reads of a UVA weight by a matmul over ``tokens`` rows: piecewise linear in tokens
@@ -181,6 +186,22 @@ class HardwareProfile(StrictModel):
     def experts_tflops(self) -> float:
         """The grouped expert matmuls' compute rate: ``expert_tflops``, else ``matmul_tflops``."""
         return self.expert_tflops if self.expert_tflops is not None else self.matmul_tflops
+
+    def experts_tflops_at(self, rows: float) -> float:
+        """The grouped expert matmuls' compute rate when each expert they touch sees ``rows`` rows:
+        ``expert_tflops_rows`` (linear between its points, flat outside them), else ``experts_tflops``."""
+        pts = self.expert_tflops_rows
+        return _flat_between([(p.tokens, p.tflops) for p in pts], rows) if pts else self.experts_tflops
+
+
+def _flat_between(pts: list[tuple[float, float]], x: float) -> float:
+    """The value at ``x`` of (x, value) points listed by increasing x: linear between them, flat outside."""
+    if x <= pts[0][0]:
+        return pts[0][1]
+    for (xa, a), (xb, b) in zip(pts, pts[1:]):
+        if x <= xb:
+            return a + (x - xa) * (b - a) / (xb - xa)
+    return pts[-1][1]
 
 
 def _along(pts: list[UvaPoint], tokens: float) -> float:

@@ -298,3 +298,31 @@ def test_a_calibrated_profile_file_round_trips(tmp_path):
     f = tmp_path / "gpu.yaml"
     f.write_text(dump_model(HW, "yaml"))
     assert load_hardware(str(f)) == HW
+
+
+def test_the_experts_compute_rate_follows_the_rows_an_expert_sees():
+    """``expert_tflops_rows``: grouped expert matmuls compute slower the fewer rows each touched expert sees (on the
+    H200 122 TFLOP/s at 128 rows, 199 at 2,048); linear between the points, flat outside; a routing that sends the
+    same tokens to fewer experts (more rows each) computes faster; without the points, ``expert_tflops``."""
+    from schemas.hardware_profile import TflopsPoint
+
+    experts, top_k, tokens = 64, 4, 2048
+    rows_hw = HW.model_copy(update={"expert_tflops": 0.4, "expert_tflops_rows": [
+        TflopsPoint(tokens=128, tflops=0.1), TflopsPoint(tokens=512, tflops=0.3)]})
+    assert [rows_hw.experts_tflops_at(r) for r in (1, 128, 320, 512, 4096)] == pytest.approx([0.1, 0.1, 0.2, 0.3, 0.3])
+    assert HW.experts_tflops_at(128) == HW.experts_tflops
+    layer = _layer({"mlp.experts.gate_up_proj": [experts, 1000, 1000]}, moe=MoeSpec(experts=experts, top_k=top_k))
+    rel = "mlp.experts.gate_up_proj"
+
+    def gpu_ms(hw, shares=None):
+        return next(t for t in layer_times(layer.name, layer.params.items(), (experts, top_k), tokens, hw,
+                                           shares=shares)[0] if t.rel == rel).gpu_ms
+
+    flops = 2 * tokens * top_k * 1000 * 1000  # uniform: 64 experts touched, 128 rows each
+    assert gpu_ms(rows_hw) == pytest.approx(flops / (0.1 * 1e12) * 1e3)
+    hot = [top_k / 16] * 16 + [0.0] * 48  # 16 experts, 512 rows each: the same flops at the faster rate
+    assert gpu_ms(rows_hw, hot) == pytest.approx(flops / (0.3 * 1e12) * 1e3)
+    assert gpu_ms(HW.model_copy(update={"expert_tflops": 0.4})) == pytest.approx(flops / (0.4 * 1e12) * 1e3)
+    with pytest.raises(ValueError, match="increasing tokens"):
+        HardwareProfile.model_validate({**HW.model_dump(), "expert_tflops_rows": [
+            {"tokens": 512, "tflops": 0.3}, {"tokens": 128, "tflops": 0.1}]})

@@ -2,8 +2,8 @@
 
 A split layer runs its other params as any layer does (planner/cost/layer.py); its experts run in parts:
 
-- gpu experts: a grouped matmul over the touched ones, from GPU memory (its flops at ``expert_tflops``, its bytes at
-  ``expert_gbps``);
+- gpu experts: a grouped matmul over the touched ones, from GPU memory (its flops at ``expert_tflops_rows`` by the
+  rows an expert sees, its bytes at ``expert_gbps``);
 - uva experts: the same, their bytes read over the host link (``expert_passes`` re-reads, by tiles of rows for a
   skewed routing: planner/cost/expert_reads.py; ``uva_expert_call_ms``);
 - cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
@@ -126,7 +126,8 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     rate = hw.uva_gbps if uva else hw.experts_gbps
     passes = _uva_passes(q, tokens, touched, rows, shape, hw) if uva else 1.0
     fixed = hw.uva_expert_call_ms if uva else 0.0
-    return fixed + max(flops / (hw.experts_tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
+    tflops = hw.experts_tflops_at(rows / max(touched, 1e-9))
+    return fixed + max(flops / (tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 
 
 def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:
