@@ -591,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
                     sum_of_alone_ms=link["copy_ms"] + link["read_ms"])
             print(f"link: copy {link['copy_ms']:.1f} ms, UVA read {link['read_ms']:.1f} ms, both {link['both_ms']:.1f} ms "
                   f"({hw.link_shared_gbps:.1f} GB/s together)", flush=True)
+            out.row(type="steady", **raw["steady"])  # the link at calibrate's start and end
+            if raw["steady"]["unsteady"]:
+                print(f"warning: {raw['steady']['unsteady']}", flush=True)
             (folder / "predict-h200.profile.yaml").write_text(dump_model(hw))
         out.row(type="profile", profile=hw.model_dump(), seconds=round(time.perf_counter() - start, 1))
         workload = DRY_WORKLOADS if args.dry_run else WORKLOADS

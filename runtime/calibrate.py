@@ -380,15 +380,21 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
         raw.append({"rows_an_expert": rows, "tokens": index.shape[0], "resident_ms": resident, "uva_ms": uva})
     for a, b in zip(points, points[1:]):  # passes never fall as the rows grow (a dip is the timing's noise)
         b["passes"] = max(a["passes"], b["passes"])
-    def tflops_at(point: dict) -> float:  # bf16: the weights are their bytes / 2, each row a multiply-add with each
-        return 2.0 * point["tokens"] * top_k * total / experts_n / 2 / point["resident_ms"] / 1e9
-
-    by_rows = [{"tokens": r["rows_an_expert"], "tflops": round(tflops_at(r), 3)}
-               for r in raw if r["rows_an_expert"] >= COMPUTE_ROWS]
-    for a, b in zip(by_rows, by_rows[1:]):  # more rows never compute slower (a dip is the timing's noise)
-        b["tflops"] = max(a["tflops"], b["tflops"])
-    return {"uva_expert_call_ms": fixed, "uva_expert_passes": points, "expert_tflops": tflops_at(raw[-1]),
+    by_rows = tflops_by_rows(raw, top_k, total / experts_n)
+    return {"uva_expert_call_ms": fixed, "uva_expert_passes": points, "expert_tflops": by_rows[-1]["tflops"],
             "expert_tflops_rows": by_rows, "expert_gbps": expert_gbps, "raw_experts": raw}
+
+
+def tflops_by_rows(raw: list[dict], top_k: int, expert_bytes: float) -> list[dict]:
+    """``expert_tflops_rows`` from ``moe_experts``' resident timings (bf16 experts of ``expert_bytes`` each, every
+    routed row a multiply-add with each weight): the points from ``COMPUTE_ROWS`` rows an expert on, never falling
+    as the rows grow (a dip is the timing's noise)."""
+    points = [{"tokens": r["rows_an_expert"],
+               "tflops": round(2.0 * r["tokens"] * top_k * expert_bytes / 2 / r["resident_ms"] / 1e9, 3)}
+              for r in raw if r["rows_an_expert"] >= COMPUTE_ROWS]
+    for a, b in zip(points, points[1:]):
+        b["tflops"] = max(a["tflops"], b["tflops"])
+    return points
 
 
 def workspace(device: torch.device) -> dict[str, int]:
@@ -566,11 +572,51 @@ def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: floa
             "elementwise_bytes": rest * gpu_mem_gbps * 1e6 / (tokens * outputs)}
 
 
+# how long calibrate keeps an idle GPU and its link busy before it times anything
+WARM_UP_S = 3.0
+
+
+def warm_up(device: torch.device, seconds: float = WARM_UP_S) -> None:
+    """Matmuls and pinned copies for ``seconds``, so that an idle GPU's clocks and its host link's power state have
+    left their idle levels before the first timing. On a freshly started H200 (SM clock 345 MHz at rest) calibrate
+    measured the link at 46.7 and 46.5 GB/s and GPU memory at 1,967 and 2,226 GB/s in two runs (2026-12-02,
+    bench/results/predict-h200-2026-12-02m and -n) where a run right after other work on the same machine kind
+    measured 55.2 and 2,820, and the first run's copy-bound plans then ran at 55."""
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    host = torch.empty(64 * 2**20, dtype=torch.uint8).pin_memory()
+    on_gpu = torch.empty_like(host, device=device)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            a = (a @ a).clamp_(-1, 1)
+        on_gpu.copy_(host, non_blocking=True)
+        torch.cuda.synchronize(device)
+    del a, host, on_gpu
+
+
+# the most the link's rate may differ between calibrate's first and last measurement of it for a steady machine
+STEADY_SHARE = 0.05
+
+
+def steadiness(first_gbps: float, last_gbps: float) -> dict[str, object]:
+    """The link measured at calibrate's start and again at its end; ``unsteady``: a sentence to show the user when
+    they differ by more than ``STEADY_SHARE`` (something else used the machine, or it left an idle state during
+    the run: its figures are not to be trusted), else None."""
+    change = last_gbps / first_gbps - 1.0
+    unsteady = None
+    if abs(change) > STEADY_SHARE:
+        unsteady = (f"the host link measured {first_gbps:.1f} GB/s at calibrate's start and {last_gbps:.1f} at its "
+                    f"end ({change:+.0%}): the machine was not steady while it was measured; run calibrate again "
+                    "when nothing else uses the GPU or the host")
+    return {"h2d_gbps_first": round(first_gbps, 3), "h2d_gbps_last": round(last_gbps, 3), "unsteady": unsteady}
+
+
 def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> tuple[HardwareProfile, dict]:
     """Measure the local GPU; returns the profile and the raw timings."""
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         raise RuntimeError("calibrate measures a CUDA GPU, and none is available here")
+    warm_up(device)
     figures: dict[str, object] = {}
     figures.update(link(device))
     figures.update(shared_link(device))
@@ -585,6 +631,7 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(kv_read(device))
     figures.update(workspace(device))
     raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts") if k in figures}
+    raw["steady"] = steadiness(float(figures["h2d_gbps"]), link(device)["h2d_gbps"])
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()
     figures.setdefault("block_cpu_us", 30 * float(figures["launch_us"]))  # no transformers: ~30 kernels

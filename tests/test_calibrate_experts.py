@@ -20,3 +20,33 @@ def test_calibrate_routes_uniformly_at_random(tokens):
     assert counts.sum() == tokens * 8
     if tokens == 2048:  # 128 rows an expert on average, spread as a binomial's (sd about 11)
         assert 80 < counts.min() and counts.max() < 180 and counts.std() > 3
+
+
+def test_the_expert_compute_rate_by_rows_is_the_resident_points_from_128_rows_on():
+    """``expert_tflops_rows`` from ``moe_experts``' resident timings (the H200's of 2026-12-02): flops over time from
+    ``COMPUTE_ROWS`` rows an expert on (below, the module's time is its reads and fixed costs, which expert_gbps and
+    the block floor hold), never falling as the rows grow."""
+    from runtime.calibrate import tflops_by_rows
+
+    expert_bytes = 3 * 2048 * 768 * 2  # a Qwen3-MoE expert in bf16
+    raw = [{"rows_an_expert": 32, "tokens": 512, "resident_ms": 0.631},
+           {"rows_an_expert": 128, "tokens": 2048, "resident_ms": 1.268},
+           {"rows_an_expert": 512, "tokens": 8192, "resident_ms": 3.401},
+           {"rows_an_expert": 2048, "tokens": 32768, "resident_ms": 14.0}]  # slower than it should: noise
+    points = tflops_by_rows(raw, 8, expert_bytes)
+    assert [p["tokens"] for p in points] == [128, 512, 2048]
+    assert [p["tflops"] for p in points] == pytest.approx([121.9, 181.8, 181.8], abs=0.1)
+
+
+@pytest.mark.parametrize("first, last, unsteady", [(55.0, 55.5, False), (46.7, 55.2, True), (55.0, 50.0, True),
+                                                    (55.0, 52.3, False)])
+def test_calibrate_says_when_the_link_moved_during_its_run(first, last, unsteady):
+    """calibrate measures the link at its start and its end; more than 5% apart (a fresh H200 measured 46.7 GB/s
+    at the start of a run whose plans then copied at 55, 2026-12-02): the user is told to run it again."""
+    from runtime.calibrate import steadiness
+
+    steady = steadiness(first, last)
+    assert (steady["h2d_gbps_first"], steady["h2d_gbps_last"]) == (first, last)
+    assert bool(steady["unsteady"]) is unsteady
+    if unsteady:
+        assert f"{first:.1f} GB/s" in steady["unsteady"] and "run calibrate again" in steady["unsteady"]

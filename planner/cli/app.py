@@ -600,7 +600,9 @@ def calibrate_command(
     from runtime.calibrate import calibrate
     from schemas.io import dump_model
 
-    profile, _raw = calibrate(device, name)
+    profile, raw = calibrate(device, name)
+    if raw["steady"]["unsteady"]:
+        print(f"warning: {raw['steady']['unsteady']}", file=sys.stderr)
     emit(dump_model(profile, "yaml"), output)
 
 
