@@ -38,7 +38,10 @@ next to how far transformers' two expert implementations are from each other (``
 decode1`` took 87 s on the H200 (2026-12-01, bench/results/hybrid-h200-2026-12-01/); the whole run, prefill and
 the skewed part added, is expected at 3-4 minutes (not timed since these changes).
 
-Each row is a JSON line on stdout and in --out; rows have ``predicted_ms``, ``measured_ms`` and their ratio.
+Each row is a JSON line on stdout and in --out; rows have ``predicted_ms``, ``measured_ms`` and their ratio, and
+eager rows the prediction with the resident model's own block CPU time measured in the run (an ``own_cpu`` row per
+model; ``predicted_model_cpu_ms``, ``ratio_model_cpu``): at batch 1 an eager step is the host's issue time, which
+moves between runs more than the 15% the predictions are held to.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class Bench:
         self.default_waste = expert_math.JOIN_WASTE
         self.join_wastes = getattr(args, "join_waste", None) or [self.default_waste]
         self.host_shares = getattr(args, "host_share", None) or []
+        self.cpu_figures: dict[str, float] = {}  # the resident model's own block CPU time (``own_cpu``)
 
     def calibrate_host(self) -> None:
         """The host's figures measured here, beside the profile's (not in the dry run: its tiny models need the
@@ -153,9 +157,21 @@ class Bench:
             spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "activations": 0})})
         return planner.plan(spec, gpu_budget=budget, hardware=self.hw, workload=workload, **options)
 
-    def predicted(self, plan, tokens: int, mode: str = "eager", shares=None) -> float:
+    def predicted(self, plan, tokens: int, mode: str = "eager", shares=None, own_cpu: bool = False) -> float:
         workload = Workload({"step": WorkloadItem(tokens=tokens, mode=mode)})
-        return predict(plan, self.hw, workload, shares).workloads[0].step_ms
+        hw = self.hw.model_copy(update=self.cpu_figures) if own_cpu else self.hw
+        return predict(plan, hw, workload, shares).workloads[0].step_ms
+
+    def own_cpu(self, model, config, kind: str) -> None:
+        """The resident model's host time a decoder block at an eager decode step, measured now (bench_predict's
+        ``model_cpu``): eager rows are also predicted with it (``predicted_model_cpu_ms``), as the host's issue speed
+        moves between runs (an all-UVA eager step of the same plan took 37.6 to 70.0 ms on 2026-12-02)."""
+        from bench_predict_h200 import model_cpu
+
+        workload = Workload({"decode": WorkloadItem(tokens=1)})
+        row, _ = model_cpu(model, config, workload, self.device, self.hw, repeat=1 if self.dry else 5)
+        self.cpu_figures = {row["figure"]: row["model_us"]}
+        self.emit(model=kind, own_cpu={k: v for k, v in row.items() if k != "type"})
 
     def measure(self, model_name: str, label: str, plan, model, config, cases, shares=None, graph: bool = False,
                 link: dict | None = None) -> None:
@@ -179,11 +195,14 @@ class Bench:
                     tokens = shape[0] * shape[1]
                     ms = self.time_ms(step, tokens)
                     p = self.predicted(plan, tokens, mode, shares)
+                    own = self.predicted(plan, tokens, mode, shares, own_cpu=True) if self.cpu_figures else None
                     row = {"model": model_name, "plan": label, "backend": plan.summary.backend, "workload": name,
                            "tokens": tokens, "mode": mode, "measured_ms": round(ms, 3), "predicted_ms": p,
                            "ratio": round(p / ms, 4), "peak_gpu_bytes": plan.summary.peak_gpu_bytes,
                            "offloaded_bytes": plan.summary.offloaded_bytes, "apply_s": round(applied_s, 1),
                            "experts_touched": self.touched(model, ids)}
+                    if own is not None and mode == "eager":
+                        row.update(predicted_model_cpu_ms=own, ratio_model_cpu=round(own / ms, 4))
                     if link is not None:
                         row["link_bytes_per_step"] = self.link_bytes(plan, model, ids, link)
                     if hybrid and mode == "eager":
@@ -244,6 +263,7 @@ class Bench:
     # -- the runs ---------------------------------------------------------------------------------------
     def uniform(self, kind: str) -> None:
         model, config = self.build(kind)
+        self.own_cpu(model, config, kind)
         spec = runtime.describe(model, name=kind)
         total = sum(p.numel() * p.element_size() for p in model.parameters())
         budget = int(total * 0.45) if self.dry else BUDGETS[kind]
@@ -277,6 +297,7 @@ class Bench:
     def skewed(self) -> None:
         kind = "qwen3_moe"
         model, config = self.build(kind)
+        self.own_cpu(model, config, kind)
         spec = runtime.describe(model, name=kind)
         hot = bias_routers(model, config, self.ids((128, 1), config.vocab_size, seed=7), self)
         sample = self.ids((64, 1), config.vocab_size, seed=9)

@@ -276,7 +276,8 @@ def model_cpu(model, config, workload: Workload, device: torch.device, hw: Hardw
     with torch.inference_mode():
         per_block = block_cpu_us(blocks, forward, repeat=repeat, warmup=1 if repeat > 1 else 0)
     walls = walls[-repeat:]  # the timed forwards' (block_cpu_us holds the garbage collector off in them)
-    key = "moe_block_cpu_us" if getattr(config, "num_experts", None) else "block_cpu_us"
+    moe = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)  # Qwen3 / Mixtral, Phi
+    key = "moe_block_cpu_us" if moe else "block_cpu_us"
     row = {"type": "cpu", "figure": key, "calibrate_us": getattr(hw, key), "model_us": round(per_block, 3),
            "blocks": len(blocks), "forward_us": round(statistics.median(walls), 1),
            "outside_blocks_us": round(statistics.median(walls) - per_block * len(blocks), 1),

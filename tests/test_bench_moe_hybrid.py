@@ -39,6 +39,10 @@ def test_the_dry_run_writes_every_row(tmp_path):
         assert exact["max_abs_diff"] <= exact["tolerance"] + 1e-6 and exact["top1_agree"] >= 0.99
         assert (model, "auto decode32") in plans
     assert all(r["predicted_ms"] > 0 and r["measured_ms"] > 0 for r in measured)
+    # eager rows are also predicted with the resident model's own block CPU time, measured in the run
+    own = {r["model"]: r["own_cpu"] for r in rows if "own_cpu" in r}
+    assert set(own) == {"qwen3_moe", "phimoe"} and all(o["figure"] == "moe_block_cpu_us" for o in own.values())
+    assert all(r["predicted_model_cpu_ms"] > 0 for r in measured if r["mode"] == "eager")
     skewed = [r for r in measured if r["model"] == "qwen3_moe skewed"]
     assert {r["plan"] for r in skewed} == {"uva", "hot", "hot+cpu"}
     link = {r["plan"]: r["link_bytes_per_step"] for r in skewed}
