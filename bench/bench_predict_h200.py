@@ -69,6 +69,7 @@ from runtime.routing import record_routing  # noqa: E402
 from schemas import dump_model  # noqa: E402
 from schemas.hardware import HardwareProfile, load_hardware  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
+from schemas.routing import MIN_CHOICES_PER_EXPERT  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "examples" / "configs"
@@ -402,12 +403,9 @@ def measured_routing(model, config, workload: Workload, device: torch.device) ->
     return routing
 
 
-MIN_CHOICES_PER_EXPERT = 16
-
-
 def well_sampled(shares: dict[str, list[float]], tokens: int) -> bool:
     """Whether a routing recorded on ``tokens`` tokens estimates each expert's chance well enough to predict that
-    workload with: at least ``MIN_CHOICES_PER_EXPERT`` choices an expert on average. One 32-token step (2 choices
+    workload with: at least ``MIN_CHOICES_PER_EXPERT`` choices an expert on average (schemas/routing.py). One 32-token step (2 choices
     an expert of 128, top-8) does not: read as chances, its unseen experts would never be touched and its seen
     ones touched less often than they were, so the expected experts of 32 such tokens fall well below the step's
     own (on the H200, 2026-12-02: predictions of UVA plans 0.82x at decode 32 with them, 0.97-0.98x with uniform

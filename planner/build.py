@@ -15,7 +15,7 @@ from schemas.hardware import HardwareProfile, load_hardware
 from schemas.io import gc_paused
 from schemas.plan import Plan
 from schemas.plan_memory import PlanMemory
-from schemas.routing import RoutingRef, RoutingStats, spec_problems
+from schemas.routing import MIN_CHOICES_PER_EXPERT, RoutingRef, RoutingStats, spec_problems
 from schemas.schedule import DEFAULT_PREFETCH_STEP
 from schemas.spec import Layer, MemorySection, OffloadSection, SpecFile, Tensor
 from schemas.spec_hash import spec_sha256
@@ -32,7 +32,7 @@ from planner.strategy.auto import RunnerUp
 from planner.strategy.choice import Choice
 from planner.strategy.experts import host_to_try, keep_hot, link_view, to_host
 from planner.strategy.infeasible import Infeasible
-from planner.words import auto_notes, build_notes, memory_notes
+from planner.words import auto_notes, build_notes, experts_notes, memory_notes
 from planner.words.selection import params_desc
 
 
@@ -288,6 +288,11 @@ def _plan_for(spec: SpecFile, sizes: MemoryModel, memory: MemorySection, offload
         raise infeasible(err, memory.gpu_budget, mem) from None
     notes = memory_notes.budget_note(memory.gpu_budget, mem) + memory_notes.assumed_notes(
         mem, {name: item.batch is not None for name, item in workload.items()})
+    thin = routing.thin() if routing is not None else []
+    if thin:
+        notes.append(experts_notes.thin_routing_note(
+            routing_ref.file if routing_ref is not None else "the routing statistics", [t.layer for t in thin],
+            min(t.choices_per_expert for t in thin), MIN_CHOICES_PER_EXPERT))
     if mem.kv_cache == "reserved":
         notes += memory_notes.room_notes(mem)
     summary = made.summary.model_copy(update={"notes": [*made.summary.notes, *notes]})

@@ -31,6 +31,11 @@ from schemas.spec_names import DottedName, PrintableName, PrintableText
 from schemas.fields import StrictModel
 
 ROUTING_VERSION = 1
+# a layer's recording estimates each expert's chance of being picked once it gave each expert this many choices on
+# average; one decode step of 32 tokens (2 choices an expert of 128, top-8) does not: read as chances, its unseen
+# experts are never touched and its seen ones less often than they were, so predictions with it under-count the
+# experts a step touches (UVA plans 0.82x their measured step on the H200, bench/results/predict-h200-2026-12-02l)
+MIN_CHOICES_PER_EXPERT = 16
 
 
 class LayerRouting(StrictModel):
@@ -54,6 +59,11 @@ class LayerRouting(StrictModel):
             raise ValueError(f"counts add up to {sum(self.counts)}, but {self.tokens} tokens each routed to "
                              f"{self.top_k} experts make {self.tokens * self.top_k}")
         return self
+
+    @property
+    def choices_per_expert(self) -> float:
+        """The choices the recording gave each expert on average (tokens · top_k / experts)."""
+        return self.tokens * self.top_k / self.experts
 
     def shares(self) -> list[float]:
         """Per expert, the chance that a token picks it (uniform k/E before any token was seen)."""
@@ -85,6 +95,11 @@ class RoutingStats(StrictModel):
     def shares(self) -> dict[str, list[float]]:
         """layer -> each expert's chance of being picked by a token (what the cost model reads)."""
         return {layer.layer: layer.shares() for layer in self.layers}
+
+    def thin(self) -> list[LayerRouting]:
+        """The layers whose recording gave each expert fewer than ``MIN_CHOICES_PER_EXPERT`` choices on average (one
+        that saw no token is read as uniform routing, not as a sample)."""
+        return [layer for layer in self.layers if 0 < layer.choices_per_expert < MIN_CHOICES_PER_EXPERT]
 
 
 class RoutingRef(StrictModel):

@@ -115,3 +115,23 @@ def test_plan_routing_on_the_command_line(tmp_path):
     assert bad.exit_code == 2 and "layers" in bad.output and "Traceback" not in bad.output
     bad = invoke("plan", str(spec), "-g", "20000", "--routing", str(spec))
     assert bad.exit_code == 2 and "this is a spec file, not a routing statistics" in bad.output
+
+
+def test_a_routing_of_too_few_tokens_is_named_in_the_plan():
+    """A recording that gave each expert fewer than 16 choices on average does not estimate their chances (one
+    32-token step of 128 experts at top-8 gives 2): the plan says so, naming the file and the layers; the skewed
+    recording above (100 tokens, top-2 of 8: 25 an expert) gets no such note."""
+    ref = RoutingRef(file="one-step.yaml", sha256="c" * 64)
+    few = RoutingStats(model="toy-moe", layers=[
+        LayerRouting(layer=f"model.layers.{i}", experts=E, top_k=2, tokens=3, counts=[2, 1, 1, 0, 0, 1, 1, 0])
+        for i in range(2)])
+    assert [layer.choices_per_expert for layer in few.layers] == [0.75, 0.75]
+    plan = planner.plan(moe_spec(), strategy="budget", backend="uva", gpu_budget=10_000, routing=few, routing_ref=ref)
+    thin = [n for n in plan.summary.notes if "choices an expert" in n]
+    assert len(thin) == 1 and "one-step.yaml" in thin[0] and "model.layers.{0,1}" in thin[0] and "0.8" in thin[0]
+    hot = planner.plan(moe_spec(), strategy="budget", backend="uva", gpu_budget=10_000, routing=skewed(),
+                       routing_ref=ref)
+    assert not any("choices an expert" in n for n in hot.summary.notes)
+    unseen = RoutingStats(model="toy-moe", layers=[LayerRouting(layer="model.layers.0", experts=E, top_k=2, tokens=0,
+                                                                counts=[0] * E)])
+    assert unseen.thin() == []  # no token seen: read as uniform routing, not as a sample

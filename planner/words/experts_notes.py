@@ -44,3 +44,12 @@ def hot_note(layers: int, kept: int, nbytes: int, share: float) -> str:
     return (f"routing: then the experts of {layers} MoE layers are split by expert, and the {kept} most used stay on "
             f"the GPU ({format_bytes(nbytes)}, what the budget leaves); they receive {share:.1%} of the routed tokens "
             "recorded")
+
+
+def thin_routing_note(where: str, layers: Sequence[str], fewest: float, least: int) -> str:
+    """A routing recorded on too few tokens to estimate its experts' chances (schemas/routing.py)."""
+    return (f"routing: {where} gave the experts of {join_names(list(layers), 8)} {fewest:.1f} choices an expert on "
+            f"average at the fewest, under the {least} that estimate each expert's chance: read as chances, its "
+            "unseen experts are never touched and the rest less often than they were, so the predictions under-count "
+            "the experts a step touches and the experts kept on the GPU follow one sample; record more tokens "
+            "(runtime.record_routing or Handle.routing_stats() over more steps)")
