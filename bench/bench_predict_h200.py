@@ -405,11 +405,10 @@ def measured_routing(model, config, workload: Workload, device: torch.device) ->
 
 def well_sampled(shares: dict[str, list[float]], tokens: int) -> bool:
     """Whether a routing recorded on ``tokens`` tokens estimates each expert's chance well enough to predict that
-    workload with: at least ``MIN_CHOICES_PER_EXPERT`` choices an expert on average (schemas/routing.py). One 32-token step (2 choices
-    an expert of 128, top-8) does not: read as chances, its unseen experts would never be touched and its seen
-    ones touched less often than they were, so the expected experts of 32 such tokens fall well below the step's
-    own (on the H200, 2026-12-02: predictions of UVA plans 0.82x at decode 32 with them, 0.97-0.98x with uniform
-    routing, which 32 independent random tokens nearly follow); a 2,048-token prompt (128 an expert) does."""
+    workload with: at least ``MIN_CHOICES_PER_EXPERT`` choices an expert on average (schemas/routing.py says why).
+    One 32-token step (2 an expert of 128 at top-8) does not: predictions of UVA plans with it came out 0.82x at
+    decode 32 on the H200, 0.97-0.98x with uniform routing, which 32 independent random tokens nearly follow
+    (2026-12-02); a 2,048-token prompt (128 an expert) does."""
     q = next(iter(shares.values()), [])
     return bool(q) and tokens * sum(q) / len(q) >= MIN_CHOICES_PER_EXPERT
 
@@ -512,9 +511,11 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                         p, q = predicted[name], on_model[name]
                     ms = step_ms(run, device)
                     del run
-                    routed = (predict(plan, model_hw if mode == "eager" else hw, in_mode(workload, mode), routing[name])
-                              .workloads[names.index(name)].step_ms
-                              if name in routing and well_sampled(routing[name], item.tokens) else None)
+                    # an MoE: predicted with what the run measured, the routing where it was well sampled (else
+                    # uniform) and, eager, the model's own block CPU time
+                    shares = routing.get(name) if well_sampled(routing.get(name, {}), item.tokens) else None
+                    routed = (predict(plan, model_hw if mode == "eager" else hw, in_mode(workload, mode), shares)
+                              .workloads[names.index(name)].step_ms if routing else None)
                     row = {"type": "row", "model": kind, "plan": case.label, "note": note, "plan_file": plan_file,
                            "mode": mode,
                            "backend": plan.summary.backend, "strategy": plan.summary.strategy,

@@ -131,10 +131,10 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
                     now.update({(p.workload, mode): p.step_ms
                                 for p in predict(plan, hw, bench.in_mode(workload, mode)).workloads})
                     on = hw.model_copy(update=own_cpu.get(kind, {})) if mode == "eager" else hw
-                    tokens = {name: item.tokens for name, item in workload.items()}
-                    for name, shares in routings.get(kind, {}).items():  # the routing measured on the inputs timed
-                        if not bench.well_sampled(shares, tokens[name]):
-                            continue
+                    measured_routing = routings.get(kind, {})  # the routing measured on the inputs timed
+                    for name, item in workload.items() if measured_routing else ():
+                        shares = measured_routing.get(name)  # where it was well sampled, else uniform
+                        shares = shares if shares and bench.well_sampled(shares, item.tokens) else None
                         step = predict(plan, on, bench.in_mode(workload, mode), shares).workloads[names.index(name)]
                         routed[(name, mode)] = step.step_ms
             for r in measured:
@@ -145,11 +145,10 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
                             "before_ms": r["predicted_ms"], "after_ms": after,
                             "before": round(r["predicted_ms"] / r["measured_ms"], 4),
                             "after": None if after is None else round(after / r["measured_ms"], 4),
-                            "routed_before": (round(r.get("predicted_routed_ms", r["predicted_ms"])
-                                                    / r["measured_ms"], 4) if kind in routings else None),
-                            # with the routing where it was well sampled (bench.well_sampled), else uniform
-                            "routed_after": (round(routed.get((r["workload"], mode), after) / r["measured_ms"], 4)
-                                             if kind in routings and after is not None else None)})
+                            "routed_before": (round(r["predicted_routed_ms"] / r["measured_ms"], 4)
+                                              if r.get("predicted_routed_ms") else None),
+                            "routed_after": (round(routed[(r["workload"], mode)] / r["measured_ms"], 4)
+                                             if (r["workload"], mode) in routed else None)})
     return out
 
 
