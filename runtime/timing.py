@@ -1,6 +1,6 @@
 """Wall-clock timing of a callable: the median of timed runs after warm-up runs.
 
-One loop for the runtime's calibrations (runtime/calibrate.py, runtime/calibrate_host.py) and the benches.
+One loop for the runtime's calibrations (runtime/calibrate/, runtime/calibrate_host.py) and the benches.
 ``sync``: called after the warm-ups and after each timed run (``torch.cuda.synchronize`` where GPU work must
 be waited for); ``hold_gc``: the garbage collector collected once, then held off while timing.
 """

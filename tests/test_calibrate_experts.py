@@ -1,4 +1,4 @@
-"""``planner calibrate``'s grouped expert figures (runtime/calibrate.py ``moe_experts``): the routing it times."""
+"""``planner calibrate``'s grouped expert figures (runtime/calibrate/experts.py ``moe_experts``): the routing it times."""
 
 from __future__ import annotations
 

@@ -1,0 +1,148 @@
+"""A decoder block beyond its matrices' roofline: attention's arithmetic and the elementwise work at a prefill
+(``attention_tflops``, ``elementwise_bytes``), the fixed GPU time of its small kernels in CUDA graph replay
+(``block_gpu_us``, ``moe_block_gpu_us``), and attention's read of a KV cache (``kv_read_gbps``)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import torch
+
+from runtime.calibrate.cpu import _by_depth, _has_transformers, _per_block_us, tiny_llama, tiny_moe
+from runtime.calibrate.timers import gpu_ms, graph_ms
+
+# a decoder block: hidden, intermediate, query heads, key/value heads, head dim (Llama-3-8B's)
+LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
+
+
+# The MoE block ``moe_block_gpu_us`` is measured on: Qwen3-MoE's hidden size, heads and expert width, top-8 of 16
+# experts (a token touches eight, as in the real model; the count of experts moves the floor by at most 6 us
+# between 8 and 256, nor do 2 or 8 choices: bench/probe_replay_kernels.py --moe-decode, 2026-12-02). A tiny MoE's
+# block (hidden 64) gave 150 us where the Qwen3-MoE shape's block takes 217 beyond its roofline: its kernels work
+# on real activations, and its grouped expert matmul reads 8 experts at 1.6 TB/s, not at a GEMV's rate.
+MOE_FLOOR_SHAPE = dict(vocab_size=256, hidden_size=2048, intermediate_size=6144, num_attention_heads=32,
+                       num_key_value_heads=4, head_dim=128, num_experts=16, num_experts_per_tok=8,
+                       moe_intermediate_size=768, decoder_sparse_step=1, mlp_only_layers=[])
+
+
+MOE_FLOOR_BLOCKS = (4, 12)  # its depths (12 blocks: 2.3 GB in bf16)
+
+
+def moe_block_bytes(shape: dict, itemsize: int = 2) -> tuple[int, int]:
+    """The weights one token's decode step reads in an MoE block of ``shape``, as the cost model's roofline reads
+    them: (its attention's four matrices and the router, at ``gpu_mem_gbps``; the ``num_experts_per_tok``
+    experts it picks, three matrices each, at ``expert_gbps``)."""
+    hidden, heads, kv_heads, head_dim = (shape[k] for k in ("hidden_size", "num_attention_heads",
+                                                            "num_key_value_heads", "head_dim"))
+    dense = hidden * head_dim * (2 * heads + 2 * kv_heads) + shape["num_experts"] * hidden
+    experts = shape["num_experts_per_tok"] * 3 * hidden * shape["moe_intermediate_size"]
+    return dense * itemsize, experts * itemsize
+
+
+def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]], float] | None = None,
+                    gpu_mem_gbps: float = float("inf"), moe_shape: dict | None = None,
+                    expert_gbps: float | None = None) -> dict[str, float]:
+    """``block_gpu_us`` and ``moe_block_gpu_us``: the GPU time one more decoder block adds to a decode step
+    replayed as a CUDA graph beyond its weights' reads (at ``gpu_mem_gbps``): what the cost model's roofline
+    misses, which every block pays. Dense: a tiny transformers Llama (20 blocks less 4, over 16), whose bytes and
+    flops are nothing, so what is left is its kernels' fixed times (on the H200 a graph-replayed decode of the
+    Llama-3-8B shape took 1.84 ms more than its weights' reads, 57 us a block; the tiny model 66). MoE: a
+    Qwen3-MoE block of ``moe_shape`` (``MOE_FLOOR_SHAPE``), less its reads (``moe_block_bytes``; the experts at
+    ``expert_gbps``, else ``gpu_mem_gbps``)."""
+    timer = timer or graph_ms
+    if not _has_transformers():
+        return {}
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+    shape = moe_shape or MOE_FLOOR_SHAPE
+
+    def step_ms(model: torch.nn.Module) -> float:
+        model = model.to(device, dtype).eval()
+        with torch.inference_mode():
+            return timer(lambda: model(ids, use_cache=False))
+
+    def moe_ms(layers: int) -> float:
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # made in its dtype where it runs (on the host, 12 full-width blocks are slow)
+        try:
+            with torch.device(device):
+                model = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, **shape))
+        finally:
+            torch.set_default_dtype(old)
+        ms = step_ms(model)
+        del model
+        return ms
+
+    figures = {"block_gpu_us": max(0.0, _per_block_us(_by_depth(step_ms, tiny_llama)))}
+    few, many = MOE_FLOOR_BLOCKS
+    try:
+        moe_per_block = (moe_ms(many) - moe_ms(few)) / (many - few) * 1e3
+    except torch.cuda.OutOfMemoryError:
+        # a small GPU (the 12 blocks take 2.3 GB): the tiny MoE's floor, which misses what a
+        # block of real width adds (docs/DESIGN.md, "A block's GPU floor")
+        gc.collect()
+        torch.cuda.empty_cache()
+        figures["moe_block_gpu_us"] = max(0.0, _per_block_us(_by_depth(step_ms, tiny_moe)))
+        return figures
+    dense, experts = moe_block_bytes(shape, torch.empty((), dtype=dtype).element_size())
+    reads = (dense / gpu_mem_gbps + experts / (expert_gbps or gpu_mem_gbps)) / 1e3
+    figures["moe_block_gpu_us"] = max(0.0, moe_per_block - reads)
+    return figures
+
+
+def kv_read(device: torch.device, batch: int = 32, heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
+            context: int = 4096, timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, float]:
+    """``kv_read_gbps``: scaled dot-product attention of one decode step over a ``context``-token KV cache
+    (Llama-3-8B's heads, ``batch`` sequences), replayed as a CUDA graph: the cache's bytes / the time (4,091 GB/s
+    on the H200, 4,180 with Phi-3-mini's 32 KV heads, where a GEMV reads weights at 2,335-2,846: 2026-12-02)."""
+    timer = timer or graph_ms
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    q = torch.randn(batch, heads, 1, head_dim, dtype=dtype, device=device)
+    k, v = (torch.randn(batch, kv_heads, context, head_dim, dtype=dtype, device=device) for _ in range(2))
+    with torch.inference_mode():
+        ms = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=kv_heads != heads))
+    return {"kv_read_gbps": 2 * k.numel() * k.element_size() / ms / 1e6}
+
+
+def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: float,
+                  shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK, tokens: int = 2048,
+                  timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, float]:
+    """What a decoder block computes beyond its matmuls: ``attention_tflops`` and ``elementwise_bytes``, timed
+    queued (``gpu_ms(queued=True)``: the GPU's time alone; a block issued as it runs is CPU-bound in part and
+    gave 25.9-34.7 bytes where queued gave 17.0 on the H200, 2026-12-02, bench/probe_uva_experts.py)."""
+    timer = timer or (lambda fn: gpu_ms(fn, queued=True))
+    try:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    except ImportError:
+        return {}
+    hidden, inter, heads, kv_heads, head_dim = shape
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, head_dim=head_dim, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    layer = LlamaDecoderLayer(config, layer_idx=0).to(device, dtype).eval()
+    rotary = LlamaRotaryEmbedding(config).to(device)
+    x = torch.randn(1, tokens, hidden, dtype=dtype, device=device)
+    positions = torch.arange(tokens, device=device)[None]
+    q = torch.randn(1, heads, tokens, head_dim, dtype=dtype, device=device)
+    k, v = (torch.randn(1, kv_heads, tokens, head_dim, dtype=dtype, device=device) for _ in range(2))
+    with torch.inference_mode():
+        cos_sin = rotary(x, positions)
+        block = timer(lambda: layer(x, attention_mask=None, position_ids=positions, position_embeddings=cos_sin))
+        attention = timer(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                   enable_gqa=True))
+    flops = 4.0 * tokens * (tokens + 1) / 2 * heads * head_dim
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    matrices = [(heads * head_dim, hidden), (kv_heads * head_dim, hidden), (kv_heads * head_dim, hidden),
+                (hidden, heads * head_dim), (inter, hidden), (inter, hidden), (hidden, inter)]
+    # the roofline of planner/cost/layer.py for a resident matrix: flops at the matmul rate or bytes at memory's
+    matmul = sum(max(2.0 * tokens * r * c / (matmul_tflops * 1e9), r * c * itemsize / gpu_mem_gbps / 1e6)
+                 for r, c in matrices)
+    rest = max(0.0, block - matmul - attention)
+    outputs = sum(r for r, _ in matrices)
+    return {"attention_tflops": flops / attention / 1e9,
+            "elementwise_bytes": rest * gpu_mem_gbps * 1e6 / (tokens * outputs)}
