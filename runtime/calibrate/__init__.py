@@ -46,28 +46,10 @@ import time
 
 import torch
 
-from runtime.calibrate.block import (
-    LLAMA_8B_BLOCK,
-    MOE_FLOOR_BLOCKS,
-    MOE_FLOOR_SHAPE,
-    block_compute,
-    block_gpu_floor,
-    kv_read,
-    moe_block_bytes,
-)
-from runtime.calibrate.cpu import (
-    TINY,
-    TINY_BLOCKS,
-    TINY_WIDE_HEADS,
-    _by_depth,
-    _forward_ms,
-    _per_block_us,
-    block_cpu_us,
-    cpu_costs,
-    model_cpu_costs,
-    tiny_llama,
-    tiny_moe,
-)
+from runtime.calibrate.block import (LLAMA_8B_BLOCK, MOE_FLOOR_BLOCKS, MOE_FLOOR_SHAPE, block_compute,
+                                     block_gpu_floor, kv_read, moe_block_bytes)
+from runtime.calibrate.cpu import (TINY, TINY_BLOCKS, TINY_WIDE_HEADS, _by_depth, _forward_ms, _per_block_us,
+                                   block_cpu_us, cpu_costs, model_cpu_costs, tiny_llama, tiny_moe)
 from runtime.calibrate.experts import COMPUTE_ROWS, EXPERT_ROWS, _uniform_routing, moe_experts, tflops_by_rows
 from runtime.calibrate.link import SMALL_UVA, TOKENS, link, matmuls, shared_link, uva_line
 from runtime.calibrate.timers import QUEUE_CYCLES, captured, gpu_ms, graph_ms
