@@ -113,3 +113,23 @@ def test_auto_with_the_host_sharing_experts_is_stable(path, tokens):
     fractions = [0.0215, 0.0322, 0.05, 0.08, 0.12, 0.2, 0.3, 0.45, 0.6, 0.8]
     _check_sweep(_spec(path), fractions, strategy="auto",
                  workload=Workload({"decode": WorkloadItem(tokens=tokens)}))
+
+
+@pytest.mark.parametrize("path", MOE, ids=lambda p: p.stem)
+@pytest.mark.parametrize("how", [dict(strategy="auto"), dict(strategy="budget")], ids=["auto", "budget"])
+def test_a_profile_with_grouped_expert_figures_is_stable(path, how):
+    """With the grouped expert kernels' own figures (as `planner calibrate` measured them on the H200,
+    2026-12-02: re-reads through UVA and the compute rate by the rows each expert sees) the experts' costs depend
+    on their rows: a larger budget still never predicts a slower step nor moves a param to the host."""
+    from schemas.hardware import load_hardware
+    from schemas.hardware_profile import TflopsPoint, UvaPoint
+
+    hw = load_hardware("h200").model_copy(update={
+        "expert_tflops": 199.6, "uva_expert_call_ms": 0.5,
+        "expert_tflops_rows": [TflopsPoint(tokens=128, tflops=121.5), TflopsPoint(tokens=512, tflops=182.3),
+                               TflopsPoint(tokens=2048, tflops=199.6)],
+        "uva_expert_passes": [UvaPoint(tokens=1, passes=1.0), UvaPoint(tokens=32, passes=1.01),
+                              UvaPoint(tokens=128, passes=1.54), UvaPoint(tokens=512, passes=2.61),
+                              UvaPoint(tokens=2048, passes=9.03)]})
+    for workload in WORKLOADS:
+        _check_sweep(_spec(path), [0.2, 0.35, 0.5, 0.65, 0.8, 0.95], hardware=hw, workload=workload, **how)
