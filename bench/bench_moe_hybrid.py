@@ -109,6 +109,7 @@ class Bench:
         self.default_waste = expert_math.JOIN_WASTE
         self.join_wastes = getattr(args, "join_waste", None) or [self.default_waste]
         self.host_shares = getattr(args, "host_share", None) or []
+        self.host_threads = getattr(args, "host_threads", None) or []
         self.cpu_figures: dict[str, float] = {}  # the resident model's own block CPU time (``own_cpu``)
 
     def calibrate_host(self) -> None:
@@ -174,7 +175,7 @@ class Bench:
         self.emit(model=kind, own_cpu={k: v for k, v in row.items() if k != "type"})
 
     def measure(self, model_name: str, label: str, plan, model, config, cases, shares=None, graph: bool = False,
-                link: dict | None = None) -> None:
+                link: dict | None = None, host_threads: int | None = None) -> None:
         """Apply ``plan``, time each case (name, input shape), remove."""
         cases = [c for c in cases if c[0] in self.cases]
         if not cases:
@@ -182,7 +183,7 @@ class Bench:
         hybrid = any(layer.experts is not None and layer.experts.cpu for layer in plan.layers)
         exact = self.exactness(model, config) if hybrid and any(c[0] == "decode32" for c in cases) else None
         t0 = time.perf_counter()
-        handle = runtime.apply(plan, model, device=str(self.device), host_threads=1 if self.dry else None)
+        handle = runtime.apply(plan, model, device=str(self.device), host_threads=1 if self.dry else host_threads)
         applied_s = time.perf_counter() - t0
         try:
             for name, shape in cases:
@@ -290,6 +291,11 @@ class Bench:
                 self.measure(kind, label, plan, model, config, cases[:1])
             finally:
                 self.hw = profile
+        if self.host_threads:  # the auto plan for decode 32 again, its host part on other thread counts
+            plan = dict(plans)["auto decode32"]
+            for threads in self.host_threads:
+                self.measure(kind, f"auto decode32, host_threads {threads}", plan, model, config, cases[:1],
+                             host_threads=threads)
         del model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -442,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-share", type=float, action="append", help="also plan and measure auto at decode 32 with "
                     "the profile's host_link_share at each of these values (they move the host's share of a split "
                     "layer's experts): the measured step by split")
+    ap.add_argument("--host-threads", type=int, action="append", help="also measure auto's decode-32 plan with the "
+                    "host's part on this many threads (runtime.apply's host_threads; default: every CPU but one), "
+                    "side by side: whether the issuing thread and the host's threads contend for cores")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))
