@@ -77,3 +77,13 @@ def measured_reads(q: Sequence[float], moe: tuple[int, int], tokens: float, hw: 
 def is_uniform(q: Sequence[float]) -> bool:
     """Whether every expert in ``q`` is as likely as the others (the curve applies as calibrated)."""
     return not q or max(q) - min(q) <= 1e-12
+
+
+def uva_passes(q: Sequence[float] | None, moe: tuple[int, int], tokens: float, touched: float, rows: float,
+               hw: HardwareProfile) -> float:
+    """Reads of each of the ``touched`` UVA experts whose chances are ``q`` (None: uniform routing), each seeing
+    ``rows`` rows on average, in a layer of ``moe``: the calibrated curve at those rows where routing is uniform,
+    else the tiles of the measured routing (``measured_reads``)."""
+    if q is None or is_uniform(q):
+        return hw.expert_passes(rows)
+    return measured_reads(q, moe, tokens, hw) / max(touched, 1e-9)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.cost.block import ONE, Sequences
-from planner.cost.expert_reads import is_uniform, measured_reads
+from planner.cost.expert_reads import uva_passes
 from planner.cost.layer import LayerWork, layer_work, touched_by
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
@@ -102,11 +102,9 @@ def expected_max(a: float, sd_a: float, b: float, sd_b: float) -> float:
 
 def _uva_passes(q: Sequence[float], tokens: int, touched: float, rows: float, shape: ExpertShape,
                 hw: HardwareProfile) -> float:
-    """Reads of each of a part's ``touched`` UVA experts (``touched_by(q, tokens)``, with the ``rows`` they see):
-    the calibrated curve at its rows (uniform routing), or the tiles of a skewed one (planner/cost/expert_reads.py)."""
-    if is_uniform(q):
-        return hw.expert_passes(rows / max(touched, 1e-9))
-    return measured_reads(q, (shape.experts, shape.top_k), tokens, hw) / max(touched, 1e-9)
+    """Reads of each of a part's ``touched`` UVA experts (``touched_by(q, tokens)``, with the ``rows`` they see in
+    all): planner/cost/expert_reads.py's ``uva_passes``."""
+    return uva_passes(q, (shape.experts, shape.top_k), tokens, touched, rows / max(touched, 1e-9), hw)
 
 
 def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:

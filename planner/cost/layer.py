@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.cost.block import ONE, Sequences, block_ms, block_shape
-from planner.cost.expert_reads import is_uniform, measured_reads, touched_experts
+from planner.cost.expert_reads import touched_experts, uva_passes
 from schemas.kinds import name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
@@ -159,11 +159,9 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         rows = pairs / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
-    passes = (hw.expert_passes(rows) if grouped else hw.passes(rows)) if link else 1.0
+    passes = (uva_passes(shares, moe, tokens, hit, rows, hw) if grouped else hw.passes(rows)) if link else 1.0
     fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
     read = nbytes * passes / rate / 1e6
-    if grouped and link and shares is not None and not is_uniform(shares):  # the tiles of a skewed routing
-        read = p.bytes / moe[0] * measured_reads(shares, moe, tokens, hw) / rate / 1e6
     tflops = hw.experts_tflops_at(rows) if grouped else hw.matmul_tflops
     return fixed + max(flops / (tflops * 1e9), read), read if link else 0.0
 
