@@ -403,14 +403,17 @@ def measured_routing(model, config, workload: Workload, device: torch.device) ->
     return routing
 
 
-def well_sampled(shares: dict[str, list[float]], tokens: int) -> bool:
-    """Whether a routing recorded on ``tokens`` tokens estimates each expert's chance well enough to predict that
-    workload with: at least ``MIN_CHOICES_PER_EXPERT`` choices an expert on average (schemas/routing.py says why).
-    One 32-token step (2 an expert of 128 at top-8) does not: predictions of UVA plans with it came out 0.82x at
-    decode 32 on the H200, 0.97-0.98x with uniform routing, which 32 independent random tokens nearly follow
-    (2026-12-02); a 2,048-token prompt (128 an expert) does."""
+def sampled_shares(routing: dict[str, dict[str, list[float]]], name: str,
+                   tokens: int) -> dict[str, list[float]] | None:
+    """Workload ``name``'s recorded routing (``measured_routing``) where it estimates each expert's chance well
+    enough to predict that workload with: at least ``MIN_CHOICES_PER_EXPERT`` choices an expert on average
+    (schemas/routing.py says why); else None, uniform routing. One 32-token step (2 an expert of 128 at top-8) does
+    not: predictions of UVA plans with it came out 0.82x at decode 32 on the H200, 0.97-0.98x with uniform
+    routing, which 32 independent random tokens nearly follow (2026-12-02); a 2,048-token prompt (128 an expert)
+    does."""
+    shares = routing.get(name) or {}
     q = next(iter(shares.values()), [])
-    return bool(q) and tokens * sum(q) / len(q) >= MIN_CHOICES_PER_EXPERT
+    return shares if q and tokens * sum(q) / len(q) >= MIN_CHOICES_PER_EXPERT else None
 
 
 def touched_mean(shares: dict[str, list[float]], tokens: int) -> float:
@@ -513,7 +516,7 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                     del run
                     # an MoE: predicted with what the run measured, the routing where it was well sampled (else
                     # uniform) and, eager, the model's own block CPU time
-                    shares = routing.get(name) if well_sampled(routing.get(name, {}), item.tokens) else None
+                    shares = sampled_shares(routing, name, item.tokens)
                     routed = (predict(plan, model_hw if mode == "eager" else hw, in_mode(workload, mode), shares)
                               .workloads[names.index(name)].step_ms if routing else None)
                     row = {"type": "row", "model": kind, "plan": case.label, "note": note, "plan_file": plan_file,

@@ -131,10 +131,9 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
                     now.update({(p.workload, mode): p.step_ms
                                 for p in predict(plan, hw, bench.in_mode(workload, mode)).workloads})
                     on = hw.model_copy(update=own_cpu.get(kind, {})) if mode == "eager" else hw
-                    measured_routing = routings.get(kind, {})  # the routing measured on the inputs timed
-                    for name, item in workload.items() if measured_routing else ():
-                        shares = measured_routing.get(name)  # where it was well sampled, else uniform
-                        shares = shares if shares and bench.well_sampled(shares, item.tokens) else None
+                    recorded = routings.get(kind, {})  # the routing measured on the inputs timed
+                    for name, item in workload.items() if recorded else ():
+                        shares = bench.sampled_shares(recorded, name, item.tokens)  # None: uniform
                         step = predict(plan, on, bench.in_mode(workload, mode), shares).workloads[names.index(name)]
                         routed[(name, mode)] = step.step_ms
             for r in measured:
