@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from runtime.forward_gate import ForwardGate
 from runtime.tensors import TensorRef
 from schemas import Plan
 
@@ -37,7 +38,7 @@ class Offloader:
     offloaded: list[Offloaded]
     collect_stats: bool = False
     hooks: list[RemovableHandle] = field(default_factory=list)
-    gate: object | None = None  # runtime.forward_gate.ForwardGate, where forwards must run one at a time
+    gate: ForwardGate | None = None  # where forwards must run one at a time (runtime/forward_gate.py)
 
     def offloaded_pairs(self) -> list[tuple[TensorRef, torch.Tensor]]:
         return [(o.ref, o.host) for o in self.offloaded]
