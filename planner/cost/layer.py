@@ -18,9 +18,10 @@ is copied into a slot by the prefetch stream) and a hardware profile:
   measured routing, by its tiles of rows: planner/cost/expert_reads.py) and pays a fixed ``uva_expert_call_ms``;
   its flops run at ``expert_tflops_rows`` by the rows each touched expert sees (grouped kernels over many small
   experts run below a dense matmul's rate, the more so the fewer rows an expert: on the H200 122 TFLOP/s at 128
-  rows an expert, 199 at 2,048). From GPU memory it reads the touched experts at ``expert_gbps`` (a grouped kernel reads faster the more experts a batch touches: 1.7 TB/s at 8 and 2.9 at 115 on the H200;
-  ``expert_gbps`` is the rate between the two, and what a call pays beyond it, with the routing's small
-  kernels, lies in the block floor ``moe_block_gpu_us``).
+  rows an expert, 199 at 2,048). From GPU memory it reads the touched experts at ``expert_gbps`` (a grouped
+  kernel reads faster the more experts a batch touches: 1.7 TB/s at 8 and 2.9 at 115 on the H200; ``expert_gbps``
+  is the rate between the two, and what a call pays beyond it, with the routing's small kernels, lies in the
+  block floor ``moe_block_gpu_us``).
 
 In CUDA graph replay (a workload's ``mode: graph``) the CPU issues nothing per kernel, nothing is read back
 mid-layer and a UVA matmul pays no fixed time beyond its bytes: ``profile_for`` gives the profile with those
