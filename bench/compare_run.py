@@ -100,7 +100,10 @@ def graph(model: nn.Module, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
     def step() -> torch.Tensor:
         g.replay()
         return out
-    step.graph = g  # keep the graph alive as long as the step
+    # keep the graph, and the input it reads, alive as long as the step: ``static`` was allocated outside the
+    # graph's pool, so once freed the next allocation reuses its memory and a replay reads whatever lies there
+    # (a probe's eager forward between two replays made the embedding gather out of range, 2026-12-02)
+    step.graph, step.static = g, static
     return step
 
 

@@ -36,8 +36,8 @@ class UvaPoint(StrictModel):
 
 
 class RatePoint(StrictModel):
-    """A rate at a number of rows: the host's expert kernel, GB/s of expert weights it reads when each expert it
-    computes sees ``tokens`` rows."""
+    """A rate at a number of rows: GB/s of weights a kernel reads when each of its weights (an expert, a dense
+    matrix) sees ``tokens`` rows."""
 
     tokens: PositiveCount
     gbps: Rate
@@ -73,6 +73,10 @@ class HardwareProfile(StrictModel):
     uva_passes: list[UvaPoint] = Field(
         min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
     gpu_mem_gbps: Rate = Field(description="GPU memory read rate of a large kernel, GB/s")
+    matmul_gbps_rows: list[RatePoint] | None = Field(
+        default=None, description="a dense matmul's read rate from GPU memory by its rows (the weight's bytes / "
+        "its time): a GEMV reads at gpu_mem_gbps, a matmul of a few dozen rows slower (cuBLAS tiles the rows); "
+        "linear between points, flat outside them (absent: gpu_mem_gbps at any rows)")
     matmul_tflops: Tflops = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
     attention_tflops: Tflops = Field(
         default=H200_ATTENTION_TFLOPS, description="rate of attention's own arithmetic (Q·Kᵀ and the weighted "
@@ -152,7 +156,7 @@ class HardwareProfile(StrictModel):
         """The workspace allowance a plan counts: the measured one, else DEFAULT_WORKSPACE_BYTES."""
         return self.workspace_bytes if self.workspace_bytes is not None else DEFAULT_WORKSPACE_BYTES
 
-    @field_validator("uva_passes", "uva_expert_passes", "host_expert_gbps", "expert_tflops_rows")
+    @field_validator("uva_passes", "uva_expert_passes", "host_expert_gbps", "expert_tflops_rows", "matmul_gbps_rows")
     @classmethod
     def _sorted(cls, points: list | None) -> list | None:
         if points is None:
@@ -166,6 +170,12 @@ class HardwareProfile(StrictModel):
         """The host expert kernel's GB/s when each expert sees ``rows`` rows: linear between the points, flat
         outside them."""
         return _flat_between([(p.tokens, p.gbps) for p in self.host_expert_gbps], rows)
+
+    def matmul_gbps_at(self, rows: float) -> float:
+        """A dense matmul's read rate from GPU memory at ``rows`` rows: ``matmul_gbps_rows`` (linear between its
+        points, flat outside them), else ``gpu_mem_gbps``."""
+        pts = self.matmul_gbps_rows
+        return _flat_between([(p.tokens, p.gbps) for p in pts], rows) if pts else self.gpu_mem_gbps
 
     def passes(self, tokens: float) -> float:
         """Re-reads of a UVA weight by a matmul over ``tokens`` rows: piecewise linear in tokens

@@ -50,3 +50,39 @@ def test_calibrate_says_when_the_link_moved_during_its_run(first, last, unsteady
     assert bool(steady["unsteady"]) is unsteady
     if unsteady:
         assert f"{first:.1f} GB/s" in steady["unsteady"] and "run calibrate again" in steady["unsteady"]
+
+
+def test_the_dense_read_rate_by_rows_is_what_the_block_leaves_after_its_floor():
+    """``matmul_gbps_rows`` from the Llama-3-8B block replayed at ``DENSE_ROWS`` decode rows: the matrices' bytes over
+    the time left after the block floor and the elementwise work the cost model adds beside the matmuls, so that
+    the model adding them back gives the time measured."""
+    from runtime.calibrate import DENSE_ROWS, read_by_rows
+
+    block_bytes = 436_207_616  # the 8B block's seven matrices in bf16
+    block_ms = {1: 0.230, 8: 0.232, 16: 0.236, 32: 0.290, 64: 0.300, 128: 0.330}
+    elementwise = {rows: rows * 1e-4 for rows in DENSE_ROWS}
+    points = read_by_rows(block_bytes, block_ms, 60.0, elementwise)
+    assert [p.tokens for p in points] == list(DENSE_ROWS)
+    for p in points:
+        reads_ms = block_bytes / p.gbps / 1e6
+        assert reads_ms + 0.060 + elementwise[p.tokens] == pytest.approx(block_ms[p.tokens], rel=1e-6)
+    assert points[3].gbps < points[0].gbps  # 32 rows read slower than one
+
+
+def test_calibrate_replays_a_real_block_by_rows_on_any_device():
+    """``block_reads`` builds the transformers block of the shape it is given and times it at every row count (here
+    a tiny shape on the CPU with the wall clock): one positive rate a row count."""
+    pytest.importorskip("transformers")
+    import time
+
+    from runtime.calibrate import DENSE_ROWS, block_reads
+
+    def wall(fn):
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3 + 1.0  # above the floor given, whatever the CPU's speed
+
+    figures = block_reads(torch.device("cpu"), 10.0, 1.0, 1000.0, shape=(64, 128, 4, 2, 16), timer=wall)
+    assert [p.tokens for p in figures["matmul_gbps_rows"]] == list(DENSE_ROWS)
+    assert all(p.gbps > 0 for p in figures["matmul_gbps_rows"])
+    assert sorted(figures["raw_block_ms"]) == list(DENSE_ROWS)

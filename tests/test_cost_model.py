@@ -326,3 +326,40 @@ def test_the_experts_compute_rate_follows_the_rows_an_expert_sees():
     with pytest.raises(ValueError, match="increasing tokens"):
         HardwareProfile.model_validate({**HW.model_dump(), "expert_tflops_rows": [
             {"tokens": 512, "tflops": 0.3}, {"tokens": 128, "tflops": 0.1}]})
+
+
+def test_a_dense_matmul_reads_its_weight_at_the_rate_of_its_rows():
+    """``matmul_gbps_rows``: a resident matmul of a few dozen rows reads its weight slower than a GEMV (the H200's
+    Llama-3-8B shape replayed a decode step at 32 tokens in 9.0 ms, at 1 token in 7.1, priced alike without it);
+    linear between the points, flat outside; a UVA read, a vector and a lookup keep their rates; without the points,
+    ``gpu_mem_gbps`` at any rows."""
+    from schemas.hardware_profile import RatePoint
+
+    hw = HW.model_copy(update={"matmul_tflops": 1000.0})  # memory-bound at decode rows, as a real GPU
+    rows_hw = hw.model_copy(update={"matmul_gbps_rows": [RatePoint(tokens=1, gbps=HW.gpu_mem_gbps),
+                                                          RatePoint(tokens=64, gbps=HW.gpu_mem_gbps / 2)]})
+    assert rows_hw.matmul_gbps_at(1) == HW.gpu_mem_gbps
+    assert rows_hw.matmul_gbps_at(32.5) == pytest.approx(HW.gpu_mem_gbps * 0.75)
+    assert rows_hw.matmul_gbps_at(4096) == HW.gpu_mem_gbps / 2
+    assert hw.matmul_gbps_at(32) == HW.gpu_mem_gbps
+    layer = _layer({"mlp.up_proj.weight": [4096, 4096], "input_layernorm.weight": [4096]})
+
+    def times(hw, tokens):
+        return {t.rel: t for t in layer_times(layer.name, layer.params.items(), None, tokens, hw)[0]}
+
+    nbytes = 4096 * 4096 * 2
+    for tokens in (1, 32):
+        t = times(rows_hw, tokens)["mlp.up_proj.weight"]
+        flops_ms = 2 * tokens * 4096 * 4096 / (hw.matmul_tflops * 1e9)
+        read_ms = nbytes / rows_hw.matmul_gbps_at(tokens) / 1e6
+        assert t.gpu_ms == pytest.approx(max(flops_ms, read_ms))
+        assert read_ms > flops_ms  # the test's shape is memory-bound at these rows
+    assert times(rows_hw, 32)["mlp.up_proj.weight"].gpu_ms > times(hw, 32)["mlp.up_proj.weight"].gpu_ms
+    assert times(rows_hw, 1)["mlp.up_proj.weight"].gpu_ms == times(hw, 1)["mlp.up_proj.weight"].gpu_ms
+    for tokens in (1, 32):  # the link's reads and a vector's are not a dense matmul's GPU-memory read
+        a, b = times(rows_hw, tokens), times(hw, tokens)
+        assert a["mlp.up_proj.weight"].uva_ms == b["mlp.up_proj.weight"].uva_ms
+        assert a["input_layernorm.weight"].gpu_ms == b["input_layernorm.weight"].gpu_ms
+    with pytest.raises(ValueError, match="increasing tokens"):
+        HardwareProfile.model_validate({**HW.model_dump(), "matmul_gbps_rows": [
+            {"tokens": 64, "gbps": 1000.0}, {"tokens": 1, "gbps": 2000.0}]})

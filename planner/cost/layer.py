@@ -4,7 +4,8 @@ A roofline per param, from the plan alone (shapes, dtypes, kinds, which params a
 and how: a param in the layer's ``uva`` list is read over the host link, another offloaded param
 is copied into a slot by the prefetch stream) and a hardware profile:
 
-- a matrix (2-D or more) is a matmul: ``max(2·T·numel / matmul rate, bytes / memory rate)``;
+- a matrix (2-D or more) is a matmul: ``max(2·T·numel / matmul rate, bytes / memory rate)``, its memory rate
+  ``matmul_gbps_at(T)`` (a GEMV reads at ``gpu_mem_gbps``; at 32 rows cuBLAS reads the weight slower);
   through UVA the bytes come over the host link instead, read ``passes(T)`` times, and the matmul pays
   a fixed ``uva_call_ms`` besides (the read's ramp and tail, which a small matrix feels most);
 - an embedding table is a lookup: T rows are read;
@@ -141,7 +142,14 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     """Time of one param's kernel and the part of it the host link is busy (0 unless ``where`` is uva);
     ``where``: gpu (resident or a prefetch slot) or uva; ``shares``: measured routing (else uniform)."""
     link = where == "uva"
-    rate = hw.uva_gbps if link else (hw.experts_gbps if role == "routed" and moe is not None else hw.gpu_mem_gbps)
+    if link:
+        rate = hw.uva_gbps
+    elif role == "routed" and moe is not None:
+        rate = hw.experts_gbps
+    elif role == "matmul":
+        rate = hw.matmul_gbps_at(tokens)  # a matmul of a few dozen rows reads its weight slower than a GEMV
+    else:
+        rate = hw.gpu_mem_gbps
     if role == "lookup":
         row = p.bytes / max(p.shape[0], 1)
         ms = min(p.bytes, tokens * row) / rate / 1e6

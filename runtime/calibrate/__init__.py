@@ -32,6 +32,9 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``block_gpu_us``, ``moe_block_gpu_us``: a decode step replayed as a CUDA graph, of the tiny Llama and of a
   Qwen3-MoE of real width (``MOE_FLOOR_SHAPE``): the GPU time one more block adds beyond its weights' reads
   (its kernels' fixed times; ``block_gpu_floor``);
+- ``matmul_gbps_rows``: a Llama-3-8B decoder block replayed as a CUDA graph at decode steps of 1 ... 128
+  sequences: its matrices' bytes over the time left beyond the block floor and elementwise work (``block_reads``;
+  a decode batch reads its weights slower than a lone GEMV);
 - ``kv_read_gbps``: scaled dot-product attention of a decode step over a 4,096-token KV cache (32 sequences,
   Llama-3-8B's heads) replayed as a CUDA graph: the cache's bytes / its time (``kv_read``);
 - ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py);
@@ -46,8 +49,8 @@ import time
 
 import torch
 
-from runtime.calibrate.block import (LLAMA_8B_BLOCK, MOE_FLOOR_BLOCKS, MOE_FLOOR_SHAPE, block_compute,
-                                     block_gpu_floor, kv_read, moe_block_bytes)
+from runtime.calibrate.block import (DENSE_ROWS, LLAMA_8B_BLOCK, MOE_FLOOR_BLOCKS, MOE_FLOOR_SHAPE, block_compute,
+                                     block_gpu_floor, block_reads, kv_read, moe_block_bytes, read_by_rows)
 from runtime.calibrate.cpu import (TINY, TINY_BLOCKS, TINY_WIDE_HEADS, _by_depth, _forward_ms, _per_block_us,
                                    block_cpu_us, cpu_costs, model_cpu_costs, tiny_llama, tiny_moe)
 from runtime.calibrate.experts import COMPUTE_ROWS, EXPERT_ROWS, _uniform_routing, moe_experts, tflops_by_rows
@@ -57,12 +60,13 @@ from runtime.calibrate.workspace import workspace
 from runtime.calibrate_host import host_experts
 from schemas.hardware_profile import HardwareProfile
 
-__all__ = ["COMPUTE_ROWS", "EXPERT_ROWS", "LLAMA_8B_BLOCK", "MOE_FLOOR_BLOCKS", "MOE_FLOOR_SHAPE", "QUEUE_CYCLES",
-           "SMALL_UVA", "TINY", "TINY_BLOCKS", "TINY_WIDE_HEADS", "TOKENS", "_by_depth", "_forward_ms",
-           "_per_block_us", "_uniform_routing", "block_compute", "block_cpu_us", "block_gpu_floor", "calibrate",
-           "captured", "cpu_costs", "gpu_ms", "graph_ms", "kv_read", "link", "matmuls", "model_cpu_costs",
-           "moe_block_bytes", "moe_experts", "shared_link", "steadiness", "tflops_by_rows", "tiny_llama", "tiny_moe",
-           "uva_line", "warm_up", "workspace"]
+__all__ = ["COMPUTE_ROWS", "DENSE_ROWS", "EXPERT_ROWS", "LLAMA_8B_BLOCK",
+           "MOE_FLOOR_BLOCKS", "MOE_FLOOR_SHAPE", "QUEUE_CYCLES", "SMALL_UVA", "TINY", "TINY_BLOCKS",
+           "TINY_WIDE_HEADS", "TOKENS", "block_compute", "block_cpu_us", "block_gpu_floor",
+           "block_reads", "_by_depth", "calibrate", "captured", "cpu_costs", "_forward_ms", "gpu_ms",
+           "graph_ms", "kv_read", "link", "matmuls", "model_cpu_costs", "moe_block_bytes", "moe_experts",
+           "_per_block_us", "read_by_rows", "shared_link", "steadiness", "tflops_by_rows", "tiny_llama",
+           "tiny_moe", "_uniform_routing", "uva_line", "warm_up", "workspace"]
 
 
 # how long calibrate keeps an idle GPU and its link busy before it times anything
@@ -121,9 +125,12 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
     figures.update(block_compute(device, float(figures["matmul_tflops"]), float(figures["gpu_mem_gbps"])))
     figures.update(block_gpu_floor(device, gpu_mem_gbps=float(figures["gpu_mem_gbps"]),
                                    expert_gbps=figures.get("expert_gbps")))
+    figures.update(block_reads(device, float(figures.get("block_gpu_us", 0.0)),
+                               float(figures.get("elementwise_bytes", 0.0)), float(figures["gpu_mem_gbps"])))
     figures.update(kv_read(device))
     figures.update(workspace(device))
-    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts") if k in figures}
+    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts", "raw_block_ms")
+           if k in figures}
     raw["steady"] = steadiness(float(figures["h2d_gbps"]), link(device)["h2d_gbps"])
     gpu = torch.cuda.get_device_name(device)
     day = datetime.date.today().isoformat()

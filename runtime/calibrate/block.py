@@ -1,6 +1,7 @@
 """A decoder block beyond its matrices' roofline: attention's arithmetic and the elementwise work at a prefill
 (``attention_tflops``, ``elementwise_bytes``), the fixed GPU time of its small kernels in CUDA graph replay
-(``block_gpu_us``, ``moe_block_gpu_us``), and attention's read of a KV cache (``kv_read_gbps``)."""
+(``block_gpu_us``, ``moe_block_gpu_us``), its matrices' read rate by the rows of a decode batch
+(``matmul_gbps_rows``), and attention's read of a KV cache (``kv_read_gbps``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from runtime.calibrate.cpu import _by_depth, _has_transformers, _per_block_us, tiny_llama, tiny_moe
 from runtime.calibrate.timers import gpu_ms, graph_ms
+from schemas.hardware_profile import RatePoint
 
 # a decoder block: hidden, intermediate, query heads, key/value heads, head dim (Llama-3-8B's)
 LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
@@ -107,6 +109,23 @@ def kv_read(device: torch.device, batch: int = 32, heads: int = 32, kv_heads: in
     return {"kv_read_gbps": 2 * k.numel() * k.element_size() / ms / 1e6}
 
 
+def llama_block(device: torch.device, shape: tuple[int, int, int, int, int]):
+    """A transformers Llama decoder block of ``shape`` (SDPA attention, random weights, bf16 on a GPU) and its rotary
+    embedding, on ``device``: (layer, rotary, dtype); None without transformers."""
+    try:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    except ImportError:
+        return None
+    hidden, inter, heads, kv_heads, head_dim = shape
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, head_dim=head_dim, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    layer = LlamaDecoderLayer(config, layer_idx=0).to(device, dtype).eval()
+    return layer, LlamaRotaryEmbedding(config).to(device), dtype
+
+
 def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: float,
                   shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK, tokens: int = 2048,
                   timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, float]:
@@ -114,18 +133,11 @@ def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: floa
     queued (``gpu_ms(queued=True)``: the GPU's time alone; a block issued as it runs is CPU-bound in part and
     gave 25.9-34.7 bytes where queued gave 17.0 on the H200, 2026-12-02, bench/probe_uva_experts.py)."""
     timer = timer or (lambda fn: gpu_ms(fn, queued=True))
-    try:
-        from transformers import LlamaConfig
-        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-    except ImportError:
+    built = llama_block(device, shape)
+    if built is None:
         return {}
+    layer, rotary, dtype = built
     hidden, inter, heads, kv_heads, head_dim = shape
-    config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
-                         num_key_value_heads=kv_heads, head_dim=head_dim, num_hidden_layers=1)
-    config._attn_implementation = "sdpa"
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    layer = LlamaDecoderLayer(config, layer_idx=0).to(device, dtype).eval()
-    rotary = LlamaRotaryEmbedding(config).to(device)
     x = torch.randn(1, tokens, hidden, dtype=dtype, device=device)
     positions = torch.arange(tokens, device=device)[None]
     q = torch.randn(1, heads, tokens, head_dim, dtype=dtype, device=device)
@@ -137,8 +149,7 @@ def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: floa
                                                                                    enable_gqa=True))
     flops = 4.0 * tokens * (tokens + 1) / 2 * heads * head_dim
     itemsize = torch.empty((), dtype=dtype).element_size()
-    matrices = [(heads * head_dim, hidden), (kv_heads * head_dim, hidden), (kv_heads * head_dim, hidden),
-                (hidden, heads * head_dim), (inter, hidden), (inter, hidden), (hidden, inter)]
+    matrices = _block_matrices(shape)
     # the roofline of planner/cost/layer.py for a resident matrix: flops at the matmul rate or bytes at memory's
     matmul = sum(max(2.0 * tokens * r * c / (matmul_tflops * 1e9), r * c * itemsize / gpu_mem_gbps / 1e6)
                  for r, c in matrices)
@@ -146,3 +157,58 @@ def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: floa
     outputs = sum(r for r, _ in matrices)
     return {"attention_tflops": flops / attention / 1e9,
             "elementwise_bytes": rest * gpu_mem_gbps * 1e6 / (tokens * outputs)}
+
+
+# the rows (sequences of one token) at which ``block_reads`` replays the Llama-3-8B block: decode batches, below where
+# its flops outlast its reads
+DENSE_ROWS = (1, 8, 16, 32, 64, 128)
+
+
+def _block_matrices(shape: tuple[int, int, int, int, int]) -> list[tuple[int, int]]:
+    """A Llama decoder block's matrices (q, k, v, o, gate, up, down) as (out, in)."""
+    hidden, inter, heads, kv_heads, head_dim = shape
+    return [(heads * head_dim, hidden), (kv_heads * head_dim, hidden), (kv_heads * head_dim, hidden),
+            (hidden, heads * head_dim), (inter, hidden), (inter, hidden), (hidden, inter)]
+
+
+def read_by_rows(block_bytes: float, block_ms: dict[int, float], floor_us: float,
+                 elementwise_ms: dict[int, float]) -> list[RatePoint]:
+    """``matmul_gbps_rows``: the block's matrices' bytes over what its replayed time at each of ``DENSE_ROWS`` rows
+    leaves after the block floor and the elementwise work the cost model counts beside the matmuls (so that the
+    model, adding them back, gives the time measured)."""
+    points = []
+    for rows in DENSE_ROWS:
+        reads_ms = block_ms[rows] - floor_us / 1e3 - elementwise_ms[rows]
+        points.append(RatePoint(tokens=rows, gbps=round(block_bytes / max(reads_ms, 1e-6) / 1e6, 3)))
+    return points
+
+
+def block_reads(device: torch.device, floor_us: float, elementwise_bytes: float, gpu_mem_gbps: float,
+                shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK,
+                timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, object]:
+    """``matmul_gbps_rows``: a transformers Llama decoder block of ``shape`` (resident) replayed as a CUDA graph at
+    a decode step of ``DENSE_ROWS`` sequences: the rate its matmuls read their weights at, by rows. The weights of
+    a decode batch are read slower than a lone GEMV's (the H200 replayed the 8B shape's decode step at 32 tokens in
+    9.0 ms, at 1 in 7.1, 2026-12-02; its seven matmuls queued alone slowed 2% from 1 to 32 rows and an 8192x8192
+    GEMV read at 3.7 TB/s, so neither a lone matrix nor a lone block of matmuls holds what the model pays)."""
+    timer = timer or graph_ms
+    built = llama_block(device, shape)
+    if built is None:
+        return {}
+    layer, rotary, dtype = built
+    hidden = shape[0]
+    matrices = _block_matrices(shape)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    outputs = sum(r for r, _ in matrices)
+    block_ms, elementwise_ms = {}, {}
+    with torch.inference_mode():
+        for rows in DENSE_ROWS:
+            x = torch.randn(rows, 1, hidden, dtype=dtype, device=device)
+            positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
+            cos_sin = rotary(x, positions)
+            block_ms[rows] = timer(lambda x=x, p=positions, cs=cos_sin: layer(x, attention_mask=None, position_ids=p,
+                                                                               position_embeddings=cs))
+            elementwise_ms[rows] = rows * outputs * elementwise_bytes / gpu_mem_gbps / 1e6  # planner/cost/block.py
+    block_bytes = sum(r * c for r, c in matrices) * itemsize
+    return {"matmul_gbps_rows": read_by_rows(block_bytes, block_ms, floor_us, elementwise_ms),
+            "raw_block_ms": block_ms}

@@ -90,7 +90,9 @@ def matmuls(device: torch.device) -> dict[str, object]:
     for t in TOKENS:
         x = torch.randn(t, dim, dtype=torch.bfloat16, device=device)
         uva_ms[t] = gpu_ms(lambda x=x: x @ w_uva.T, repeat=5)
-        resident_ms[t] = gpu_ms(lambda x=x: x @ w_gpu.T)
+        # queued: a 60 us GEMV timed as issued carries the launch's gap (gpu_mem_gbps 1,967-2,226 GB/s on fresh
+        # machines against 2,820, 2026-12-02)
+        resident_ms[t] = gpu_ms(lambda x=x: x @ w_gpu.T, queued=True)
     s_host = torch.randn(*SMALL_UVA, dtype=torch.bfloat16).pin_memory()
     s_uva = device_view(s_host, device)
     x = torch.randn(1, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
