@@ -189,9 +189,12 @@ def filled_cache(model, config, kind: str, batch: int, tokens: int, length: int,
     cache = StaticCache(config=config, max_cache_len=length) if kind == "static" else DynamicCache(config=config)
     g = torch.Generator(device=device).manual_seed(2)
     for layer in range(text.num_hidden_layers):
-        k = torch.randn(batch, kv, tokens, head_dim, device=device, dtype=torch.bfloat16, generator=g)
-        cache.update(k, torch.randn_like(k), layer)
-        del k
+        # both from the seeded generator: two caches filled alike hold the same values (a probe compares the tokens
+        # decoded from each; randn_like drew the values from the global generator, another draw each call)
+        k, v = (torch.randn(batch, kv, tokens, head_dim, device=device, dtype=torch.bfloat16, generator=g)
+                for _ in range(2))
+        cache.update(k, v, layer)
+        del k, v
     return cache
 
 

@@ -110,13 +110,15 @@ def test_auto_keeps_the_greedy_order_where_it_is_closest_to_the_fastest(monkeypa
 
 
 def test_the_greedy_order_is_weighed_on_a_grid_fine_enough_to_see_its_holes(monkeypatch):
-    """With the 2026-12-02 profile, 8 grid budgets kept the greedy order for the Llama-3-8B shape's decode, whose
-    plan at 13.55 GB predicts 1.63x the attention-first order's; weighed at GREEDY_GRID budgets it is not kept."""
+    """With the 2026-12-02 profile as it was before it gained ``matmul_gbps_rows`` (with them the coarse grid no
+    longer keeps the greedy order at this budget), 8 grid budgets kept the greedy order for the Llama-3-8B shape's decode, whose plan at 13.55 GB predicts 1.63x the
+    attention-first order's; weighed at GREEDY_GRID budgets it is not kept."""
     import planner
     import planner.strategy.auto as auto
 
+    hw = HW.model_copy(update={"matmul_gbps_rows": None})
     spec = load_spec(ROOT / "examples" / "generated" / "llama-3-8b.yaml")
-    kept = planner.plan(spec, gpu_budget=13_550_000_000, workload=DECODE).predictions.weighted_step_ms
+    kept = planner.plan(spec, gpu_budget=13_550_000_000, workload=DECODE, hardware=hw).predictions.weighted_step_ms
     monkeypatch.setattr(auto, "GREEDY_GRID", auto.GRID)
-    coarse = planner.plan(spec, gpu_budget=13_550_000_000, workload=DECODE).predictions.weighted_step_ms
+    coarse = planner.plan(spec, gpu_budget=13_550_000_000, workload=DECODE, hardware=hw).predictions.weighted_step_ms
     assert kept * 1.5 < coarse
