@@ -502,6 +502,7 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                             out.row(type="graph_refused", model=kind, plan=case.label, workload=name,
                                     why="the host computes experts: no capture (runtime/cpu_experts.py)")
                             continue
+                        late = getattr(getattr(handle.offloader, "current", None), "late_copies", None)
                         try:
                             run = graph_step(model, ids)
                         except RuntimeError as err:  # a diagnostic row: the plan's other rows still run
@@ -529,6 +530,8 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                            "measured_ms": round(ms, 6), "ratio": round(p.step_ms / ms, 4), "bound": p.bound,
                            "predicted_model_cpu_ms": q.step_ms, "ratio_model_cpu": round(q.step_ms / ms, 4),
                            "link_bound_ms": round(link_bound_ms(plan, item.tokens, hw), 3)}
+                    if mode == "graph" and late is not None:  # copies made late (synchronously) in the capture
+                        row["late_copies_in_capture"] = handle.offloader.current.late_copies - late
                     if routed is not None:  # predicted with the routing measured on these inputs (eager: and the
                         # block CPU time measured on the model)
                         row.update(predicted_routed_ms=routed, ratio_routed=round(routed / ms, 4))

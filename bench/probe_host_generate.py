@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                               # the host rounds otherwise than the GPU: how many of the tokens agree (after the
                               # first that differs, a sequence's later tokens follow another prefix)
                               "tokens_agree": round(float((got == want[name]).float().mean()), 4),
-                              "first_tokens_agree": round(float((got[..., :1] == want[name][..., :1]).float().mean()), 4),
+                              "first_tokens_agree": round(float((got[..., :1] == want[name][..., :1]).float().mean()),
+                                                          4),
                               "tokens_per_forward": sizes.tokens[:8]}), flush=True)
     return 0
 
