@@ -74,9 +74,10 @@ class HardwareProfile(StrictModel):
         min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
     gpu_mem_gbps: Rate = Field(description="GPU memory read rate of a large kernel, GB/s")
     matmul_gbps_rows: list[RatePoint] | None = Field(
-        default=None, description="a dense matmul's read rate from GPU memory by its rows (the weight's bytes / "
-        "its time): a GEMV reads at gpu_mem_gbps, a matmul of a few dozen rows slower (cuBLAS tiles the rows); "
-        "linear between points, flat outside them (absent: gpu_mem_gbps at any rows)")
+        default=None, description="a dense matmul's read rate from GPU memory by its rows, as a decoder block's "
+        "matmuls reach it among the block's other kernels (planner calibrate: a Llama-3-8B block replayed at decode "
+        "steps of 1 to 128 sequences, its matrices' bytes over its time beyond the block floor), GB/s; slower the "
+        "more rows; linear between points, flat outside them (absent: gpu_mem_gbps at any rows)")
     matmul_tflops: Tflops = Field(description="dense matmul rate in the model's dtype (bf16), TFLOP/s")
     attention_tflops: Tflops = Field(
         default=H200_ATTENTION_TFLOPS, description="rate of attention's own arithmetic (Q·Kᵀ and the weighted "

@@ -5,7 +5,8 @@ and how: a param in the layer's ``uva`` list is read over the host link, another
 is copied into a slot by the prefetch stream) and a hardware profile:
 
 - a matrix (2-D or more) is a matmul: ``max(2·T·numel / matmul rate, bytes / memory rate)``, its memory rate
-  ``matmul_gbps_at(T)`` (a GEMV reads at ``gpu_mem_gbps``; at 32 rows cuBLAS reads the weight slower);
+  ``matmul_gbps_at(T)`` (a decoder block's matmuls as calibrate replays them, slower the more rows; else
+  ``gpu_mem_gbps``);
   through UVA the bytes come over the host link instead, read ``passes(T)`` times, and the matmul pays
   a fixed ``uva_call_ms`` besides (the read's ramp and tail, which a small matrix feels most);
 - an embedding table is a lookup: T rows are read;
@@ -147,7 +148,7 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     elif role == "routed" and moe is not None:
         rate = hw.experts_gbps
     elif role == "matmul":
-        rate = hw.matmul_gbps_at(tokens)  # a matmul of a few dozen rows reads its weight slower than a GEMV
+        rate = hw.matmul_gbps_at(tokens)  # a decode batch of a few dozen rows reads its weights slower than one
     else:
         rate = hw.gpu_mem_gbps
     if role == "lookup":
