@@ -9,7 +9,13 @@ through UVA took 1.26-1.33x their link bound, and those whose experts the runtim
 cpu backend's prefills) 0.96-1.29x. Here one Qwen3-MoE experts module (128 experts, hidden 2,048, width 768,
 top-8), weights resident and then read through UVA (pinned host memory), at each token count with uniform random
 routing: each path's time (CUDA events, median of 5), the bytes read once at the UVA rate measured on the same
-weights, and the two paths' outputs compared (they must agree to the rounding of the grouped kernel)."""
+weights, and the two paths' outputs compared (they must agree to the rounding of the grouped kernel).
+
+A third path: the runtime's with the host's layout (``Layout.for_host``: down weights stored [E, I, H], read
+untransposed), which a split layer's cpu experts keep and which GPU kernels read through UVA above
+``cpu_max_tokens``. On 2026-12-02 (17:21, bench/results/predict-h200-2026-12-02o) such layers' prefills ran about
+1.5x faster than the cost model's UVA passes say, where layers read through transformers' module were predicted
+within 3%: is it the layout?"""
 from __future__ import annotations
 
 import argparse
@@ -59,6 +65,12 @@ def main(argv=None) -> int:
     on_host = {n: p.detach().cpu().pin_memory() if device.type == "cuda" else p.detach().clone()
                for n, p in params.items()}
     uva = {n: device_view(t, device) if device.type == "cuda" else t for n, t in on_host.items()}
+    host_layout = layout.for_host()
+    flipped = layout.flipped(host_layout)  # stored transposed in the host's layout
+    on_host_t = {n: t.transpose(-2, -1).contiguous() if n in flipped else t for n, t in on_host.items()}
+    if device.type == "cuda":
+        on_host_t = {n: t if t.is_pinned() else t.pin_memory() for n, t in on_host_t.items()}
+    uva_t = {n: device_view(t, device) if device.type == "cuda" else t for n, t in on_host_t.items()}
     table = torch.arange(experts_n, device=device)
     uva_gbps = None
     if device.type == "cuda":  # the link's rate on these very weights: one read of every byte by a copy kernel
@@ -86,19 +98,29 @@ def main(argv=None) -> int:
                     rows = part_rows(module, layout, {n: tensors[n] for n in layout.names}, table, x, index, weights)
                     return join_rows(rows, tokens, x.dtype)
 
+                def host_layout_path():
+                    rows = part_rows(module, host_layout, {n: uva_t[n] for n in host_layout.names}, table, x, index,
+                                     weights)
+                    return join_rows(rows, tokens, x.dtype)
+
                 row[f"{where}_transformers_ms"] = round(timed_ms(theirs, device), 3)
                 row[f"{where}_runtime_ms"] = round(timed_ms(ours, device), 3)
                 outs[where] = (theirs().float(), ours().float())
+                if where == "uva":
+                    row["uva_host_layout_ms"] = round(timed_ms(host_layout_path, device), 3)
+                    outs["host_layout"] = host_layout_path().float()
         for n, p in params.items():
             p.data = resident[n]
         a, b = outs["uva"]
         row["max_abs_diff"] = float((a - b).abs().max())
+        row["host_layout_max_abs_diff"] = float((a - outs["host_layout"]).abs().max())
         row["scale"] = float(a.abs().max())
         if uva_gbps:
             once = total * touched / experts_n / uva_gbps / 1e6
             row["read_once_ms"] = round(once, 3)
             row["transformers_passes"] = round(row["uva_transformers_ms"] / once, 3)
             row["runtime_passes"] = round(row["uva_runtime_ms"] / once, 3)
+            row["host_layout_passes"] = round(row["uva_host_layout_ms"] / once, 3)
         print(json.dumps(row), flush=True)
     return 0
 
