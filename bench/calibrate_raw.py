@@ -4,7 +4,8 @@ again with (issue 19).
     PYTHONPATH=. python bench/calibrate_raw.py        # the H200: $OUT/profile.yaml, $OUT/calibrate-raw.json
 
 Prints the figures the cost model's decode rows lean on: ``gpu_mem_gbps``, ``block_gpu_us``, ``matmul_gbps_rows``
-and the replayed block's times they come from, and calibrate's steadiness check."""
+and the replayed block's times they come from, the UVA matmuls' times (a narrow 1,024 x 4,096 weight at 1 and
+2,048 rows among them), and calibrate's steadiness check."""
 from __future__ import annotations
 
 import json
@@ -25,7 +26,8 @@ def main() -> int:
     (out / "calibrate-raw.json").write_text(json.dumps(raw, default=str, indent=1))
     print(json.dumps({"gpu_mem_gbps": hw.gpu_mem_gbps, "block_gpu_us": hw.block_gpu_us,
                       "matmul_gbps_rows": [[p.tokens, p.gbps] for p in hw.matmul_gbps_rows or []],
-                      "raw_block_ms": raw.get("raw_block_ms"), "steady": raw["steady"]}))
+                      "raw_block_ms": raw.get("raw_block_ms"), "raw_uva_ms": raw.get("raw_uva_ms"),
+                      "steady": raw["steady"]}))
     return 0
 
 

@@ -97,10 +97,15 @@ def matmuls(device: torch.device) -> dict[str, object]:
     s_uva = device_view(s_host, device)
     x = torch.randn(1, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
     small_ms = gpu_ms(lambda: x @ s_uva.T)
+    # the same narrow weight at a prefill's rows, kept raw: does cuBLAS tile a narrow matrix's rows finer, so that
+    # it re-reads its weight more often than ``uva_passes`` (measured on the wide one) says? (attention alone on
+    # UVA at a 2,048-token prefill of the Llama-3-8B shape ran 1.15-1.18x its prediction in every run of 2026-12-02)
+    x_prefill = torch.randn(2048, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
+    small_prefill_ms = gpu_ms(lambda: x_prefill @ s_uva.T, repeat=5)
     uva_gbps, fixed = uva_line(nbytes, uva_ms[1], s_host.numel() * s_host.element_size(), small_ms)
     points = [UvaPoint(tokens=t, passes=round(max(1.0, (uva_ms[t] - fixed) * uva_gbps * 1e6 / nbytes), 3))
               for t in TOKENS]
     big = TOKENS[-1]
     return {"uva_gbps": uva_gbps, "uva_call_ms": fixed, "uva_passes": points,
             "gpu_mem_gbps": nbytes / resident_ms[1] / 1e6, "matmul_tflops": 2 * big * dim * dim / resident_ms[big] / 1e9,
-            "raw_uva_ms": dict(uva_ms, small=small_ms), "raw_gpu_ms": resident_ms}
+            "raw_uva_ms": dict(uva_ms, small=small_ms, small_2048=small_prefill_ms), "raw_gpu_ms": resident_ms}
