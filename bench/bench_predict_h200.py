@@ -256,34 +256,46 @@ def warm_up(model, config, workload: Workload, device: torch.device, times: int 
 
 def model_cpu(model, config, workload: Workload, device: torch.device, hw: HardwareProfile,
               repeat: int = 5) -> tuple[dict, HardwareProfile]:
-    """The host time of an eager decode step of the resident model, per decoder block and outside them, and
-    ``hw`` with the block figure of this model's kind (``block_cpu_us``, or ``moe_block_cpu_us`` for an MoE)
-    taken from it instead of calibrate's tiny models."""
+    """The host time of an eager decode step of the resident model, per decoder block and outside them (by the
+    wall clock with the GPU's tail, and by hooks on the first and last blocks without it), and
+    ``hw`` with the block figure of this model's kind (``block_cpu_us``, or ``moe_block_cpu_us`` for an MoE) and
+    the time outside the blocks (``model_cpu_us``) taken from it instead of calibrate's tiny models."""
     from runtime.calibrate import block_cpu_us
 
     name, item = next((n, i) for n, i in workload.items() if i.tokens == 1)
     ids = inputs(name, item.tokens, config.vocab_size, device)
 
     walls: list[float] = []
+    outside: list[float] = []  # host us before the first block and after the last, no synchronize in them
+    marks: dict[str, float] = {}
 
     def forward():
         t0 = time.perf_counter()
         model(ids, use_cache=False)
+        t1 = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         walls.append((time.perf_counter() - t0) * 1e6)
+        outside.append(((marks["first"] - t0) + (t1 - marks["last"])) * 1e6)
 
     blocks = blocks_of(model)
-    with torch.inference_mode():
-        per_block = block_cpu_us(blocks, forward, repeat=repeat, warmup=1 if repeat > 1 else 0)
-    walls = walls[-repeat:]  # the timed forwards' (block_cpu_us holds the garbage collector off in them)
+    edges = [blocks[0].register_forward_pre_hook(lambda *_: marks.__setitem__("first", time.perf_counter())),
+             blocks[-1].register_forward_hook(lambda *_: marks.__setitem__("last", time.perf_counter()))]
+    try:
+        with torch.inference_mode():
+            per_block = block_cpu_us(blocks, forward, repeat=repeat, warmup=1 if repeat > 1 else 0)
+    finally:
+        for h in edges:
+            h.remove()
+    walls, outside = walls[-repeat:], outside[-repeat:]  # the timed forwards' (the garbage collector held off)
     moe = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)  # Qwen3 / Mixtral, Phi
     key = "moe_block_cpu_us" if moe else "block_cpu_us"
     row = {"type": "cpu", "figure": key, "calibrate_us": getattr(hw, key), "model_us": round(per_block, 3),
            "blocks": len(blocks), "forward_us": round(statistics.median(walls), 1),
            "outside_blocks_us": round(statistics.median(walls) - per_block * len(blocks), 1),
+           "outside_hooks_us": round(statistics.median(outside), 1),
            **tiny_cpu(key, device, repeat)}
-    return row, hw.model_copy(update={key: round(per_block, 3)})
+    return row, hw.model_copy(update={key: round(per_block, 3), "model_cpu_us": row["outside_hooks_us"]})
 
 
 def tiny_cpu(key: str, device: torch.device, repeat: int) -> dict:

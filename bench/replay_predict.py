@@ -100,8 +100,11 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
     workload = bench.DRY_WORKLOADS if dry else bench.WORKLOADS
     saved = path.parent / "plans"
     routings = {r["model"]: r["shares"] for r in lines if r["type"] == "routing" and "shares" in r}
-    # the bench predicts the routed eager rows with the model's own block CPU time (its ``cpu`` row), as here
-    own_cpu = {r["model"]: {r["figure"]: r["model_us"]} for r in lines if r["type"] == "cpu"}
+    # the bench predicts the routed eager rows with the model's own CPU times (its ``cpu`` row: a block, and outside
+    # the blocks where the row has it), as here
+    own_cpu = {r["model"]: {r["figure"]: r["model_us"],
+                            **({"model_cpu_us": r["outside_hooks_us"]} if "outside_hooks_us" in r else {})}
+               for r in lines if r["type"] == "cpu"}
     out = []
     for kind in dict.fromkeys(r["model"] for r in rows):
         model, _ = bench.build_model(kind, dry, torch.device("meta"))

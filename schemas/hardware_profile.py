@@ -97,6 +97,9 @@ class HardwareProfile(StrictModel):
         description="CPU time to run one eager decoder block (module calls and ~30 kernels), microseconds")
     moe_block_cpu_us: PositiveMicroseconds = Field(
         description="CPU time to run one eager MoE decoder block (router, experts), microseconds")
+    model_cpu_us: Microseconds = Field(
+        default=0.0, description="CPU time an eager forward spends outside its decoder blocks (the model's own "
+        "Python: embedding, rotary tables, masks, final norm, head, its output), microseconds (0: not measured)")
     block_gpu_us: Microseconds = Field(
         default=0.0, description="GPU time of one decoder block beyond its roofline: the fixed time each of its "
         "many small kernels takes (norms, rotary, residuals, attention's set-up) whatever its bytes; what a CUDA "

@@ -86,3 +86,17 @@ def test_calibrate_replays_a_real_block_by_rows_on_any_device():
     assert [p.tokens for p in figures["matmul_gbps_rows"]] == list(DENSE_ROWS)
     assert all(p.gbps > 0 for p in figures["matmul_gbps_rows"])
     assert sorted(figures["raw_block_ms"]) == list(DENSE_ROWS)
+
+
+def test_the_forward_outside_its_blocks_is_the_tiny_models_intercept():
+    """``model_cpu_us``: the tiny Llama's forward at its fewer blocks less those blocks at the per-block figure of
+    the two depths (never below 0: a timing whose depths disagree gives nothing, not a negative cost)."""
+    from runtime.calibrate import TINY_BLOCKS, _per_block_us
+    from runtime.calibrate.cpu import model_cpu_us
+
+    few, many = TINY_BLOCKS
+    times = {few: 2.3 + few * 0.5, many: 2.3 + many * 0.5}  # ms: 2.3 outside, 0.5 a block
+    block = _per_block_us(times)
+    assert block == pytest.approx(500.0)
+    assert model_cpu_us(times, block) == pytest.approx(2300.0)
+    assert model_cpu_us({few: 1.0, many: 30.0}, 2000.0) == 0.0

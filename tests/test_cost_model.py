@@ -363,3 +363,46 @@ def test_a_dense_matmul_reads_its_weight_at_the_rate_of_its_rows():
     with pytest.raises(ValueError, match="increasing tokens"):
         HardwareProfile.model_validate({**HW.model_dump(), "matmul_gbps_rows": [
             {"tokens": 64, "gbps": 1000.0}, {"tokens": 1, "gbps": 2000.0}]})
+
+
+def test_the_forward_outside_its_blocks_costs_the_cpu_before_the_first_layer():
+    """``model_cpu_us`` (an eager forward's own Python outside its blocks: 2.3-3.5 ms on the Llama-3-8B shape's
+    decode on the H200's host, 2026-12-02): the CPU's clock starts there, so a CPU-bound step grows by it and a
+    GPU-bound one by no more; graph replay pays none of it."""
+    from planner.cost.layer import model_cpu_ms
+
+    cpu_bound = [w(1.0, cpu=3.0) for _ in range(4)]
+    gpu_bound = [w(5.0, cpu=0.1) for _ in range(4)]
+    for work in (cpu_bound, gpu_bound):
+        base = simulate(work, []).step_ms
+        later = simulate(work, [], cpu_start=2.0).step_ms
+        assert base < later <= base + 2.0
+    assert simulate(cpu_bound, [], cpu_start=2.0).step_ms == pytest.approx(simulate(cpu_bound, []).step_ms + 2.0)
+    assert simulate(cpu_bound, [], cpu_start=2.0).cpu_ms == pytest.approx(14.0)
+    hw = HW.model_copy(update={"model_cpu_us": 2000.0})
+    assert model_cpu_ms(hw) == 2.0 and model_cpu_ms(HW) == 0.0
+    # a copy triggered at the forward's start is issued when the CPU gets there
+    t = simulate([w(1.0, cpu=0.1), w(1.0, copy=3.0, cpu=0.1)], [Copy(layer=1, trigger=0, previous_forward=False)],
+                 cpu_start=2.0)
+    assert t.layers[1].copy_start == pytest.approx(2.0)
+
+
+def test_a_plans_eager_prediction_counts_the_model_outside_its_blocks():
+    """``predict`` on a whole plan: an eager decode (CPU-bound on the bundled profile) grows by ``model_cpu_us``,
+    its CUDA graph replay not at all."""
+    from pathlib import Path
+
+    import planner
+    from planner.cost.predict import predict
+    from schemas import load_spec
+    from schemas.workload import Workload, WorkloadItem
+
+    spec = load_spec(Path(__file__).resolve().parent.parent / "examples" / "llama-3.2-1b.yaml")
+    hw = load_hardware("h200")
+    plan = planner.plan(spec, backend="none", hardware=hw, gpu_budget=8 * 2**30)
+    both = Workload({"eager": WorkloadItem(tokens=1), "graph": WorkloadItem(tokens=1, mode="graph")})
+    before = {p.workload: p for p in predict(plan, hw, both).workloads}
+    after = {p.workload: p for p in predict(plan, hw.model_copy(update={"model_cpu_us": 2500.0}), both).workloads}
+    assert before["eager"].bound == "cpu"
+    assert after["eager"].step_ms == pytest.approx(before["eager"].step_ms + 2.5, abs=1e-3)
+    assert after["graph"].step_ms == before["graph"].step_ms

@@ -32,6 +32,7 @@ def test_graph_profile_has_no_cpu_cost_and_keeps_the_rest():
     hw = load_hardware("h200")
     g = profile_for(hw, "graph")
     assert (g.launch_us, g.block_cpu_us, g.moe_block_cpu_us, g.expert_cpu_us, g.moe_sync) == (0, 0, 0, 0, False)
+    assert profile_for(hw.model_copy(update={"model_cpu_us": 2000.0}), "graph").model_cpu_us == 0
     assert (g.h2d_gbps, g.uva_gbps, g.matmul_tflops, g.name) == (hw.h2d_gbps, hw.uva_gbps, hw.matmul_tflops, hw.name)
     assert profile_for(hw, "eager") is hw
 

@@ -35,13 +35,14 @@ COST = PlacementCost([], load_hardware("h200"), Workload({"decode": WorkloadItem
 
 
 @settings(max_examples=200, deadline=None)
-@given(works())
-def test_the_forward_without_copies_is_the_simulated_one(work):
-    assert COST._without_copies(work) == simulate(work, (), COST._link).step_ms
+@given(works(), st.sampled_from([0.0, 0.0, 2.3, 7.77]))
+def test_the_forward_without_copies_is_the_simulated_one(work, cpu_start):
+    """Also where the CPU's clock starts later (the model's own work outside its layers, ``model_cpu_us``)."""
+    assert COST._without_copies(work, cpu_start) == simulate(work, (), COST._link, cpu_start).step_ms
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(MS, MS), min_size=1, max_size=60))
-def test_dense_forwards_take_the_walk(pairs):
+@given(st.lists(st.tuples(MS, MS), min_size=1, max_size=60), st.sampled_from([0.0, 1.5]))
+def test_dense_forwards_take_the_walk(pairs, cpu_start):
     work = [LayerWork(g, c, 0.0, 0) for g, c in pairs]
-    assert COST._without_copies(work) == simulate(work, (), COST._link).step_ms
+    assert COST._without_copies(work, cpu_start) == simulate(work, (), COST._link, cpu_start).step_ms

@@ -31,8 +31,10 @@ costs at zero.
 
 CPU time (eager PyTorch): ``moe_block_cpu_us`` for an MoE block, ``block_cpu_us`` for
 another decoder block (a layer with 4 or more matrices), ``launch_us`` per param for a small
-layer, plus ``expert_cpu_us`` per touched expert (MoE blocks that loop over experts). With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before
-the expert loop, so the experts' kernels start only after everything before them has run.
+layer, plus ``expert_cpu_us`` per touched expert (MoE blocks that loop over experts); the forward's own work
+outside its layers (``model_cpu_us``: embedding, rotary tables, masks, head, output) is where the CPU's clock
+starts. With ``moe_sync`` (transformers' eager MoE blocks) the CPU waits for the GPU before the expert loop, so
+the experts' kernels start only after everything before them has run.
 What the roofline of the matrices misses in a decoder block (attention's own arithmetic over the context,
 norms and elementwise work) is added per block: planner/cost/block.py; so is the block's GPU floor
 (``block_gpu_us`` / ``moe_block_gpu_us``: its many small kernels' fixed times, which a CUDA graph replay of a
@@ -99,7 +101,7 @@ def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:
     runs, against 19 and 33 with them: docs/BENCHMARKS.md, 2026-12-02 06:45); eager: ``hw`` itself."""
     if mode == "eager":
         return hw
-    return hw.model_copy(update={"launch_us": 0.0, "block_cpu_us": 0.0, "moe_block_cpu_us": 0.0,
+    return hw.model_copy(update={"launch_us": 0.0, "block_cpu_us": 0.0, "moe_block_cpu_us": 0.0, "model_cpu_us": 0.0,
                                  "expert_cpu_us": 0.0, "moe_sync": False, "uva_call_ms": 0.0,
                                  "uva_expert_call_ms": 0.0})
 
@@ -230,6 +232,12 @@ def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,
         base = hw.launch_us * (1 + params)
     expert = 0.0 if moe is None else hw.expert_cpu_us * reach(moe, tokens, shares)[0]
     return base, expert
+
+
+def model_cpu_ms(hw: HardwareProfile) -> float:
+    """The CPU time an eager forward spends outside its blocks (``model_cpu_us``): where the CPU's clock starts in
+    ``simulate`` (the first layer's kernels are issued after it; 0 in graph replay, ``profile_for``)."""
+    return hw.model_cpu_us / 1e3
 
 
 def block_floor_ms(moe: tuple[int, int] | None, hw: HardwareProfile) -> float:

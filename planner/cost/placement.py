@@ -23,7 +23,7 @@ from schemas.kinds import name_key, param_kind
 from planner.cost.block import Sequences, sequences_of
 from planner.cost.host_experts import split_work
 from planner.cost.host_split import HOST_MARGIN, balanced, whole_split
-from planner.cost.layer import LayerWork, layer_times, placed_work, profile_for
+from planner.cost.layer import LayerWork, layer_times, model_cpu_ms, placed_work, profile_for
 from planner.cost.link import link_share
 from planner.cost.timeline import Timeline, simulate
 from schemas.hardware_profile import HardwareProfile
@@ -49,6 +49,7 @@ class PlacementCost:
         self.tokens = [(item.rows, item.weight / total, item.mode, sequences_of(item, name)) for name, item in items]
         self._hw = {mode: profile_for(hw, mode) for _, _, mode, _ in self.tokens}
         self._link = link_share(hw)
+        self._cpu_start = [model_cpu_ms(self._hw[mode]) for _, _, mode, _ in self.tokens]  # per item (simulate)
         owner = {f"{layer.name}.{t.name}": t for layer in layers for t in layer.params} if any(
             layer.tied for layer in layers) else {}
         classes: dict[tuple, int] = {}
@@ -177,8 +178,8 @@ class PlacementCost:
         """The weighted step of ``forwards`` (per workload item, ``forward``) with no copies: under the step with
         any copies."""
         least = 0.0
-        for (_, weight, _, _), work in zip(self.tokens, forwards):
-            least += weight * self._without_copies(work)
+        for k, ((_, weight, _, _), work) in enumerate(zip(self.tokens, forwards)):
+            least += weight * self._without_copies(work, self._cpu_start[k])
         return least
 
     def forward_step_ms(self, forwards: Sequence[Sequence[LayerWork]], prefetched: Sequence[int], slots: int,
@@ -187,8 +188,8 @@ class PlacementCost:
         (sorted) into ``slots`` slots, those at ``span`` spanning them."""
         copies = self._copies(prefetched, slots, span)
         total = 0.0
-        for (_, weight, _, _), work in zip(self.tokens, forwards):
-            total += weight * simulate(work, copies, self._link).step_ms
+        for k, ((_, weight, _, _), work) in enumerate(zip(self.tokens, forwards)):
+            total += weight * simulate(work, copies, self._link, self._cpu_start[k]).step_ms
         return total
 
     def plan_timelines(self, where: Mapping[int, Mapping[str, str]], slots: int, span: Collection[int] = (),
@@ -213,7 +214,7 @@ class PlacementCost:
                       for p in routed]
             moved += [(p, split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs))
                       for p, layer in split_layers.items()]  # a split layer's work wins over its placement's
-            out.append(simulate(self.forward(k, moved), copies, self._link))
+            out.append(simulate(self.forward(k, moved), copies, self._link, self._cpu_start[k]))
         return out
 
     def _layer_times(self, position: int, tokens: int, mode: str, seqs: Sequences,
@@ -234,16 +235,19 @@ class PlacementCost:
         n = len(self.layers)
         return [(p, t % n, t < 0) for p, t in zip(prefetched, unrolled_triggers(prefetched, n, slots, span))]
 
-    def _without_copies(self, work: Sequence[LayerWork]) -> float:
-        """``simulate(work, ()).step_ms``, the step of a forward of ``work`` with no copies. Where no layer waits
-        mid-layer and none has a host part, that forward is ``gpu[x] = max(gpu[x-1] + g[x], C[x])`` (``C``: the CPU's
-        issue times summed; no UVA read shares the link with a copy; the stream is never behind the CPU after a
-        layer): walked here on those two numbers alone, the same sums and comparisons, so the same value."""
+    def _without_copies(self, work: Sequence[LayerWork], cpu_start: float = 0.0) -> float:
+        """``simulate(work, (), cpu_start=cpu_start).step_ms``, the step of a forward of ``work`` with no copies. Where
+        no layer waits mid-layer and none has a host part, that forward is ``gpu[x] = max(gpu[x-1] + g[x], C[x])``
+        (``C``: the CPU's issue times summed from ``cpu_start``, where the first layer starts; no UVA read shares the
+        link with a copy; the stream is never behind the CPU after a layer): walked here on those two numbers alone,
+        the same sums and comparisons, so the same value."""
         n = len(work)
         if list(map(_SYNCED, work)).count(None) != n or any(map(_HOST, work)):
-            return simulate(work, (), self._link).step_ms
-        gpu = 0.0
-        for g, issued in zip(map(_GPU, work), accumulate(map(_CPU, work))):
+            return simulate(work, (), self._link, cpu_start).step_ms
+        gpu = cpu_start
+        issued_by = accumulate(map(_CPU, work), initial=cpu_start)
+        next(issued_by)  # the start itself: the first layer's issue ends at cpu_start + its CPU time
+        for g, issued in zip(map(_GPU, work), issued_by):
             gpu += g
             if issued > gpu:
                 gpu = issued

@@ -14,7 +14,7 @@ from schemas.workload import Workload
 from planner.cost.host_experts import split_work
 from planner.errors import PlanningError
 from planner.cost.block import ONE, Sequences, sequences_of
-from planner.cost.layer import layers_work, profile_for
+from planner.cost.layer import layers_work, model_cpu_ms, profile_for
 from planner.cost.link import link_share
 from planner.cost.timeline import Copy, Timeline, simulate
 
@@ -36,7 +36,7 @@ def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE
             work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
         if layer.experts is not None:
             work[i] = split_work(layer, tokens, hw, (routing or {}).get(layer.name), seqs)
-    return simulate(work, copies_of(plan), link_share(hw))
+    return simulate(work, copies_of(plan), link_share(hw), model_cpu_ms(hw))
 
 
 def plan_sequences(plan: Plan, name: str, tokens: int) -> Sequences:

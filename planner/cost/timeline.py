@@ -91,10 +91,11 @@ class Timeline:
 
 
 def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, bool]],
-             share: float = ONE_LINK) -> Timeline:
+             share: float = ONE_LINK, cpu_start: float = 0.0) -> Timeline:
     """The timeline of one steady-state forward of layers with ``work``, prefetching ``copies`` (each a Copy, or a
     plain tuple of its fields: a search makes them by the thousand); ``share``: of its own rate, what a copy and a
-    UVA read each keep while both use the link (``planner.cost.link``)."""
+    UVA read each keep while both use the link (``planner.cost.link``); ``cpu_start``: where the CPU's clock starts
+    (the model's own work outside its layers, ``planner.cost.layer.model_cpu_ms``)."""
     n = len(work)
     # the copies in the order they are issued: by trigger, and a trigger's in the order they are used (the runtime
     # issues them so), each as one number: trigger * 2n + the layer it fills (plus n for the next forward's)
@@ -113,7 +114,7 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, 
     link = Link(share)
     copy_starts, copy_ends = link.starts, link.ends  # moved in place by the link's reads
     free = 0.0  # ``link.free``, kept here between the link's reads (``Link.queue`` written out: the same sums)
-    cpu = gpu = host = 0.0
+    cpu, gpu, host = cpu_start, 0.0, 0.0
     stall_total = shared_total = 0.0
     # the hot loop: max(a, b) is written ``b if b > a else a`` (the same value, without a call)
     for x, wx in enumerate(work):

@@ -16,9 +16,10 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``gpu_mem_gbps``: the same matmul at 1 token with the weight in GPU memory (a memory-bound GEMV);
 - ``matmul_tflops``: the same matmul at 4096 tokens in GPU memory;
 - ``launch_us``: CPU time per small eager kernel; ``copy_call_us``: per small async copy;
-- ``block_cpu_us``, ``moe_block_cpu_us``, ``expert_cpu_us``, ``moe_sync``: tiny transformers
+- ``block_cpu_us``, ``moe_block_cpu_us``, ``model_cpu_us``, ``expert_cpu_us``, ``moe_sync``: tiny transformers
   Llama and Qwen3-MoE models (when transformers is installed): the CPU time one more dense or MoE
-  decoder block, or one more routed expert per token, adds to an eager forward; a cost per expert
+  decoder block, or one more routed expert per token, adds to an eager forward, and the time the tiny Llama's
+  forward spends outside its blocks (the intercept of its two depths); a cost per expert
   means the MoE block loops over experts (and reads the routing back first: ``moe_sync``);
 - ``uva_expert_call_ms``, ``uva_expert_passes``, ``expert_tflops`` (and by rows), ``expert_gbps``: a Qwen3-MoE
   experts module with its weights resident, then read through UVA: the time beyond the bytes it reads per grouped expert

@@ -1,6 +1,7 @@
 """What an eager forward costs the CPU that issues it: a small kernel and a small copy (``launch_us``,
 ``copy_call_us``), and one more decoder block or routed expert of tiny transformers Llama and Qwen3-MoE models
-(``block_cpu_us``, ``moe_block_cpu_us``, ``expert_cpu_us``, ``moe_sync``)."""
+(``block_cpu_us``, ``moe_block_cpu_us``, ``expert_cpu_us``, ``moe_sync``), and what a forward costs outside its
+blocks (``model_cpu_us``)."""
 
 from __future__ import annotations
 
@@ -82,9 +83,17 @@ def _per_block_us(times: dict[int, float]) -> float:
     return (times[many] - times[few]) / (many - few) * 1e3
 
 
+def model_cpu_us(times: dict[int, float], block_us: float) -> float:
+    """Microseconds an eager forward spends outside its blocks: ``_by_depth``'s time at the fewer blocks less those
+    blocks at ``block_us`` each (the tiny model's embedding, rotary tables, masks, norm, head and output: the same
+    Python as a real model's, whose kernels are as few)."""
+    few = TINY_BLOCKS[0]
+    return max(0.0, times[few] * 1e3 - few * block_us)
+
+
 def model_cpu_costs(device: torch.device) -> dict[str, object]:
-    """CPU time of one more eager decoder block (dense and MoE) and of one more routed expert per
-    token, from tiny transformers models whose GPU work is negligible."""
+    """CPU time of one more eager decoder block (dense and MoE), of the forward outside its blocks, and of one
+    more routed expert per token, from tiny transformers models whose GPU work is negligible."""
     if not _has_transformers():
         return {}
     ids = torch.zeros(1, 1, dtype=torch.long, device=device)
@@ -93,7 +102,9 @@ def model_cpu_costs(device: torch.device) -> dict[str, object]:
         return _forward_ms(model.to(device, torch.bfloat16).eval(), ids)
 
     dense, sparse = _by_depth(forward_ms, tiny_llama), _by_depth(forward_ms, tiny_moe)
-    figures: dict[str, object] = {"block_cpu_us": _per_block_us(dense), "moe_block_cpu_us": _per_block_us(sparse)}
+    block_us = _per_block_us(dense)
+    figures: dict[str, object] = {"block_cpu_us": block_us, "moe_block_cpu_us": _per_block_us(sparse),
+                                  "model_cpu_us": model_cpu_us(dense, block_us)}
     # grouped expert kernels cost the same whatever the experts a batch touches; a per-expert loop
     # (transformers' eager experts) costs launches per expert and reads the routing back first
     implementation = getattr(tiny_moe(1).config, "_experts_implementation", None)
