@@ -82,7 +82,21 @@ def _at_matching_budget(options: dict, spec, total: int, hw, workload, row: dict
     return plan if _signature(plan) == want else None
 
 
-def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
+def without_fields(hw, fields: list[str]):
+    """``hw`` with each of ``fields`` back at its default (an optional figure absent, as a profile without it): what
+    a figure changes, replayed side by side."""
+    from schemas.hardware_profile import HardwareProfile
+
+    known = HardwareProfile.model_fields
+    unknown = [f for f in fields if f not in known or known[f].is_required()]
+    if unknown:
+        optional = ", ".join(f for f, info in known.items() if not info.is_required())
+        raise SystemExit(f"--without {', '.join(unknown)}: not a hardware profile figure with a default (those: "
+                         f"{optional})")
+    return hw.model_copy(update={f: known[f].get_default(call_default_factory=True) for f in fields})
+
+
+def replay(path: Path, profile=None, cache: Path | None = None, without: list[str] | None = None) -> list[dict]:
     """One dict per measured row: the run's prediction, today's, the measured step. ``cache``: a folder that keeps
     the plans made again (a later replay of the same run reads them instead of searching again)."""
     import torch
@@ -96,6 +110,8 @@ def replay(path: Path, profile=None, cache: Path | None = None) -> list[dict]:
     rows = [r for r in lines if r["type"] == "row"]
     made = HardwareProfile.model_validate(next(r for r in lines if r["type"] == "profile")["profile"])
     hw = profile or made  # plans are made again with the run's profile (the plans measured), predicted with ``hw``
+    if without:
+        hw = without_fields(hw, without)
     dry = any(r.get("dry_run") for r in lines if r["type"] == "env")
     workload = bench.DRY_WORKLOADS if dry else bench.WORKLOADS
     saved = path.parent / "plans"
@@ -170,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", help="predict with this profile (name or file) instead of the run's")
     ap.add_argument("--json", type=Path, help="also write one JSON line per row here")
     ap.add_argument("--cache", type=Path, help="keep the plans made again in this folder, and read them from it")
+    ap.add_argument("--without", action="append", default=[], metavar="FIELD",
+                    help="predict with this profile figure at its default (absent), e.g. matmul_gbps_rows; repeatable")
     args = ap.parse_args(argv)
     profile = None
     if args.profile:
@@ -178,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = load_hardware(args.profile)
     if args.cache:
         args.cache.mkdir(parents=True, exist_ok=True)
-    rows = replay(args.rows, profile, args.cache)
+    rows = replay(args.rows, profile, args.cache, args.without)
     for r in rows:
         after = "not replayed" if r["after_ms"] is None else f"{r['after_ms']:9.2f} x{r['after']:.3f}"
         flag = "" if r["after"] is None or abs(r["after"] - 1) <= WITHIN else "  <-"

@@ -122,3 +122,19 @@ def test_the_predicted_windows_are_the_timeline_s_per_prefetched_layer():
     seen = bench.predicted_windows(plan, hw, 1)
     assert [w[0] for w in seen] == ["model.layers.3", "model.layers.7"]
     assert all(w[1] is not None and w[2] > w[1] and w[3] >= 0 for w in seen)  # each copied once a forward
+
+
+def test_a_replay_can_leave_a_profile_figure_out():
+    """``replay_predict --without FIELD``: the figure back at its default (absent), to see what it changes; a field
+    that has no default (or none of that name) is refused by name."""
+    import replay_predict
+
+    from schemas.hardware import load_hardware
+
+    hw = load_hardware("h200")
+    assert hw.matmul_gbps_rows is not None
+    bare = replay_predict.without_fields(hw, ["matmul_gbps_rows", "block_gpu_us"])
+    assert bare.matmul_gbps_rows is None and bare.block_gpu_us == 0.0 and bare.h2d_gbps == hw.h2d_gbps
+    for bad in ("h2d_gbps", "no_such_figure"):
+        with pytest.raises(SystemExit, match=bad):
+            replay_predict.without_fields(hw, [bad])
