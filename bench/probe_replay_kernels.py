@@ -13,7 +13,13 @@ capture shows by name; and the same for a single matmul and a single SDPA call o
 
 The resident Qwen3-MoE shape's (24 layers) decode step of one token, queued and replayed, by kernel name (the cost
 model predicted its replay at 4.77 ms against 6.13 measured on 2026-12-02: where does the 1.4 ms go?), and a
-Qwen3-MoE experts module alone with its weights in GPU memory at 1, 8 and 32 tokens (top-8 of 128, random routing)."""
+Qwen3-MoE experts module alone with its weights in GPU memory at 1, 8 and 32 tokens (top-8 of 128, random routing).
+
+    PYTHONPATH=. python bench/probe_replay_kernels.py --decode-rows > $OUT/decode-rows-kernels.jsonl
+
+The resident Llama-3-8B shape's decode step at 1 and at 32 sequences, queued and replayed, by kernel name: the
+model replays 1.26x slower at 32 (8.9 against 7.1 ms, 2026-12-02) where one of its blocks replayed alone is 1.15x
+slower (calibrate's ``block_reads``): which kernels take the rest?"""
 from __future__ import annotations
 
 import json
@@ -113,8 +119,19 @@ def moe_decode(device: torch.device) -> None:
             compare(f"experts_{tokens}", lambda: experts(x, index, weights))
 
 
+def decode_rows(device: torch.device) -> None:
+    model, config = build("llama", Setup(False, "cuda"))
+    for rows in (1, 32):
+        ids = torch.randint(0, config.vocab_size, (rows, 1), device=device)
+        with torch.inference_mode():
+            compare(f"llama_decode_{rows}", lambda ids=ids: model(ids, use_cache=False).logits)
+
+
 def main() -> int:
     device = torch.device("cuda")
+    if "--decode-rows" in sys.argv[1:]:
+        decode_rows(device)
+        return 0
     if "--moe-decode" in sys.argv[1:]:
         moe_floors(device)
         moe_decode(device)
