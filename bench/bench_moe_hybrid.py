@@ -39,8 +39,8 @@ decode1`` took 87 s on the H200 (2026-12-01, bench/results/hybrid-h200-2026-12-0
 the skewed part added, is expected at 3-4 minutes (not timed since these changes).
 
 Each row is a JSON line on stdout and in --out; rows have ``predicted_ms``, ``measured_ms`` and their ratio, and
-eager rows the prediction with the resident model's own block CPU time measured in the run (an ``own_cpu`` row per
-model; ``predicted_model_cpu_ms``, ``ratio_model_cpu``): at batch 1 an eager step is the host's issue time, which
+eager rows the prediction with the resident model's own CPU figures measured in the run (an ``own_cpu`` row per
+model, read as bench_predict_h200's ``own_cpu_figures``; ``predicted_model_cpu_ms``, ``ratio_model_cpu``): at batch 1 an eager step is the host's issue time, which
 moves between runs more than the 15% the predictions are held to.
 """
 
@@ -110,7 +110,7 @@ class Bench:
         self.join_wastes = getattr(args, "join_waste", None) or [self.default_waste]
         self.host_shares = getattr(args, "host_share", None) or []
         self.host_threads = getattr(args, "host_threads", None) or []
-        self.cpu_figures: dict[str, float] = {}  # the resident model's own block CPU time (``own_cpu``)
+        self.cpu_figures: dict[str, float] = {}  # the resident model's own CPU figures (``own_cpu``)
 
     def calibrate_host(self) -> None:
         """The host's figures measured here, beside the profile's (not in the dry run: its tiny models need the
@@ -164,14 +164,14 @@ class Bench:
         return predict(plan, hw, workload, shares).workloads[0].step_ms
 
     def own_cpu(self, model, config, kind: str) -> None:
-        """The resident model's host time a decoder block at an eager decode step, measured now (bench_predict's
-        ``model_cpu``): eager rows are also predicted with it (``predicted_model_cpu_ms``), as the host's issue speed
+        """The resident model's host time a decoder block and outside its blocks at an eager decode step, measured
+        now (bench_predict's ``model_cpu``): eager rows are also predicted with them (``predicted_model_cpu_ms``), as the host's issue speed
         moves between runs (an all-UVA eager step of the same plan took 37.6 to 70.0 ms on 2026-12-02)."""
-        from bench_predict_h200 import model_cpu
+        from bench_predict_h200 import model_cpu, own_cpu_figures
 
         workload = Workload({"decode": WorkloadItem(tokens=1)})
         row, _ = model_cpu(model, config, workload, self.device, self.hw, repeat=1 if self.dry else 5)
-        self.cpu_figures = {row["figure"]: row["model_us"]}
+        self.cpu_figures = own_cpu_figures(row)
         self.emit(model=kind, own_cpu={k: v for k, v in row.items() if k != "type"})
 
     def measure(self, model_name: str, label: str, plan, model, config, cases, shares=None, graph: bool = False,

@@ -295,7 +295,18 @@ def model_cpu(model, config, workload: Workload, device: torch.device, hw: Hardw
            "outside_blocks_us": round(statistics.median(walls) - per_block * len(blocks), 1),
            "outside_hooks_us": round(statistics.median(outside), 1),
            **tiny_cpu(key, device, repeat)}
-    return row, hw.model_copy(update={key: round(per_block, 3), "model_cpu_us": row["outside_hooks_us"]})
+    return row, hw.model_copy(update=own_cpu_figures(row))
+
+
+def own_cpu_figures(row: dict) -> dict[str, float]:
+    """The profile figures a model's ``cpu`` row (``model_cpu``) measured on the model itself, to predict its eager
+    steps with instead of calibrate's tiny models': its block's (``block_cpu_us`` or ``moe_block_cpu_us``) and,
+    where the row has it, the time outside its blocks by hooks (``model_cpu_us``; rows before 2026-12-02 18:30 have
+    none)."""
+    figures = {row["figure"]: round(row["model_us"], 3)}
+    if "outside_hooks_us" in row:
+        figures["model_cpu_us"] = row["outside_hooks_us"]
+    return figures
 
 
 def tiny_cpu(key: str, device: torch.device, repeat: int) -> dict:
@@ -528,7 +539,7 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                     ms = step_ms(run, device)
                     del run
                     # an MoE: predicted with what the run measured, the routing where it was well sampled (else
-                    # uniform) and, eager, the model's own block CPU time
+                    # uniform) and, eager, the model's own CPU figures
                     shares = sampled_shares(routing, name, item.tokens)
                     routed = (predict(plan, model_hw if mode == "eager" else hw, in_mode(workload, mode), shares)
                               .workloads[names.index(name)].step_ms if routing else None)
@@ -545,7 +556,7 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                     if mode == "graph" and late is not None:  # copies made late (synchronously) in the capture
                         row["late_copies_in_capture"] = handle.offloader.current.late_copies - late
                     if routed is not None:  # predicted with the routing measured on these inputs (eager: and the
-                        # block CPU time measured on the model)
+                        # CPU figures measured on the model)
                         row.update(predicted_routed_ms=routed, ratio_routed=round(routed / ms, 4))
                     out.row(**row)
                     rows.append(row)

@@ -8,9 +8,9 @@ about 8 experts long; on 2026-12-02 the host read 79 GB/s in one bmm over 64 exp
 host part read 33-45 (bench/probe_host_sharing.py). Here the same host part as calibrate's (64 of 128
 Qwen3-MoE experts, ``runtime.calibrate_host._Part``), the same routings, four groupings: ``runs`` (each run apart:
 ``_runs(counts, 0)``), ``eighth`` (the runtime's default since 2026-12-02: joined while the untouched experts a
-batch reads stay at most ``JOIN_WASTE``, an eighth, of its touched ones), ``gaps2`` (runs joined across gaps of at most 2 untouched experts, which are then read too) and
-``span`` (one run from the first touched expert to the last). Per grouping: ms a call (median), the touched experts' bytes and
-the bytes read per ms."""
+batch reads stay at most ``JOIN_WASTE``, an eighth, of its touched ones), ``gaps2`` (runs joined across gaps of at
+most 2 untouched experts, which are then read too) and ``span`` (one run from the first touched expert to the
+last). Per grouping: ms a call (median), the touched experts' bytes and the bytes read per ms."""
 
 from __future__ import annotations
 

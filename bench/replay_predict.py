@@ -118,9 +118,7 @@ def replay(path: Path, profile=None, cache: Path | None = None, without: list[st
     routings = {r["model"]: r["shares"] for r in lines if r["type"] == "routing" and "shares" in r}
     # the bench predicts the routed eager rows with the model's own CPU times (its ``cpu`` row: a block, and outside
     # the blocks where the row has it), as here
-    own_cpu = {r["model"]: {r["figure"]: r["model_us"],
-                            **({"model_cpu_us": r["outside_hooks_us"]} if "outside_hooks_us" in r else {})}
-               for r in lines if r["type"] == "cpu"}
+    own_cpu = {r["model"]: bench.own_cpu_figures(r) for r in lines if r["type"] == "cpu"}
     out = []
     for kind in dict.fromkeys(r["model"] for r in rows):
         model, _ = bench.build_model(kind, dry, torch.device("meta"))

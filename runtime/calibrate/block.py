@@ -150,7 +150,9 @@ def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: floa
     flops = 4.0 * tokens * (tokens + 1) / 2 * heads * head_dim
     itemsize = torch.empty((), dtype=dtype).element_size()
     matrices = _block_matrices(shape)
-    # the roofline of planner/cost/layer.py for a resident matrix: flops at the matmul rate or bytes at memory's
+    # the roofline of planner/cost/layer.py for a resident matrix: flops at the matmul rate or bytes at memory's (at
+    # a prefill's rows the flops outlast the reads at any read rate, so ``matmul_gbps_rows``, measured after this,
+    # would not move it)
     matmul = sum(max(2.0 * tokens * r * c / (matmul_tflops * 1e9), r * c * itemsize / gpu_mem_gbps / 1e6)
                  for r, c in matrices)
     rest = max(0.0, block - matmul - attention)
