@@ -39,6 +39,10 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 32, 512, 2048])
     ap.add_argument("--small", action="store_true", help="a small module (16 experts, hidden 256): a quick check")
+    ap.add_argument("--skew", type=float, nargs="+", default=[0.0],
+                    help="routing laws: expert e picked with weight 1/(e+1)^s, top-k distinct a token (0: uniform)")
+    ap.add_argument("--chunks", type=int, nargs="*", default=[],
+                    help="also the runtime's path cut into this many runs of experts, one grouped pass each")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
 
@@ -80,12 +84,16 @@ def main(argv=None) -> int:
         print(json.dumps({"kind": "link", "bytes": total, "uva_copy_ms": round(copy_ms, 3),
                           "uva_gbps": round(uva_gbps, 2)}), flush=True)
     g = torch.Generator().manual_seed(3)
-    for tokens in args.tokens:
-        index = _uniform_routing(experts_n, top_k, tokens, g).to(device)
+    for skew, tokens in ((s, t) for s in args.skew for t in args.tokens):
+        if skew:
+            law = 1.0 / torch.arange(1, experts_n + 1, dtype=torch.float64) ** skew
+            index = torch.multinomial(law.expand(tokens, experts_n), top_k, replacement=False, generator=g).to(device)
+        else:
+            index = _uniform_routing(experts_n, top_k, tokens, g).to(device)
         weights = torch.softmax(torch.randn(tokens, top_k, generator=g), -1).to(device, torch.bfloat16)
         x = torch.randn(tokens, hidden, generator=g).to(device, torch.bfloat16)
         touched = int(torch.unique(index).numel())
-        row = {"kind": "paths", "tokens": tokens, "touched": touched, "rows_an_expert": round(tokens * top_k / touched, 2)}
+        row = {"kind": "paths", "skew": skew, "tokens": tokens, "touched": touched, "rows_an_expert": round(tokens * top_k / touched, 2)}
         outs = {}
         for where, tensors in (("resident", resident), ("uva", uva)):
             for n, p in params.items():
@@ -98,6 +106,19 @@ def main(argv=None) -> int:
                     rows = part_rows(module, layout, {n: tensors[n] for n in layout.names}, table, x, index, weights)
                     return join_rows(rows, tokens, x.dtype)
 
+                def in_runs(cuts):
+                    rows = None
+                    for part in torch.tensor_split(table, cuts):
+                        w = {n: tensors[n][part] for n in layout.names}
+                        own = torch.full((experts_n,), part.numel(), dtype=torch.long, device=device)
+                        own[part] = torch.arange(part.numel(), device=device)
+                        r = part_rows(module, layout, w, own, x, index, weights)
+                        rows = r if rows is None else rows.add_(r)
+                    return join_rows(rows, tokens, x.dtype)
+
+                def two_parts():  # a split layer's prefill: the uva experts' part, then the host's read through UVA
+                    return in_runs([experts_n * 78 // 128])
+
                 def host_layout_path():
                     rows = part_rows(module, host_layout, {n: uva_t[n] for n in host_layout.names}, table, x, index,
                                      weights)
@@ -107,6 +128,11 @@ def main(argv=None) -> int:
                 row[f"{where}_runtime_ms"] = round(timed_ms(ours, device), 3)
                 outs[where] = (theirs().float(), ours().float())
                 if where == "uva":
+                    row["uva_two_parts_ms"] = round(timed_ms(two_parts, device), 3)
+                    row["two_parts_max_abs_diff"] = float((outs["uva"][0] - two_parts().float()).abs().max())
+                    for c in args.chunks:
+                        cuts = [experts_n * i // c for i in range(1, c)]
+                        row[f"uva_chunks_{c}_ms"] = round(timed_ms(lambda cuts=cuts: in_runs(cuts), device), 3)
                     row["uva_host_layout_ms"] = round(timed_ms(host_layout_path, device), 3)
                     outs["host_layout"] = host_layout_path().float()
         for n, p in params.items():
@@ -121,6 +147,7 @@ def main(argv=None) -> int:
             row["transformers_passes"] = round(row["uva_transformers_ms"] / once, 3)
             row["runtime_passes"] = round(row["uva_runtime_ms"] / once, 3)
             row["host_layout_passes"] = round(row["uva_host_layout_ms"] / once, 3)
+            row["two_parts_passes"] = round(row["uva_two_parts_ms"] / once, 3)
         print(json.dumps(row), flush=True)
     return 0
 

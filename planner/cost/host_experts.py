@@ -103,8 +103,8 @@ def expected_max(a: float, sd_a: float, b: float, sd_b: float) -> float:
 def _uva_passes(q: Sequence[float], tokens: int, touched: float, rows: float, shape: ExpertShape,
                 hw: HardwareProfile) -> float:
     """Reads of each of a part's ``touched`` UVA experts (``touched_by(q, tokens)``, with the ``rows`` they see in
-    all): planner/cost/expert_reads.py's ``uva_passes``."""
-    return uva_passes(q, (shape.experts, shape.top_k), tokens, touched, rows / max(touched, 1e-9), hw)
+    all), the part one grouped call of its own: planner/cost/expert_reads.py's ``uva_passes``."""
+    return uva_passes(q, (shape.experts, shape.top_k), tokens, touched, rows / max(touched, 1e-9), hw, len(q))
 
 
 def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
@@ -160,8 +160,9 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     base = layer_work(rest, tokens, hw, seqs, block_moe=moe_shape(layer.moe))  # an MoE block's floor
     q = chances(split, shape, shares)
     on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
-    uva_q = q["uva"] + ([] if on_host else q["cpu"])
-    parts_ms = gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(uva_q, tokens, shape, hw, True)
+    via_uva = [] if on_host else q["cpu"]  # the host's experts in a grouped call of their own (SplitForward)
+    parts_ms = gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(q["uva"], tokens, shape, hw, True) + \
+        gpu_part_ms(via_uva, tokens, shape, hw, True)
     gpu_parts = sum(1 for x in (q["gpu"], q["uva"]) if x)
     launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES
     if q["cpu"]:
@@ -170,7 +171,7 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     if not on_host:
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
-    parts_sd = math.hypot(gpu_part_sd(q["gpu"], tokens, shape, hw, False), gpu_part_sd(uva_q, tokens, shape, hw, True))
+    parts_sd = math.hypot(gpu_part_sd(q["gpu"], tokens, shape, hw, False), gpu_part_sd(q["uva"], tokens, shape, hw, True))
     per_expert = hw.host_expert_us / 1e3 + shape.nbytes / _host_rate(q["cpu"], tokens, hw, bool(q["uva"])) / 1e6
     host_sd = _spread(q["cpu"], tokens) * per_expert
     return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes, host_ms=host_ms,
