@@ -202,6 +202,12 @@ class Bench:
                            "ratio": round(p / ms, 4), "peak_gpu_bytes": plan.summary.peak_gpu_bytes,
                            "offloaded_bytes": plan.summary.offloaded_bytes, "apply_s": round(applied_s, 1),
                            "experts_touched": self.touched(model, ids)}
+                    if shares is None:  # uniform above; also the routing this very input takes, where well sampled
+                        routed = self.routed(model, ids, tokens)
+                        if routed is not None:
+                            r = self.predicted(plan, tokens, mode, routed)
+                            row.update(predicted_routed_ms=r, ratio_routed=round(r / ms, 4),
+                                       shares={layer: [round(x, 7) for x in q] for layer, q in routed.items()})
                     if own is not None and mode == "eager":
                         row.update(predicted_model_cpu_ms=own, ratio_model_cpu=round(own / ms, 4))
                     if link is not None:
@@ -243,6 +249,18 @@ class Bench:
             stats = recorder.stats("x")
         hit = [sum(1 for c in layer.counts if c) for layer in stats.layers]
         return {"per_layer_mean": round(statistics.mean(hit), 2), "experts": stats.layers[0].experts}
+
+    def routed(self, model, ids, tokens: int) -> dict[str, list[float]] | None:
+        """Each layer's experts' chances of being picked on ``ids`` (``runtime.record_routing``), where they estimate
+        that workload well (bench_predict_h200's ``sampled_shares``: a 2,048-token prompt does, a 32-token step
+        does not); None otherwise. Random-weight routers do not route uniformly: a 2,048-token prompt of the
+        Qwen3-MoE shape reached about 38 of 128 experts a layer (2026-12-02)."""
+        from bench_predict_h200 import sampled_shares
+
+        with record_routing(model) as recorder, torch.inference_mode():
+            model(ids, use_cache=False)
+            shares = recorder.stats("x").shares()
+        return sampled_shares({"step": shares}, "step", tokens)
 
     def link_bytes(self, plan, model, ids, per_expert: dict[str, int]) -> int:
         """Bytes one forward reads over the link: the experts its routing touched that live in host memory."""
