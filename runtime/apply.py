@@ -27,6 +27,7 @@ from runtime.stats import PeakWatch, with_peaks
 from runtime.teardown import RemoveError, Step, run_steps
 from runtime.ties import extent, storage_key
 from runtime.uva import UvaOffloader
+from runtime.uva_experts import UvaExperts
 from runtime.writes import WriteWatch, backend_of_each, report_writes
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
@@ -200,6 +201,7 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
     if host_threads is not None and (type(host_threads) is not int or host_threads < 1):
         raise ApplyError(f"host_threads={host_threads!r}: expected a whole number of threads, 1 or more")
     splits = ExpertSplits(device, host_threads=host_threads)
+    tall = UvaExperts()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = handle = None
@@ -224,12 +226,15 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
                                    offloaded=offloaded, collect_stats=stats)
         offloader.wrap_modules()
         splits.attach(offloader.gate)
+        tall.install(plan, model)
         offloader.post_init()
         watch = WriteWatch.of(offloader, backend_of_each(offloader))  # versions after every .data swap
         watch.install(model, offloader)
         if isinstance(offloader, PrefetchOffloader):
             offloader.on_bump = watch.expect  # its refills' version bumps are not the model's writes
         handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
+        if tall.forwards:
+            handle._pending.insert(0, ("uva experts' forwards", tall.restore))
         if stats:
             handle.peaks = PeakWatch(device)
             handle.peaks.install(model, offloader.hooks)
@@ -245,7 +250,8 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
             _ACTIVE.pop(id(handle), None)
             handle._give_back.detach()
             steps += _RELEASE_HELD
-        _, problems = run_steps(steps + [("weights", placement.restore), ("expert splits", splits.restore)])
+        _, problems = run_steps(steps + [("uva experts' forwards", tall.restore), ("weights", placement.restore),
+                                         ("expert splits", splits.restore)])
         if problems:  # the original error is what the caller needs; say what could not be undone
             log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))
             exc.add_note("rollback problems: " + "; ".join(problems)) if hasattr(exc, "add_note") else None

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from schemas.grouped_tiles import padded_rows
+
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,12 @@ def _linear(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, transposed: bo
     weight; rows past ``offs[-1]`` are left undefined."""
     wt = w if transposed else w.transpose(-2, -1)
     if grouped(x, w.shape[0]):
+        rows = x.shape[0]
+        padded = padded_rows(rows, w.shape[0]) if x.device.type == "cuda" else rows
+        if padded > rows:  # rows past the last group's end, not computed: the call takes the tall tiles
+            xp = x.new_empty((padded, x.shape[1]))
+            xp[:rows] = x
+            return F.grouped_mm(xp, wt, offs=offs)[:rows]
         return F.grouped_mm(x, wt, offs=offs)
     out = x.new_zeros(x.shape[0], wt.shape[-1])  # one matmul per expert (on the GPU: reads the offsets back)
     start = 0

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner.cost.expert_reads import measured_reads, tiles, touched_experts, uniform_reads
+from planner.cost.expert_reads import measured_reads, taller_tiles, tiles, touched_experts, uniform_reads
 from planner.cost.layer import LayerWork, layer_times, layer_work, layers_work, touched_by
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import load_hardware
@@ -186,6 +186,13 @@ def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
     read = 2 * 100 * 100 * measured_reads(hot, (experts, top_k), tokens, HW) / 0.5e9 * 1e3  # an expert's bytes
     flat = uniform_reads((experts, top_k), tokens, HW) / tiles([top_k / experts] * experts, tokens)
     assert read == pytest.approx(2 * 100 * 100 * reads * flat / 0.5e9 * 1e3)
+    # at 2,048 tokens (128 rows an expert over the 64) the runtime pads the call to torch's tall tiles
+    # (runtime/uva_experts.py): each touched expert is read as at half the tokens
+    half = taller_tiles((experts, top_k), tokens, experts)
+    assert half == (tokens == 2048)
+    if half:
+        per = measured_reads(hot, (experts, top_k), tokens / 2, HW) / touched_by(hot, tokens / 2)[0]
+        read = 2 * 100 * 100 * hit * per / 0.5e9 * 1e3
     assert work.gpu_ms == pytest.approx(max(2 * rows * 100 * 100 / 1e12 * 1e3, read))
     assert work.cpu_ms == pytest.approx((HW.moe_block_cpu_us + HW.expert_cpu_us * hit) / 1e3)
     uniform = [top_k / experts] * experts
@@ -216,7 +223,10 @@ def test_uva_experts_use_the_grouped_kernels_passes_and_rate(tokens):
     assert grouped.experts_tflops == 0.25 and HW.experts_tflops == HW.matmul_tflops
     by_param = {t.rel: t for t in layer_times(layer.name, layer.params.items(), (experts, top_k), tokens, grouped)[0]}
     expert = by_param["mlp.experts.gate_up_proj"]
-    read = 2 * experts * 100 * 100 * hit / experts * grouped.expert_passes(rows) / 0.5e9 * 1e3
+    # at 2,048 tokens (128 rows an expert) the runtime's padded call takes tall tiles: read as at half the rows
+    at = rows / 2 if taller_tiles((experts, top_k), tokens, experts) else rows
+    assert (at < rows) == (tokens == 2048)
+    read = 2 * experts * 100 * 100 * hit / experts * grouped.expert_passes(at) / 0.5e9 * 1e3
     flops = 2 * tokens * top_k * 100 * 100 / (0.25 * 1e12) * 1e3
     assert expert.uva_ms == pytest.approx(max(read, flops))
     assert expert.gpu_ms == pytest.approx(max(flops, 2 * experts * 100 * 100 * hit / experts / HW.gpu_mem_gbps / 1e6))

@@ -147,13 +147,15 @@ def test_a_split_layer_pays_an_moe_blocks_floor():
 
 
 def test_a_grouped_call_over_part_of_the_experts_takes_taller_tiles():
-    """torch's grouped_mm tiles a call by its rows over its groups (planner/cost/expert_reads.py): a split layer's
-    part holds every pair's row over fewer experts, so at a 2,048-token prefill (128 rows a group over all 128) a
-    part of 78 takes tiles twice as tall; at 512 tokens (32) and at 8,192 (512, tall already) nothing changes."""
+    """torch's grouped_mm tiles a call by its rows over its groups (schemas/grouped_tiles.py): a split layer's part
+    holds every pair's row over fewer experts, and the runtime pads a call of 64-128 rows a group, so at a 2,048-
+    token prefill (128 rows a group over all 128, the calibrated curve's short tiles) both a part of 78 and the whole
+    layer take tiles twice as tall; at 512 tokens (32 a group over all, 52 over 78) and at 8,192 (512 a group: the
+    curve's own tiles are tall) nothing changes."""
     from planner.cost.expert_reads import taller_tiles
 
     assert taller_tiles((E, K), 2048, 78) and taller_tiles((E, K), 2048, 50)
-    assert not taller_tiles((E, K), 2048, E)  # the whole layer: the curve's own tiles
+    assert taller_tiles((E, K), 2048, E)  # the whole layer: the runtime pads its call (runtime/uva_experts.py)
     assert not taller_tiles((E, K), 512, 78)  # 52 rows a group: short tiles still
     assert not taller_tiles((E, K), 8192, 78)  # the curve was measured with tall tiles there
     assert not taller_tiles((E, K), 2048, 0)
@@ -162,21 +164,24 @@ def test_a_grouped_call_over_part_of_the_experts_takes_taller_tiles():
 @pytest.mark.parametrize("shares", [None, "skewed"])
 def test_the_host_experts_read_through_uva_are_a_call_of_their_own(shares):
     """Above cpu_max_tokens the runtime reads the host's experts through UVA in a grouped call of their own
-    (runtime/cpu_experts.py SplitForward), beside the uva part's: each call over part of the experts reads them as
-    at half their rows, so the layer costs less than the same experts all in one uva part, and exactly its two
-    parts' calls (H200: 17-28 ms a layer split 78 / 50 against 28-35 through one call, predicted within 2%)."""
-    from planner.cost.host_experts import ExpertShape, chances, gpu_part_ms
+    (runtime/cpu_experts.py SplitForward), beside the uva part's: the layer costs its rest and the two calls, each
+    with its own experts read as at half their rows against the module's call (H200: 17-28 ms a layer split 78 / 50
+    against 28-35 through transformers' module, predicted within 2% a layer, 2026-12-02)."""
+    from planner.cost.expert_reads import uva_passes
+    from planner.cost.host_experts import ExpertShape, chances, gpu_part_ms, touched_by
 
     q = None if shares is None else [(K / E) * (3.0 if e % 5 == 0 else 0.5) for e in range(E)]
     if q is not None:
         q = [x * K / sum(q) for x in q]
     split = layer(uva=list(range(78)), cpu=list(range(78, E)), cpu_max_tokens=16)
-    whole = layer(uva=list(range(E)))
     shape = ExpertShape.of(split)
     places = chances(split.experts, shape, q)
     two = gpu_part_ms(places["uva"], 2048, shape, HW, True) + gpu_part_ms(places["cpu"], 2048, shape, HW, True)
-    one = gpu_part_ms(chances(whole.experts, shape, q)["uva"], 2048, shape, HW, True)
-    assert two < 0.95 * one
     base = split_work(layer(uva=[], cpu=list(range(E)), cpu_max_tokens=1 << 20), 2048, HW, q)  # the layer's rest
     rest = base.gpu_ms - base.beside_ms
     assert split_work(split, 2048, HW, q).gpu_ms == pytest.approx(rest + two, rel=1e-9)
+    for part in (places["uva"], places["cpu"]):
+        touched, rows = touched_by(part, 2048)
+        tall = uva_passes(part, (E, K), 2048, touched, rows / touched, HW, len(part))
+        short = uva_passes(part, (E, K), 2048, touched, rows / touched, HW)  # the module's own call
+        assert tall < 0.95 * short

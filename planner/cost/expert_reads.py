@@ -18,16 +18,10 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 
+from schemas.grouped_tiles import padded_rows, tall_tiles
 from schemas.hardware_profile import HardwareProfile
 
 TILE_ROWS = 128  # rows a tile of the grouped kernel takes (torch's grouped_mm on the H200 at 2,048 tokens)
-# torch's grouped_mm (aten/src/ATen/native/cuda/GroupMM.cu) picks its tile by the call's rows over its groups: at
-# most SMALL_CALL_ROWS, the small tile (64 rows on sm90, 128 on sm100), above it one twice as tall. A call over all
-# of a layer's experts (transformers' module, calibrate's curve) at 2,048 tokens of top-8 of 128 sits at 128: small
-# tiles; a split layer's part over 78 of them, with every pair's row in the call (runtime/expert_math.py
-# parts_rows), at 210: tall tiles, half the re-reads (H200, bench/results/probes-h200-2026-12-02r: the same
-# prefill's layers 17-28 ms split against 28-35 ms through transformers' module)
-SMALL_CALL_ROWS = 128
 
 
 def _tail(n: float, q: float, above: float) -> float:
@@ -87,20 +81,24 @@ def is_uniform(q: Sequence[float]) -> bool:
 
 
 def taller_tiles(moe: tuple[int, int], tokens: float, group: int) -> bool:
-    """Whether a grouped call over ``group`` of the layer's experts, with every pair of ``tokens`` tokens among its
-    rows, takes tiles twice as tall as a call over all of them (the curve's) does: ``SMALL_CALL_ROWS``."""
+    """Whether the runtime's grouped call over ``group`` of the layer's experts (all of them: a layer whose experts
+    are all on UVA; fewer: a split layer's part), every pair of ``tokens`` tokens among its rows and padded as
+    the runtime pads it, takes tiles twice as tall as the calibrated curve's call over all of them (transformers'
+    module, unpadded) does: schemas/grouped_tiles.py. A 2,048-token prefill at top-8 of 128: the curve's call 128
+    rows a group, short tiles; the runtime's padded past it, and a part of 78 at 210: tall (H200: split layers
+    17-28 ms against 28-35 through the module, predicted within 2% a layer with this, 2026-12-02)."""
     experts, top_k = moe
     pairs = int(tokens * top_k)
-    return 0 < group < experts and pairs // experts <= SMALL_CALL_ROWS < pairs // group
+    return 0 < group <= experts and tall_tiles(padded_rows(pairs, group), group) and not tall_tiles(pairs, experts)
 
 
 def uva_passes(q: Sequence[float] | None, moe: tuple[int, int], tokens: float, touched: float, rows: float,
                hw: HardwareProfile, group: int | None = None) -> float:
     """Reads of each of the ``touched`` UVA experts whose chances are ``q`` (None: uniform routing), each seeing
     ``rows`` rows on average, in a layer of ``moe``: the calibrated curve at those rows where routing is uniform,
-    else the tiles of the measured routing (``measured_reads``). ``group``: the experts of the grouped call that
-    reads them (None: all the layer's); where its tiles are twice as tall as the curve's (``taller_tiles``), each
-    expert is read as at half its rows."""
+    else the tiles of the measured routing (``measured_reads``). ``group``: the experts of the runtime's grouped call
+    that reads them (None: transformers' module's own call, as the curve was calibrated); where its tiles are twice
+    as tall as the curve's (``taller_tiles``), each expert is read as at half its rows."""
     if group is not None and taller_tiles(moe, tokens, group):
         half = tokens / 2.0
         if q is None or is_uniform(q):

@@ -170,7 +170,8 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         rows = pairs / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
-    passes = (uva_passes(shares, moe, tokens, hit, rows, hw) if grouped else hw.passes(rows)) if link else 1.0
+    # a layer's experts read through UVA run the runtime's grouped call over all of them (runtime/uva_experts.py)
+    passes = (uva_passes(shares, moe, tokens, hit, rows, hw, experts) if grouped else hw.passes(rows)) if link else 1.0
     fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
     read = nbytes * passes / rate / 1e6
     tflops = hw.experts_tflops_at(rows) if grouped else hw.matmul_tflops

@@ -1,0 +1,32 @@
+"""Experts read through UVA in tall tiles, on a GPU (runtime/uva_experts.py): a prefill whose calls the runtime pads
+gives the resident model's logits bit for bit, as the decode steps that keep the module's forward do. Skipped
+without CUDA; the logic around it is tested on the CPU (tests/test_uva_experts.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.mark.parametrize("shape", [(1, 512), (4, 1)])  # 2,048 pairs over 16 experts (padded); a decode step
+def test_uva_experts_give_the_resident_logits(shape, monkeypatch):
+    import runtime
+    import runtime.uva_experts as ue
+    from moe_models import make_moe
+    from test_uva_experts import _uva_plan
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm").cuda()
+    ids = torch.randint(0, model.config.vocab_size, shape, generator=torch.Generator().manual_seed(3)).cuda()
+    with torch.no_grad():
+        want = model(ids).logits
+    taken = []
+    spy = ue.tall_tiles_apply
+    monkeypatch.setattr(ue, "tall_tiles_apply", lambda *a: taken.append(spy(*a)) or taken[-1])
+    with runtime.apply(_uva_plan(model), model, device="cuda"):
+        with torch.no_grad():
+            got = model(ids).logits
+    assert taken and all(taken) == (shape[1] == 512)
+    assert torch.equal(got, want)
