@@ -15,7 +15,12 @@ A third path: the runtime's with the host's layout (``Layout.for_host``: down we
 untransposed), which a split layer's cpu experts keep and which GPU kernels read through UVA above
 ``cpu_max_tokens``. On 2026-12-02 (17:21, bench/results/predict-h200-2026-12-02o) such layers' prefills ran about
 1.5x faster than the cost model's UVA passes say, where layers read through transformers' module were predicted
-within 3%: is it the layout?"""
+within 3%: is it the layout? (No: the three took the same time, bench/results/probes-h200-2026-12-02r/.)
+
+``--skew`` and ``--chunks`` found the cause: torch's grouped matmul tiles a call by its rows over its groups, and
+a split layer's parts are calls over fewer experts (schemas/grouped_tiles.py). Since then the runtime's own path
+pads a call of 64-128 rows an expert to the tall tiles, so ``runtime`` here is faster than ``transformers`` at
+2,048 tokens of top-8 of 128 (rows measured before that change compare the two unpadded)."""
 from __future__ import annotations
 
 import argparse
@@ -94,7 +99,8 @@ def main(argv=None) -> int:
         weights = torch.softmax(torch.randn(tokens, top_k, generator=g), -1).to(device, torch.bfloat16)
         x = torch.randn(tokens, hidden, generator=g).to(device, torch.bfloat16)
         touched = int(torch.unique(index).numel())
-        row = {"kind": "paths", "skew": skew, "tokens": tokens, "touched": touched, "rows_an_expert": round(tokens * top_k / touched, 2)}
+        row = {"kind": "paths", "skew": skew, "tokens": tokens, "touched": touched,
+               "rows_an_expert": round(tokens * top_k / touched, 2)}
         outs = {}
         for where, tensors in (("resident", resident), ("uva", uva)):
             for n, p in params.items():
@@ -112,8 +118,8 @@ def main(argv=None) -> int:
                     for part in torch.tensor_split(table, cuts):
                         lo, hi = int(part[0]), int(part[-1]) + 1
                         # slices: views of the same (UVA) memory. An index (tensors[n][part]) would gather a copy
-                        # into GPU memory first, which reads every byte once (first version of this probe: 25.3 ms
-                        # for both parts at 2,048 tokens, a copy's time, not the parts' reads in place)
+                        # into GPU memory first, which reads every byte once (this probe's first version: one "chunk"
+                        # of all 128 experts at 2,048 tokens 24.6 ms, a copy's time, against 35.7 read in place)
                         w = {n: tensors[n][lo:hi] for n in layout.names}
                         own = torch.full((experts_n,), part.numel(), dtype=torch.long, device=device)
                         own[part] = torch.arange(part.numel(), device=device)

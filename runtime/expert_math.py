@@ -30,7 +30,6 @@ from torch import nn
 from schemas.grouped_tiles import padded_rows
 
 
-
 @dataclass(frozen=True)
 class Layout:
     """What an experts module's params are and how its forward combines them."""

@@ -1,14 +1,15 @@
 """Layers whose routed experts are read through UVA: their prefill-sized calls in tall tiles.
 
 A layer whose experts module reads any of its tensors through UVA (and whose experts are not split by expert:
-runtime/cpu_experts.py has its own forward for those) runs transformers' experts module as it is, but for the calls that torch's grouped matmul would cut
-into short tiles while tall ones are within reach (schemas/grouped_tiles.py: more than 64 and at most 128 rows an
-expert on average; a 2,048-token prefill at top-8 of 128 experts): those run the runtime's own grouped path
-(``runtime.expert_math.part_rows``, one part holding every expert), whose calls are padded to the tall tiles. Each
-tile of an expert's rows reads the expert's weight over the host link, so the tall tiles read it half as often:
-on the H200 one Qwen3-MoE layer at 2,048 tokens took 35.7 ms through the module and 25.7 in two calls of tall tiles,
-the outputs bit for bit the same (bench/probe_uva_paths.py, 2026-12-02). Other calls (decode) keep the module's own
-forward, and with it the host time the cost model's figures hold.
+runtime/cpu_experts.py has its own forward for those) runs transformers' experts module as it is, but for the
+calls that torch's grouped matmul would cut into short tiles while tall ones are within reach
+(schemas/grouped_tiles.py: more than 64 and at most 128 rows an expert on average; a 2,048-token prefill at top-8
+of 128 experts): those run the runtime's own grouped path (``runtime.expert_math.part_rows``, one part holding
+every expert), whose calls are padded to the tall tiles. Each tile of an expert's rows reads the expert's weight
+over the host link, so the tall tiles read it half as often: on the H200 the all-UVA Qwen3-MoE plan at 12 GB ran
+a 2,048-token prefill in 302.5 ms against 491.5 through the module, its logits bit for bit the resident model's
+(docs/BENCHMARKS.md, 2026-12-02 20:14). Other calls (decode) keep the module's own forward, and with it the host
+time the cost model's figures hold.
 
 ``install`` puts a ``TallTileForward`` on each such module as an instance attribute; ``restore`` takes it away.
 The params are not touched: the forward reads them at each call, wherever the offloader has put their data."""

@@ -81,10 +81,10 @@ def is_uniform(q: Sequence[float]) -> bool:
 
 
 def taller_tiles(moe: tuple[int, int], tokens: float, group: int) -> bool:
-    """Whether the runtime's grouped call over ``group`` of the layer's experts (all of them: a layer whose experts
-    are all on UVA; fewer: a split layer's part), every pair of ``tokens`` tokens among its rows and padded as
-    the runtime pads it, takes tiles twice as tall as the calibrated curve's call over all of them (transformers'
-    module, unpadded) does: schemas/grouped_tiles.py. A 2,048-token prefill at top-8 of 128: the curve's call 128
+    """Whether the runtime's grouped call over ``group`` of the layer's experts (all of them: a layer with experts on
+    UVA, runtime/uva_experts.py; fewer: a split layer's part), every pair of ``tokens`` tokens among its rows and
+    padded as the runtime pads it, takes tiles twice as tall as the calibrated curve's call over all of them
+    (transformers' module, unpadded) does: schemas/grouped_tiles.py. A 2,048-token prefill at top-8 of 128: the curve's call 128
     rows a group, short tiles; the runtime's padded past it, and a part of 78 at 210: tall (H200: split layers
     17-28 ms against 28-35 through the module, predicted within 2% a layer with this, 2026-12-02)."""
     experts, top_k = moe
@@ -100,7 +100,7 @@ def uva_passes(q: Sequence[float] | None, moe: tuple[int, int], tokens: float, t
     that reads them (None: transformers' module's own call, as the curve was calibrated); where its tiles are twice
     as tall as the curve's (``taller_tiles``), each expert is read as at half its rows."""
     if group is not None and taller_tiles(moe, tokens, group):
-        half = tokens / 2.0
+        half = tokens / 2.0  # a tile twice as tall: each expert's tiles as at half its rows (per expert touched)
         if q is None or is_uniform(q):
             return hw.expert_passes(rows / 2.0)
         return measured_reads(q, moe, half, hw) / max(sum(1.0 - (1.0 - min(x, 1.0)) ** half for x in q), 1e-9)
