@@ -100,3 +100,26 @@ def test_the_tall_tile_path_gives_the_modules_rows(monkeypatch):
     monkeypatch.setattr(ue, "tall_tiles_apply", lambda *a: False)
     with torch.no_grad():
         assert torch.equal(forward(hidden, index, weights), want)
+
+
+def test_a_failed_apply_takes_the_forwards_away(monkeypatch):
+    """An apply that fails after the forwards went on (here the write watch's install) leaves every experts module
+    as it was: no forward of its own, the same logits."""
+    import runtime
+    from moe_models import make_moe
+    from runtime.writes import WriteWatch
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    ids = torch.randint(0, model.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = model(ids).logits
+
+    def boom(*_a, **_k):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(WriteWatch, "install", boom)
+    with pytest.raises(RuntimeError, match="injected"):
+        runtime.apply(_uva_plan(model), model, device="cpu")
+    assert all("forward" not in layer.mlp.experts.__dict__ for layer in model.model.layers)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, want)
