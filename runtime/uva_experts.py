@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from runtime.dtensor import is_dtensor
 from runtime.expert_math import Layout, grouped, is_experts_module, join_rows, part_rows
 from schemas.grouped_tiles import padded_rows
 from schemas.plan import Plan
@@ -64,7 +65,10 @@ def uva_experts_modules(plan: Plan, model: nn.Module) -> Iterator[tuple[str, nn.
         return
     for path, module in model.named_modules():
         if path and is_experts_module(module) and isinstance(getattr(module, "num_experts", None), int):
-            if any(f"{path}.{name}" in on_uva for name in Layout.of(module).names):
+            names = Layout.of(module).names
+            if any(is_dtensor(getattr(module, name, None)) for name in names):
+                continue  # tensor-parallel shards: the module's own forward knows their placements, part_rows not
+            if any(f"{path}.{name}" in on_uva for name in names):
                 yield path, module
 
 

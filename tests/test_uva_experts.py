@@ -75,6 +75,19 @@ def test_a_split_layer_keeps_its_own_forward():
     assert len(list(uva_experts_modules(_uva_plan(model), model))) == len(model.model.layers)
 
 
+def test_tensor_parallel_shards_keep_the_modules_forward(monkeypatch):
+    """Experts held as DTensor shards (a rank plan) keep transformers' forward: the runtime's grouped path reads
+    plain tensors."""
+    import runtime.uva_experts as ue
+    from moe_models import make_moe
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    plan = _uva_plan(model)
+    assert list(ue.uva_experts_modules(plan, model))
+    monkeypatch.setattr(ue, "is_dtensor", lambda t: t is not None)
+    assert list(ue.uva_experts_modules(plan, model)) == []
+
+
 def test_the_tall_tile_path_gives_the_modules_rows(monkeypatch):
     """Where it applies (a GPU's prefill; forced here on the CPU) the forward runs the runtime's grouped path over
     every expert: the module's output."""
