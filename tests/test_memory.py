@@ -145,6 +145,22 @@ def test_moe_prefill_by_hand():
     assert forward(qwen, "prefill", tokens=t)[1] == head > experts
 
 
+def test_moe_prefill_in_the_padded_band_by_hand():
+    """At 1,040 tokens (65 rows an expert) the runtime pads the grouped call to 129 rows an expert for torch's tall
+    tiles (schemas/grouped_tiles.py): the gathered inputs, their padded copy and the padded up output outgrow the
+    unpadded peak, and the plan counts them."""
+    qwen = spec_of("qwen3-30b-a3b")
+    t, h, e, k, i = 1040, 2048, 128, 8, 768
+    rows, padded = t * k, 129 * e
+    assert padded > rows
+    unpadded = max(rows * (h + 4 * i), 4 * rows * h)
+    padded_call = rows * h + padded * (h + 2 * i)
+    assert padded_call > unpadded
+    experts = 4 * t * h * 2 + padded_call * 2 + t * e * (2 + 4) + rows * 8 * 3
+    _, act, where = forward(qwen, "prefill", tokens=t, logits="last")
+    assert (act, where) == (experts + 6 * t * 8 + 151936 * 4, "model.layers.0: routed experts (8 of 128 a token)")
+
+
 def test_tied_embeddings_head_by_hand():
     _, act, where = forward(spec_of("llama-3.2-1b"), "decode", tokens=1)
     assert (act, where) == ((2048 + 128256) * 2, "lm_head: logits (1 x 128256)")  # the head ties the embedding

@@ -22,8 +22,10 @@ activations' dtype unless said:
   gate_up's output with the activation and the product (``4·T·I``); a plain MLP's two (``2·T·I``);
 - routed experts: every token goes to its ``top_k`` experts, ``S = T·k`` rows: the gathered inputs and
   the up projection's output or four ``S·H`` tensors while the outputs are weighted and put back in order,
-  whichever is larger; the router's logits, their float32 softmax and the int64 ids that sort the rows by
-  expert; shared experts run beside them with the routed output kept;
+  whichever is larger, or, where the runtime pads the grouped call to torch's tall tiles (``S'`` rows,
+  schemas/grouped_tiles.py: 64-128 rows an expert, at most twice ``S``), the gathered inputs, their padded
+  copy and the padded up output (``S·H + S'·(H + 2I)``); the router's logits, their float32 softmax and the
+  int64 ids that sort the rows by expert; shared experts run beside them with the routed output kept;
 - the LM head: the normed hidden state and the logits, ``R·V`` for the R rows the forward returns (every
   token's, or each sequence's last as ``generate()`` asks for, which also keeps a float32 copy and the
   processed scores, 8 bytes a logit);
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 
 from planner.memory.kv import KvSize
 from planner.memory.shapes import LayerShape, Mlp
+from schemas.grouped_tiles import padded_rows
 
 FLOAT32 = 4
 INDEX = 8  # int64
@@ -110,7 +113,9 @@ def _stages(s: LayerShape, f: Forward, t: int, h: int, dt: int, kv: KvSize | Non
     e = s.experts
     if e is not None:
         rows = t * e.top_k
-        routed = max(rows * (e.hidden + 4 * e.inner), 4 * rows * e.hidden) * dt
+        padded = padded_rows(rows, e.experts)  # the runtime's call for experts on UVA (runtime/expert_math.py)
+        routed = max(rows * (e.hidden + 4 * e.inner), 4 * rows * e.hidden,
+                     rows * e.hidden + padded * (e.hidden + 2 * e.inner) if padded > rows else 0) * dt
         router = t * e.experts * (dt + FLOAT32) + rows * INDEX * 3  # logits, softmax; sorted ids, order
         shared = t * h * dt + _mlp_bytes(s.shared, t, dt) if s.shared is not None else 0
         yield f"routed experts ({e.top_k} of {e.experts} a token)", inner + max(routed, shared) + router
