@@ -195,15 +195,16 @@ class Bench:
                     step = (lambda: model(ids, use_cache=False)) if mode == "eager" else graph_step(model, ids)
                     tokens = shape[0] * shape[1]
                     ms = self.time_ms(step, tokens)
+                    recorded = self.recorded(model, ids)  # the routing this input takes: one forward a row
                     p = self.predicted(plan, tokens, mode, shares)
                     own = self.predicted(plan, tokens, mode, shares, own_cpu=True) if self.cpu_figures else None
                     row = {"model": model_name, "plan": label, "backend": plan.summary.backend, "workload": name,
                            "tokens": tokens, "mode": mode, "measured_ms": round(ms, 3), "predicted_ms": p,
                            "ratio": round(p / ms, 4), "peak_gpu_bytes": plan.summary.peak_gpu_bytes,
                            "offloaded_bytes": plan.summary.offloaded_bytes, "apply_s": round(applied_s, 1),
-                           "experts_touched": self.touched(model, ids)}
+                           "experts_touched": self.touched(recorded)}
                     if shares is None:  # uniform above; also the routing this very input takes, where well sampled
-                        routed = self.routed(model, ids, tokens)
+                        routed = self.routed(recorded, tokens)
                         if routed is not None:
                             r = self.predicted(plan, tokens, mode, routed)
                             row.update(predicted_routed_ms=r, ratio_routed=round(r / ms, 4),
@@ -211,7 +212,7 @@ class Bench:
                     if own is not None and mode == "eager":
                         row.update(predicted_model_cpu_ms=own, ratio_model_cpu=round(own / ms, 4))
                     if link is not None:
-                        row["link_bytes_per_step"] = self.link_bytes(plan, model, ids, link)
+                        row["link_bytes_per_step"] = self.link_bytes(plan, recorded, link)
                     if hybrid and mode == "eager":
                         row["host_ms_per_layer"] = host_times(model, ids)
                         row["join_waste"] = waste
@@ -243,30 +244,30 @@ class Bench:
 
         return compare
 
-    def touched(self, model, ids) -> dict:
+    def recorded(self, model, ids):
+        """The routing ``model`` takes on ``ids`` (``runtime.record_routing``, one forward): what ``touched``,
+        ``routed`` and ``link_bytes`` read."""
         with record_routing(model) as recorder, torch.inference_mode():
             model(ids, use_cache=False)
-            stats = recorder.stats("x")
+            return recorder.stats("x")
+
+    def touched(self, stats) -> dict:
         hit = [sum(1 for c in layer.counts if c) for layer in stats.layers]
         return {"per_layer_mean": round(statistics.mean(hit), 2), "experts": stats.layers[0].experts}
 
-    def routed(self, model, ids, tokens: int) -> dict[str, list[float]] | None:
-        """Each layer's experts' chances of being picked on ``ids`` (``runtime.record_routing``), where they estimate
-        that workload well (bench_predict_h200's ``sampled_shares``: a 2,048-token prompt does, a 32-token step
-        does not); None otherwise. Random-weight routers do not route uniformly: a 2,048-token prompt of the
-        Qwen3-MoE shape reached about 38 of 128 experts a layer (2026-12-02)."""
+    def routed(self, stats, tokens: int) -> dict[str, list[float]] | None:
+        """Each layer's experts' chances of being picked in ``stats``, where they estimate that workload well
+        (bench_predict_h200's ``sampled_shares``: a 2,048-token prompt does, a 32-token step does not); None
+        otherwise. Random-weight routers do not route uniformly: a 2,048-token prompt of the Qwen3-MoE shape reached
+        about 38 of 128 experts a layer (2026-12-02)."""
         from bench_predict_h200 import sampled_shares
 
-        with record_routing(model) as recorder, torch.inference_mode():
-            model(ids, use_cache=False)
-            shares = recorder.stats("x").shares()
-        return sampled_shares({"step": shares}, "step", tokens)
+        return sampled_shares({"step": stats.shares()}, "step", tokens)
 
-    def link_bytes(self, plan, model, ids, per_expert: dict[str, int]) -> int:
-        """Bytes one forward reads over the link: the experts its routing touched that live in host memory."""
-        with record_routing(model) as recorder, torch.inference_mode():
-            model(ids, use_cache=False)
-            stats = recorder.stats("x").by_layer()
+    def link_bytes(self, plan, stats, per_expert: dict[str, int]) -> int:
+        """Bytes one forward reads over the link: the experts its routing (``stats``) touched that live in host
+        memory."""
+        stats = stats.by_layer()
         total = 0
         for layer in plan.layers:
             r = stats.get(layer.name)

@@ -119,7 +119,8 @@ def measure(args) -> None:
 
 def predicted(rows: list[dict]) -> None:
     """The rows' layers beside the cost model's experts time for each (the profile of ``--profile``)."""
-    from planner.cost.host_experts import ExpertShape, chances, gpu_part_ms, host_part_ms, touched_by
+    from planner.cost.expert_reads import touched_by
+    from planner.cost.host_experts import ExpertShape, chances, gpu_parts_ms, host_computes, host_part_ms
     from planner.cost.layer import param_time
     import bench_predict_h200 as bench
     from schemas.hardware import load_hardware
@@ -145,10 +146,8 @@ def predicted(rows: list[dict]) -> None:
                 shape = ExpertShape.of(layer)
                 q = chances(layer.experts, shape, s)
                 split = layer.experts
-                on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or t <= split.cpu_max_tokens)
-                via_uva = [] if on_host else q["cpu"]  # as planner/cost/host_experts.py's split_work
-                gpu = gpu_part_ms(q["gpu"], t, shape, hw, False) + gpu_part_ms(q["uva"], t, shape, hw, True) + \
-                    gpu_part_ms(via_uva, t, shape, hw, True)
+                on_host = host_computes(split, q, t)
+                gpu = gpu_parts_ms(q, on_host, t, shape, hw)  # as planner/cost/host_experts.py's split_work
                 host = host_part_ms(q["cpu"], t, shape, hw, bool(q["uva"])) if on_host else 0.0
                 pred = max(gpu, host)
                 what = f"split gpu {len(split.gpu)} uva {len(split.uva)} cpu {len(split.cpu)}" + \

@@ -54,6 +54,12 @@ def _tiles(q: tuple[float, ...], tokens: float) -> float:
     return total
 
 
+def touched_by(q: Sequence[float], tokens: float) -> tuple[float, float]:
+    """(experts expected to be touched, rows they see in all) at ``tokens`` tokens when expert ``e`` is picked by
+    a token with chance ``q[e]`` (measured routing)."""
+    return sum(1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q), tokens * sum(q)
+
+
 def touched_experts(experts: int, top_k: int, tokens: float) -> float:
     """Expected distinct experts hit by ``tokens`` tokens routed uniformly to ``top_k`` of ``experts``."""
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
@@ -84,9 +90,9 @@ def taller_tiles(moe: tuple[int, int], tokens: float, group: int) -> bool:
     """Whether the runtime's grouped call over ``group`` of the layer's experts (all of them: a layer with experts on
     UVA, runtime/uva_experts.py; fewer: a split layer's part), every pair of ``tokens`` tokens among its rows and
     padded as the runtime pads it, takes tiles twice as tall as the calibrated curve's call over all of them
-    (transformers' module, unpadded) does: schemas/grouped_tiles.py. A 2,048-token prefill at top-8 of 128: the curve's call 128
-    rows a group, short tiles; the runtime's padded past it, and a part of 78 at 210: tall (H200: split layers
-    17-28 ms against 28-35 through the module, predicted within 2% a layer with this, 2026-12-02)."""
+    (transformers' module, unpadded) does: schemas/grouped_tiles.py. A 2,048-token prefill at top-8 of 128: the
+    curve's call 128 rows a group, short tiles; the runtime's padded past it, and a part of 78 at 210: tall (H200:
+    split layers 17-28 ms against 28-35 through the module, predicted within 2% a layer with this, 2026-12-02)."""
     experts, top_k = moe
     pairs = int(tokens * top_k)
     return 0 < group <= experts and tall_tiles(padded_rows(pairs, group), group) and not tall_tiles(pairs, experts)
@@ -103,7 +109,7 @@ def uva_passes(q: Sequence[float] | None, moe: tuple[int, int], tokens: float, t
         half = tokens / 2.0  # a tile twice as tall: each expert's tiles as at half its rows (per expert touched)
         if q is None or is_uniform(q):
             return hw.expert_passes(rows / 2.0)
-        return measured_reads(q, moe, half, hw) / max(sum(1.0 - (1.0 - min(x, 1.0)) ** half for x in q), 1e-9)
+        return measured_reads(q, moe, half, hw) / max(touched_by(q, half)[0], 1e-9)
     if q is None or is_uniform(q):
         return hw.expert_passes(rows)
     return measured_reads(q, moe, tokens, hw) / max(touched, 1e-9)

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.cost.block import ONE, Sequences
-from planner.cost.expert_reads import uva_passes
-from planner.cost.layer import LayerWork, layer_work, touched_by
+from planner.cost.expert_reads import touched_by, uva_passes
+from planner.cost.layer import LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
 from schemas.plan_experts import ExpertSplit
@@ -128,6 +128,22 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     return fixed + max(flops / (tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 
 
+def host_computes(split: ExpertSplit, q: dict[str, list[float]], tokens: int) -> bool:
+    """Whether the host computes ``split``'s cpu experts at a call of ``tokens`` (``q``: ``chances``): it has some and
+    the call is no larger than ``cpu_max_tokens``; else the GPU reads them through UVA."""
+    return bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
+
+
+def gpu_parts_ms(q: dict[str, list[float]], on_host: bool, tokens: int, shape: ExpertShape,
+                 hw: HardwareProfile) -> float:
+    """The GPU's parts of a split layer's experts (``q``: ``chances``): its gpu and uva experts, and where the host
+    does not compute its cpu experts (``on_host``) those read through UVA in a grouped call of their own
+    (runtime/cpu_experts.py SplitForward)."""
+    via_uva = [] if on_host else q["cpu"]
+    return gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(q["uva"], tokens, shape, hw, True) + \
+        gpu_part_ms(via_uva, tokens, shape, hw, True)
+
+
 def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:
     touched, rows = touched_by(q, tokens)
     return hw.host_gbps(rows / max(touched, 1e-9)) * (hw.host_link_share if link_busy else 1.0)
@@ -159,10 +175,8 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
         "offloaded": [r for r in layer.offloaded if r not in by_expert], "experts": None, "moe": None})
     base = layer_work(rest, tokens, hw, seqs, block_moe=moe_shape(layer.moe))  # an MoE block's floor
     q = chances(split, shape, shares)
-    on_host = bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
-    via_uva = [] if on_host else q["cpu"]  # the host's experts in a grouped call of their own (SplitForward)
-    parts_ms = gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(q["uva"], tokens, shape, hw, True) + \
-        gpu_part_ms(via_uva, tokens, shape, hw, True)
+    on_host = host_computes(split, q, tokens)
+    parts_ms = gpu_parts_ms(q, on_host, tokens, shape, hw)
     gpu_parts = sum(1 for x in (q["gpu"], q["uva"]) if x)
     launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES
     if q["cpu"]:

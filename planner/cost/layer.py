@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.cost.block import ONE, Sequences, block_ms, block_shape
-from planner.cost.expert_reads import touched_experts, uva_passes
+from planner.cost.expert_reads import touched_by, touched_experts, uva_passes
 from schemas.kinds import name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
@@ -104,12 +104,6 @@ def profile_for(hw: HardwareProfile, mode: str) -> HardwareProfile:
     return hw.model_copy(update={"launch_us": 0.0, "block_cpu_us": 0.0, "moe_block_cpu_us": 0.0, "model_cpu_us": 0.0,
                                  "expert_cpu_us": 0.0, "moe_sync": False, "uva_call_ms": 0.0,
                                  "uva_expert_call_ms": 0.0})
-
-
-def touched_by(q: Sequence[float], tokens: float) -> tuple[float, float]:
-    """(experts expected to be touched, rows they see in all) at ``tokens`` tokens when expert ``e`` is picked by
-    a token with chance ``q[e]`` (measured routing)."""
-    return sum(1.0 - (1.0 - min(x, 1.0)) ** tokens for x in q), tokens * sum(q)
 
 
 def reach(moe: tuple[int, int], tokens: float, shares: Sequence[float] | None = None) -> tuple[float, float]:
