@@ -11,6 +11,13 @@ a 2,048-token prefill in 302.5 ms against 491.5 through the module, its logits b
 (docs/BENCHMARKS.md, 2026-12-02 20:14). Other calls (decode) keep the module's own forward, and with it the host
 time the cost model's figures hold.
 
+Under ``torch.compile`` every call keeps the module's own forward: compiled, the padded path rounds otherwise
+than the resident model's compiled forward (on the H200: the tiny Qwen3-MoE's 512-token prefill in
+tests/test_uva_experts_gpu.py, and the Qwen3-MoE shape's 2,048-token prefill under ``mode="reduce-overhead"``,
+logits 0.039 apart in both runs, 290 ms; through the module's forward 473-498 ms, equal bit for bit in two runs of
+three: docs/BENCHMARKS.md, 2026-12-03). A plan's graph-mode prediction assumes the tall tiles (captured eagerly,
+as ``torch.cuda.graph`` does); a compiled prefill with experts on UVA runs slower than it.
+
 ``install`` puts a ``TallTileForward`` on each such module as an instance attribute; ``restore`` takes it away.
 The params are not touched: the forward reads them at each call, wherever the offloader has put their data."""
 
@@ -46,7 +53,8 @@ class TallTileForward:
 
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                  *args, **kwargs) -> torch.Tensor:
-        if args or kwargs or not tall_tiles_apply(hidden_states, top_k_index, self.experts):
+        if (args or kwargs or torch.compiler.is_compiling()
+                or not tall_tiles_apply(hidden_states, top_k_index, self.experts)):
             return self.own(hidden_states, top_k_index, top_k_weights, *args, **kwargs)
         device = hidden_states.device
         table = self.tables.get(device)

@@ -115,6 +115,28 @@ def test_the_tall_tile_path_gives_the_modules_rows(monkeypatch):
         assert torch.equal(forward(hidden, index, weights), want)
 
 
+def test_compiling_keeps_the_modules_forward(monkeypatch):
+    """While torch.compile traces (``torch.compiler.is_compiling``), a call the tall tiles would take runs the module's
+    own forward: inductor rounds the padded path otherwise than the resident model's compiled forward."""
+    import runtime.uva_experts as ue
+    from moe_models import make_moe
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm").float()
+    experts = model.model.layers[0].mlp.experts
+    seen = []
+    forward = ue.TallTileForward(experts, lambda *a: seen.append("own") or a[0])
+    monkeypatch.setattr(ue, "tall_tiles_apply", lambda *a: True)
+    monkeypatch.setattr(ue, "part_rows", lambda *a: seen.append("tall") or a[4].repeat_interleave(2, 0))
+    monkeypatch.setattr(ue, "join_rows", lambda rows, tokens, dtype: rows[:tokens])
+    hidden = torch.zeros(4, model.config.hidden_size)
+    index = torch.zeros(4, 2, dtype=torch.long)
+    weights = torch.ones(4, 2)
+    forward(hidden, index, weights)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    forward(hidden, index, weights)
+    assert seen == ["tall", "own"]
+
+
 def test_a_failed_apply_takes_the_forwards_away(monkeypatch):
     """An apply that fails after the forwards went on (here the write watch's install) leaves every experts module
     as it was: no forward of its own, the same logits."""

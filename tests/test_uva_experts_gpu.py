@@ -30,3 +30,30 @@ def test_uva_experts_give_the_resident_logits(shape, monkeypatch):
             got = model(ids).logits
     assert taken and all(taken) == (shape[1] == 512)
     assert torch.equal(got, want)
+
+
+def test_compiled_prefill_gives_the_resident_compiled_logits(monkeypatch):
+    """Under torch.compile (reduce-overhead: inductor, then CUDA graphs) a prefill the tall tiles would take runs the
+    module's own forward: the logits are the resident model's compiled ones bit for bit (through the padded path
+    they were not: this test failed before runtime/uva_experts.py kept the module's forward while compiling)."""
+    import runtime
+    from moe_models import make_moe
+    from test_uva_experts import _uva_plan
+
+    monkeypatch.setattr(torch._inductor.config, "emulate_precision_casts", True)
+    model = make_moe("qwen3_moe", implementation="grouped_mm").cuda()
+    ids = torch.randint(0, model.config.vocab_size, (1, 512), generator=torch.Generator().manual_seed(3)).cuda()
+
+    def compiled_logits() -> torch.Tensor:
+        torch._dynamo.reset()
+        step = torch.compile(model, mode="reduce-overhead")
+        with torch.no_grad():
+            for _ in range(3):  # the third call replays the recorded graph
+                logits = step(ids, use_cache=False).logits.clone()
+        torch._dynamo.reset()
+        return logits
+
+    want = compiled_logits()
+    with runtime.apply(_uva_plan(model), model, device="cuda"):
+        got = compiled_logits()
+    assert torch.equal(got, want)
