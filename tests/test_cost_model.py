@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner.cost.expert_reads import measured_reads, taller_tiles, tiles, touched_experts, uniform_reads
+from planner.cost.expert_reads import TILE_ROWS, measured_reads, taller_tiles, tiles, touched_experts, uniform_reads
 from planner.cost.layer import LayerWork, layer_times, layer_work, layers_work, touched_by
 from planner.cost.timeline import Copy, simulate
 from schemas.hardware import load_hardware
@@ -187,12 +187,16 @@ def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
     flat = uniform_reads((experts, top_k), tokens, HW) / tiles([top_k / experts] * experts, tokens)
     assert read == pytest.approx(2 * 100 * 100 * reads * flat / 0.5e9 * 1e3)
     # at 2,048 tokens (128 rows an expert over the 64) the runtime pads the call to torch's tall tiles
-    # (runtime/uva_experts.py): each touched expert is read as at half the tokens
-    half = taller_tiles((experts, top_k), tokens, experts)
-    assert half == (tokens == 2048)
-    if half:
-        per = measured_reads(hot, (experts, top_k), tokens / 2, HW) / touched_by(hot, tokens / 2)[0]
-        read = 2 * 100 * 100 * hit * per / 0.5e9 * 1e3
+    # (runtime/uva_experts.py): each hot expert's ~1,024 rows in tiles of 256, 4 or 5 (r > 1,024, half the time),
+    # times the curve's share of uniform routing's own tall tiles (one a touched expert, its 128 rows read as 64)
+    tall = taller_tiles((experts, top_k), tokens, experts)
+    assert tall == (tokens == 2048)
+    if tall:
+        assert tiles(hot, tokens, 2 * TILE_ROWS) == pytest.approx(8 * 4.5, rel=0.01)
+        uniform_hit = touched_experts(experts, top_k, tokens)
+        share = uniform_hit * HW.expert_passes(tokens * top_k / uniform_hit / 2) / tiles(
+            [top_k / experts] * experts, tokens, 2 * TILE_ROWS)
+        read = 2 * 100 * 100 * tiles(hot, tokens, 2 * TILE_ROWS) * share / 0.5e9 * 1e3
     assert work.gpu_ms == pytest.approx(max(2 * rows * 100 * 100 / 1e12 * 1e3, read))
     assert work.cpu_ms == pytest.approx((HW.moe_block_cpu_us + HW.expert_cpu_us * hit) / 1e3)
     uniform = [top_k / experts] * experts

@@ -49,3 +49,24 @@ def test_skewed_routing_reads_as_measured_on_the_h200():
         q = (torch.bincount(sample.flatten(), minlength=128).double() / 20000).tolist()  # each expert's chance
         predicted = 2 * found["uva_expert_call_ms"] + per_expert_ms * measured_reads(q, (128, 8), row["tokens"], hw)
         assert predicted / row["measured_ms"] == pytest.approx(1.0, abs=0.08), row
+
+
+def test_tall_tiles_under_measured_routing_meet_the_uniform_curve():
+    """The runtime's padded call (tall tiles, runtime/uva_experts.py) under a measured routing all but uniform reads
+    each touched expert as the uniform branch does (the curve at half its rows); a skewed routing's tall tiles read
+    its busy experts fewer times than its short tiles would."""
+    from planner.cost.expert_reads import touched_by, uva_passes
+
+    hw = load_hardware("h200")
+    moe, tokens = (128, 8), 2048
+    near = [8 / 128 * (1 + 1e-6 * (e % 2 - 0.5)) for e in range(128)]
+    assert not is_uniform(near)
+    touched, rows = touched_by(near, tokens)
+    assert uva_passes(near, moe, tokens, touched, rows / touched, hw, 128) == pytest.approx(
+        uva_passes(None, moe, tokens, touched, rows / touched, hw, 128), rel=1e-4)
+    assert uva_passes(None, moe, tokens, touched, rows / touched, hw, 128) == pytest.approx(hw.expert_passes(64.0))
+    skewed = [0.5] * 8 + [7.0 / 120] * 120  # Σ = 8: every token picks each hot expert with chance 1/2
+    touched, rows = touched_by(skewed, tokens)
+    tall = uva_passes(skewed, moe, tokens, touched, rows / touched, hw, 128)
+    short = uva_passes(skewed, moe, tokens, touched, rows / touched, hw)  # transformers' unpadded call
+    assert 1.0 < tall < short

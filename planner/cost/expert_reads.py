@@ -33,13 +33,13 @@ def _tail(n: float, q: float, above: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-def tiles(q: Sequence[float], tokens: float) -> float:
-    """Expected ``Σ_e ceil(r_e / TILE_ROWS)`` when ``tokens`` tokens each pick expert e with chance ``q[e]``."""
-    return _tiles(tuple(q), float(tokens))
+def tiles(q: Sequence[float], tokens: float, tile_rows: int = TILE_ROWS) -> float:
+    """Expected ``Σ_e ceil(r_e / tile_rows)`` when ``tokens`` tokens each pick expert e with chance ``q[e]``."""
+    return _tiles(tuple(q), float(tokens), tile_rows)
 
 
 @lru_cache(maxsize=1 << 12)
-def _tiles(q: tuple[float, ...], tokens: float) -> float:
+def _tiles(q: tuple[float, ...], tokens: float, tile_rows: int) -> float:
     total = 0.0
     for x in q:
         x = min(max(x, 0.0), 1.0)
@@ -48,8 +48,8 @@ def _tiles(q: tuple[float, ...], tokens: float) -> float:
         total += 1.0 - (1.0 - x) ** tokens  # read at least once when touched
         mean, sd = tokens * x, math.sqrt(tokens * x * (1.0 - x))
         j = 1
-        while j * TILE_ROWS <= mean + 8.0 * sd + 1.0:
-            total += _tail(tokens, x, j * TILE_ROWS)
+        while j * tile_rows <= mean + 8.0 * sd + 1.0:
+            total += _tail(tokens, x, j * tile_rows)
             j += 1
     return total
 
@@ -104,12 +104,21 @@ def uva_passes(q: Sequence[float] | None, moe: tuple[int, int], tokens: float, t
     ``rows`` rows on average, in a layer of ``moe``: the calibrated curve at those rows where routing is uniform,
     else the tiles of the measured routing (``measured_reads``). ``group``: the experts of the runtime's grouped call
     that reads them (None: transformers' module's own call, as the curve was calibrated); where its tiles are twice
-    as tall as the curve's (``taller_tiles``), each expert is read as at half its rows."""
+    as tall as the curve's (``taller_tiles``), under uniform routing each expert is read as at half its rows, and
+    under measured routing its tiles twice as tall are counted at the full tokens and scaled by the curve's share of
+    uniform routing's own tall tiles. (Before: the measured routing at half the tokens, which on the H200's
+    2,048-token prefills of the Qwen3-MoE shape, the bench prompts' routing touching 47 of 128 experts a layer and
+    one expert up to 2,000 rows, predicted the UVA plans 1.10-1.18x their measured step; this, 1.05-1.14x:
+    bench/results/predict-h200-2026-12-03/, replayed with bench/replay_predict.py.)"""
     if group is not None and taller_tiles(moe, tokens, group):
-        half = tokens / 2.0  # a tile twice as tall: each expert's tiles as at half its rows (per expert touched)
-        if q is None or is_uniform(q):
+        if q is None or is_uniform(q):  # a tile twice as tall: each expert read as at half its rows
             return hw.expert_passes(rows / 2.0)
-        return measured_reads(q, moe, half, hw) / max(touched_by(q, half)[0], 1e-9)
+        # the measured routing's tall tiles, times the curve's share of its own (uniform, halved rows) tall tiles
+        experts, top_k = moe
+        hit = touched_experts(experts, top_k, tokens)
+        flat = tiles((top_k / experts,) * experts, tokens, 2 * TILE_ROWS)
+        share = hit * hw.expert_passes(tokens * top_k / max(hit, 1e-9) / 2.0) / max(flat, 1e-9)
+        return tiles(q, tokens, 2 * TILE_ROWS) * share / max(touched_by(q, tokens)[0], 1e-9)
     if q is None or is_uniform(q):
         return hw.expert_passes(rows)
     return measured_reads(q, moe, tokens, hw) / max(touched, 1e-9)
