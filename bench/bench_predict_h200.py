@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/bench_predict_h200.py 2>&1 | tee $OUT/predict-h200.log      # the H200 run, < 5 min
     PYTHONPATH=. python bench/bench_predict_h200.py --graph --only llama --time-budget 400  # eager and graph replay
+    PYTHONPATH=. python bench/bench_predict_h200.py --graph-only --time-budget 500      # graph replay, every plan
     python bench/bench_predict_h200.py --dry-run --device cpu --out /tmp/predict          # tiny models on the CPU
 
 One process. First ``planner calibrate``'s measurements on this GPU (a pinned copy alone, a UVA read alone and
@@ -179,6 +180,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--time-budget", type=float, default=260.0, help="seconds from the start; later plans are skipped")
     ap.add_argument("--graph", action="store_true",
                     help="also time every plan and workload as a CUDA graph replay, predicted in mode graph")
+    ap.add_argument("--graph-only", action="store_true",
+                    help="time the CUDA graph replays only (no eager rows): every plan within one device call")
     return ap.parse_args(argv)
 
 
@@ -501,7 +504,8 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
                                                      for name, shares in routing.items()},
                 shares={name: {layer: [round(x, 7) for x in q] for layer, q in shares.items()}
                         for name, shares in routing.items()})  # bench/replay_predict.py predicts with them again
-    modes = ["eager"] + (["graph"] if args.graph and device.type == "cuda" else [])
+    graph = (args.graph or args.graph_only) and device.type == "cuda"
+    modes = (["eager"] if not (args.graph_only and graph) else []) + (["graph"] if graph else [])
     names = [name for name, _ in workload.items()]
     plans = folder / "plans"
     plans.mkdir(exist_ok=True)
