@@ -49,7 +49,6 @@ class AutoPath:
     def __init__(self, layers: Sequence[Layer], order: Order, total_bytes: int, cost: PlacementCost,
                  slots: int | None, uva: Order | None):
         self.layers, self.order, self.total, self.cost, self.uva = layers, order, total_bytes, cost, uva
-        n = len(order.moves)
         counts = [slots] if slots is not None else list(range(1, max(1, order.slots) + 1))
         self.counts = counts
         self._pinned = list(accumulate((m.nbytes for m in order.moves), initial=0))  # per prefix: the bytes it moves

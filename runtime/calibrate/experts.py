@@ -77,7 +77,7 @@ def moe_experts(device: torch.device, uva_gbps: float) -> dict[str, object]:
     estimates, resident_points = [], []
     for tokens in (1, 32):
         g = torch.Generator().manual_seed(tokens)
-        index = torch.stack([torch.randperm(experts_n, generator=g)[:top_k] for _ in range(tokens)]).to(device)
+        index = _uniform_routing(experts_n, top_k, tokens, g).to(device)
         hit = len(set(index.flatten().tolist()))
         resident, uva = timed(index, 5)
         read_ms = total * hit / experts_n / uva_gbps / 1e6
