@@ -9,8 +9,8 @@ experts in two calls of 64 (256 rows a group) 25.7 ms, the outputs bit for bit t
 
 The runtime gives a call in the band just below (``padded_rows``: more than half of ``SHORT_TILE_ROWS`` rows a
 group, at most all of it) rows past its last group's end, which the kernel does not compute, so that it takes
-tall tiles (runtime/expert_math.py); the planner reads such a call's experts as at half their rows against the
-calibrated curve, which is transformers' module's calls (planner/cost/expert_reads.py)."""
+tall tiles (runtime/expert_math.py); the planner counts such a call's tiles twice as tall against the calibrated
+curve, which is transformers' module's calls (planner/cost/expert_reads.py ``uva_passes``)."""
 
 from __future__ import annotations
 

@@ -188,15 +188,12 @@ def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
     assert read == pytest.approx(2 * 100 * 100 * reads * flat / 0.5e9 * 1e3)
     # at 2,048 tokens (128 rows an expert over the 64) the runtime pads the call to torch's tall tiles
     # (runtime/uva_experts.py): each hot expert's ~1,024 rows in tiles of 256, 4 or 5 (r > 1,024, half the time),
-    # times the curve's share of uniform routing's own tall tiles (one a touched expert, its 128 rows read as 64)
+    # times the same share of the tiles the curve reads (``flat``) as the short tiles above
     tall = taller_tiles((experts, top_k), tokens, experts)
     assert tall == (tokens == 2048)
     if tall:
         assert tiles(hot, tokens, 2 * TILE_ROWS) == pytest.approx(8 * 4.5, rel=0.01)
-        uniform_hit = touched_experts(experts, top_k, tokens)
-        share = uniform_hit * HW.expert_passes(tokens * top_k / uniform_hit / 2) / tiles(
-            [top_k / experts] * experts, tokens, 2 * TILE_ROWS)
-        read = 2 * 100 * 100 * tiles(hot, tokens, 2 * TILE_ROWS) * share / 0.5e9 * 1e3
+        read = 2 * 100 * 100 * tiles(hot, tokens, 2 * TILE_ROWS) * flat / 0.5e9 * 1e3
     assert work.gpu_ms == pytest.approx(max(2 * rows * 100 * 100 / 1e12 * 1e3, read))
     assert work.cpu_ms == pytest.approx((HW.moe_block_cpu_us + HW.expert_cpu_us * hit) / 1e3)
     uniform = [top_k / experts] * experts
@@ -227,10 +224,15 @@ def test_uva_experts_use_the_grouped_kernels_passes_and_rate(tokens):
     assert grouped.experts_tflops == 0.25 and HW.experts_tflops == HW.matmul_tflops
     by_param = {t.rel: t for t in layer_times(layer.name, layer.params.items(), (experts, top_k), tokens, grouped)[0]}
     expert = by_param["mlp.experts.gate_up_proj"]
-    # at 2,048 tokens (128 rows an expert) the runtime's padded call takes tall tiles: read as at half the rows
-    at = rows / 2 if taller_tiles((experts, top_k), tokens, experts) else rows
-    assert (at < rows) == (tokens == 2048)
-    read = 2 * experts * 100 * 100 * hit / experts * grouped.expert_passes(at) / 0.5e9 * 1e3
+    # at 2,048 tokens (128 rows an expert) the runtime's padded call takes tall tiles: a tile of 256 rows an expert
+    # (~128 rows each: one), times the share of its tiles of 128 the curve reads at these rows
+    passes = grouped.expert_passes(rows)
+    if taller_tiles((experts, top_k), tokens, experts):
+        uniform = [top_k / experts] * experts
+        assert tiles(uniform, tokens, 2 * TILE_ROWS) == pytest.approx(experts, rel=1e-3)
+        passes = max(1.0, tiles(uniform, tokens, 2 * TILE_ROWS) * hit * passes / tiles(uniform, tokens) / hit)
+    assert (passes < grouped.expert_passes(rows)) == (tokens == 2048)
+    read = 2 * experts * 100 * 100 * hit / experts * passes / 0.5e9 * 1e3
     flops = 2 * tokens * top_k * 100 * 100 / (0.25 * 1e12) * 1e3
     assert expert.uva_ms == pytest.approx(max(read, flops))
     assert expert.gpu_ms == pytest.approx(max(flops, 2 * experts * 100 * 100 * hit / experts / HW.gpu_mem_gbps / 1e6))

@@ -51,20 +51,25 @@ def test_skewed_routing_reads_as_measured_on_the_h200():
         assert predicted / row["measured_ms"] == pytest.approx(1.0, abs=0.08), row
 
 
-def test_tall_tiles_under_measured_routing_meet_the_uniform_curve():
-    """The runtime's padded call (tall tiles, runtime/uva_experts.py) under a measured routing all but uniform reads
-    each touched expert as the uniform branch does (the curve at half its rows); a skewed routing's tall tiles read
-    its busy experts fewer times than its short tiles would."""
-    from planner.cost.expert_reads import touched_by, uva_passes
+def test_tall_tiles_count_twice_the_rows_a_tile():
+    """The runtime's padded call (tall tiles, runtime/uva_experts.py): uniform routing's tiles of 256 rows at the full
+    tokens, times the share of its tiles of 128 the curve reads there; a routing all but uniform reads as uniform
+    does; a skewed routing's busy experts are read fewer times than in short tiles."""
+    from planner.cost.expert_reads import touched_by, touched_experts, uva_passes
 
     hw = load_hardware("h200")
     moe, tokens = (128, 8), 2048
+    uniform = [8 / 128] * 128
+    hit = touched_experts(128, 8, tokens)
+    share = uniform_reads(moe, tokens, hw) / tiles(uniform, tokens)
+    assert share == pytest.approx(hw.expert_passes(128.0) * hit / tiles(uniform, tokens))
+    want = max(1.0, tiles(uniform, tokens, 2 * TILE_ROWS) * share / hit)  # a touched expert read once at least
+    assert tiles(uniform, tokens, 2 * TILE_ROWS) == pytest.approx(128, rel=1e-3)  # 128 rows each: one tall tile
+    assert uva_passes(None, moe, tokens, hit, tokens * 8 / hit, hw, 128) == pytest.approx(want)
     near = [8 / 128 * (1 + 1e-6 * (e % 2 - 0.5)) for e in range(128)]
     assert not is_uniform(near)
     touched, rows = touched_by(near, tokens)
-    assert uva_passes(near, moe, tokens, touched, rows / touched, hw, 128) == pytest.approx(
-        uva_passes(None, moe, tokens, touched, rows / touched, hw, 128), rel=1e-4)
-    assert uva_passes(None, moe, tokens, touched, rows / touched, hw, 128) == pytest.approx(hw.expert_passes(64.0))
+    assert uva_passes(near, moe, tokens, touched, rows / touched, hw, 128) == pytest.approx(want, rel=1e-4)
     skewed = [0.5] * 8 + [7.0 / 120] * 120  # Σ = 8: every token picks each hot expert with chance 1/2
     touched, rows = touched_by(skewed, tokens)
     tall = uva_passes(skewed, moe, tokens, touched, rows / touched, hw, 128)

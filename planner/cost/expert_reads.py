@@ -92,7 +92,7 @@ def taller_tiles(moe: tuple[int, int], tokens: float, group: int) -> bool:
     padded as the runtime pads it, takes tiles twice as tall as the calibrated curve's call over all of them
     (transformers' module, unpadded) does: schemas/grouped_tiles.py. A 2,048-token prefill at top-8 of 128: the
     curve's call 128 rows a group, short tiles; the runtime's padded past it, and a part of 78 at 210: tall (H200:
-    split layers 17-28 ms against 28-35 through the module, predicted within 2% a layer with this, 2026-12-02)."""
+    split layers 17-28 ms against 28-35 through the module, 2026-12-02)."""
     experts, top_k = moe
     pairs = int(tokens * top_k)
     return 0 < group <= experts and tall_tiles(padded_rows(pairs, group), group) and not tall_tiles(pairs, experts)
@@ -103,22 +103,20 @@ def uva_passes(q: Sequence[float] | None, moe: tuple[int, int], tokens: float, t
     """Reads of each of the ``touched`` UVA experts whose chances are ``q`` (None: uniform routing), each seeing
     ``rows`` rows on average, in a layer of ``moe``: the calibrated curve at those rows where routing is uniform,
     else the tiles of the measured routing (``measured_reads``). ``group``: the experts of the runtime's grouped call
-    that reads them (None: transformers' module's own call, as the curve was calibrated); where its tiles are twice
-    as tall as the curve's (``taller_tiles``), under uniform routing each expert is read as at half its rows, and
-    under measured routing its tiles twice as tall are counted at the full tokens and scaled by the curve's share of
-    uniform routing's own tall tiles. (Before: the measured routing at half the tokens, which on the H200's
-    2,048-token prefills of the Qwen3-MoE shape, the bench prompts' routing touching 47 of 128 experts a layer and
-    one expert up to 2,000 rows, predicted the UVA plans 1.10-1.18x their measured step; this, 1.05-1.14x:
-    bench/results/predict-h200-2026-12-03/, replayed with bench/replay_predict.py.)"""
+    that reads them (None: transformers' module's own call, as the curve was calibrated). Where its tiles are twice
+    as tall as the curve's (``taller_tiles``): the routing's tiles of twice ``TILE_ROWS`` at the full tokens (uniform
+    routing's where ``q`` is None or uniform), times the share of its short tiles that the curve reads at this size
+    under uniform routing (``uniform_reads`` over ``tiles``: the L2's catch, as ``measured_reads`` scales), and at
+    least once. Not the curve at half the rows: calibrate's curve has no point between 32 and 128 rows an expert,
+    and its line between them (1.16 passes at 64, where the dense curve's own point says 1.02) priced the H200's
+    padded prefills 1.13-1.19x a layer (docs/BENCHMARKS.md, 2026-12-03)."""
     if group is not None and taller_tiles(moe, tokens, group):
-        if q is None or is_uniform(q):  # a tile twice as tall: each expert read as at half its rows
-            return hw.expert_passes(rows / 2.0)
-        # the measured routing's tall tiles, times the curve's share of its own (uniform, halved rows) tall tiles
+        # tiles twice as tall, counted at the full tokens, times the share of its tiles the curve reads at this size
         experts, top_k = moe
-        hit = touched_experts(experts, top_k, tokens)
-        flat = tiles((top_k / experts,) * experts, tokens, 2 * TILE_ROWS)
-        share = hit * hw.expert_passes(tokens * top_k / max(hit, 1e-9) / 2.0) / max(flat, 1e-9)
-        return tiles(q, tokens, 2 * TILE_ROWS) * share / max(touched_by(q, tokens)[0], 1e-9)
+        uniform = (top_k / experts,) * experts
+        share = uniform_reads(moe, tokens, hw) / max(tiles(uniform, tokens), 1e-9)
+        q = uniform if q is None or is_uniform(q) else q
+        return max(1.0, tiles(q, tokens, 2 * TILE_ROWS) * share / max(touched_by(q, tokens)[0], 1e-9))  # once at least
     if q is None or is_uniform(q):
         return hw.expert_passes(rows)
     return measured_reads(q, moe, tokens, hw) / max(touched, 1e-9)
