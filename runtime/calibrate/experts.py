@@ -11,8 +11,10 @@ from runtime.calibrate.cpu import tiny_moe
 from runtime.calibrate.timers import gpu_ms
 from runtime.uva import device_view
 
-# the mean rows each of the 128 experts sees in ``moe_experts``' grouped calls: 16 to 32,768 tokens at top-8
-EXPERT_ROWS = (1, 2, 8, 32, 128, 512, 2048)
+# the mean rows each of the 128 experts sees in ``moe_experts``' grouped calls: 16 to 32,768 tokens at top-8 (64 and
+# 256 since 2026-12-03: between 32 and 128 the curve's line gave 1.16 passes at 64, where the dense curve measured
+# 1.02, and priced a 1,024-token prefill's experts by it)
+EXPERT_ROWS = (1, 2, 8, 32, 64, 128, 256, 512, 2048)
 
 
 # from these rows an expert on, the resident module's time is its flops' (below, its reads and fixed costs: the
