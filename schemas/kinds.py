@@ -40,8 +40,12 @@ from functools import lru_cache
 
 from schemas.spec_layers import PARAM_KINDS, ParamKind
 
-__all__ = ["PARAM_KINDS", "ParamKind", "classify", "expert_count_problems", "is_experts_container", "name_key",
-           "param_kind"]
+__all__ = ["AFTER_ATTENTION", "PARAM_KINDS", "ParamKind", "classify", "expert_count_problems", "is_experts_container",
+           "name_key", "param_kind"]
+
+# the kinds a decoder block runs after its attention (and its routing): the cost model starts a layer's UVA reads
+# after the rest of its work where every param it reads through UVA is of one (planner/cost/layer.py)
+AFTER_ATTENTION: frozenset[str] = frozenset({"dense_mlp", "shared_experts", "routed_experts"})
 
 _LN = re.compile(r"^ln(_\w+|\d+)?$")
 _SCALE = re.compile(

@@ -35,6 +35,40 @@ def test_a_uva_read_while_a_copy_is_in_flight_takes_turns_with_it():
     assert t.compute_ms == pytest.approx(4 + 2)  # the read took 2 ms longer on the compute stream
 
 
+def test_a_layer_reads_its_late_kinds_after_its_other_work():
+    """A layer whose every UVA param is of a kind that runs after its attention (an MLP, experts) starts reading at
+    ``uva_at_ms``: a copy in flight has the link alone until then (the H200, the Qwen3-MoE shape with experts on UVA
+    and attention prefetched, decode: replayed 1.11x with the reads from the layer's start, 1.02x so)."""
+    late = LayerWork(gpu_ms=3, cpu_ms=0.0, copy_ms=0.0, copy_bytes=0, uva_link_ms=2, uva_at_ms=1)
+    t = simulate([w(1), late, w(1, copy=2)], [Copy(2, 0, False)])
+    # the copy [0, 2] alone; layer 1 runs [1, 4] and reads [2, 4], after the copy: nothing shared
+    assert t.layers[2].copy_end == pytest.approx(2) and t.layers[1].end == pytest.approx(4)
+    assert t.step_ms == pytest.approx(5)
+    # read from the layer's start, the read [1, ...] meets the copy's last 1 ms: both at half, 1 ms later each
+    early = simulate([w(1), w(3, uva=2), w(1, copy=2)], [Copy(2, 0, False)])
+    assert early.layers[2].copy_end == pytest.approx(3) and early.layers[1].end == pytest.approx(5)
+    assert early.step_ms == pytest.approx(6)
+
+
+def test_only_late_kinds_on_uva_read_after_the_layers_other_work():
+    from test_cost_model import _layer
+
+    from planner.cost.layer import layer_work
+
+    params = {"self_attn.q_proj.weight": [512, 512], "mlp.up_proj.weight": [2048, 512]}
+    hw = load_hardware("h200")
+
+    def work(uva: list[str], prefetch: list[str] = ()) -> LayerWork:
+        layer = _layer(params, offloaded=uva + list(prefetch))
+        return layer_work(layer.model_copy(update={"uva": uva}), 1, hw)
+
+    mlp = work(["mlp.up_proj.weight"], ["self_attn.q_proj.weight"])
+    assert 0 < mlp.uva_at_ms < mlp.gpu_ms and mlp.uva_link_ms > 0  # after the attention and the block's own work
+    assert work(["self_attn.q_proj.weight"]).uva_at_ms == 0.0  # attention's reads begin with the layer
+    assert work(["self_attn.q_proj.weight", "mlp.up_proj.weight"]).uva_at_ms == 0.0
+    assert work([]).uva_at_ms == 0.0
+
+
 def test_reads_with_no_copy_in_flight_are_not_slowed():
     t = simulate([w(1, copy=1), w(3, uva=3), w(1)], [Copy(0, 0, True)])
     # the copy for the next forward runs [0, 1] while layer 0 computes; layer 1 reads from 1: link idle

@@ -51,7 +51,7 @@ from functools import lru_cache
 
 from planner.cost.block import ONE, Sequences, block_ms, block_shape
 from planner.cost.expert_reads import touched_by, touched_experts, uva_passes
-from schemas.kinds import name_key, param_kind
+from schemas.kinds import AFTER_ATTENTION, name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.spec_layers import Tensor, moe_shape
@@ -73,6 +73,10 @@ class LayerWork:
     # the part of it read after the mid-layer wait: what the copy stream shares the link with
     uva_link_ms: float = 0.0
     synced_uva_link_ms: float = 0.0
+    # when the layer's UVA reads begin, from its start: where every param read through UVA is of a kind that runs
+    # after the block's attention (an MLP, experts), the layer's other work first (its attention, the block's own
+    # kernels, the routing): a copy in flight has the link alone until then; else 0
+    uva_at_ms: float = 0.0
     # the host CPU's own thread (the cpu backend's experts): it starts when the compute stream has run the
     # layer's gpu_ms less beside_ms, runs beside the stream's last beside_ms, and the stream waits for it at
     # the layer's end, joined_ms after it reached the experts (the expected larger of the two over routings);
@@ -182,13 +186,15 @@ class ParamTime:
     gpu_ms: float
     uva_ms: float
     uva_link_ms: float  # the host link's part of uva_ms
+    late: bool = False  # of a kind that runs after the block's attention (schemas/kinds.py ``AFTER_ATTENTION``)
 
 
 def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProfile,
                moe: tuple[int, int] | None, shares: Sequence[float] | None = None) -> ParamTime:
     role = _role(layer, rel, p)
     uva, link = _param_ms(role, p, tokens, hw, "uva", moe, shares)
-    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe, shares)[0], uva, link)
+    return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe, shares)[0], uva, link,
+                     (p.kind or param_kind(layer, rel)) in AFTER_ATTENTION)
 
 
 def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, block: float,
@@ -197,14 +203,17 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
     ``block``: the GPU ms of its work besides the params' kernels (planner/cost/block.py)."""
     gpu, routed, link, routed_link = block, 0.0, 0.0, 0.0
     copy_bytes = copies = 0
+    early, late_uva = block, True  # the work before the late kinds, and whether every UVA param is of one
     for t in times:
         if t.rel in on_uva:
             ms = t.uva_ms
             link += t.uva_link_ms
             routed_link += t.uva_link_ms if t.routed else 0.0
+            late_uva = late_uva and t.late
         else:
             ms = t.gpu_ms
         gpu += ms
+        early += 0.0 if t.late else ms
         routed += ms if t.routed else 0.0
         if t.rel in copied:
             copy_bytes += t.nbytes
@@ -213,7 +222,7 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
     synced = routed if moe_sync else None
     return LayerWork(gpu, (cpu_us + expert_us) / 1e3, copy_ms, copy_bytes, synced,
                      expert_us / 1e3 if synced is not None else 0.0, link,
-                     routed_link if synced is not None else 0.0)
+                     routed_link if synced is not None else 0.0, uva_at_ms=early if link and late_uva else 0.0)
 
 
 def cpu_us(matrices: int, params: int, moe: tuple[int, int] | None, tokens: int,

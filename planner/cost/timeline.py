@@ -147,9 +147,9 @@ def simulate(work: Sequence[LayerWork], copies: Sequence[Copy | tuple[int, int, 
             gpu = max(reach + wx.joined_ms, host)
         elif wx.synced_gpu_ms is None:
             cpu += wx.cpu_ms
-            if wx.uva_link_ms and free > start:
+            if wx.uva_link_ms and free > start + wx.uva_at_ms:
                 link.free = free
-                shared = link.read(start, wx.uva_link_ms)
+                shared = link.read(start + wx.uva_at_ms, wx.uva_link_ms)
                 free = link.free
             else:
                 shared = 0.0
