@@ -59,6 +59,11 @@ H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=40.0), RatePoint(tokens=2, gbps=55
 H200_HOST_EXPERT_US = 74.0
 
 
+# the narrow weight ``planner calibrate`` reads through UVA beside its wide one, (outputs, inputs): Llama-3-8B's key
+# projection; its fixed cost per call (``uva_call_ms``) and its re-reads by rows (``uva_passes_narrow``)
+NARROW_UVA = (1024, 4096)
+
+
 class HardwareProfile(StrictModel):
     FILE_KIND: ClassVar[str] = "hardware profile"
 
@@ -72,6 +77,11 @@ class HardwareProfile(StrictModel):
         "link (about the harmonic mean of h2d_gbps and uva_gbps when they take turns); absent: assumed so")
     uva_passes: list[UvaPoint] = Field(
         min_length=1, description="matmul re-reads of a UVA weight by token count; linear between points")
+    uva_passes_narrow: list[UvaPoint] | None = Field(
+        default=None, description="the same for a narrow weight (NARROW_UVA: 1,024 outputs, a key or value "
+        "projection), which the GPU's matmul tiles in shorter tiles of rows and so re-reads more often (on the H200 "
+        "15.5 times at 2,048 rows where the wide weight's curve says 7.9); priced for weights of at most "
+        "NARROW_UVA's outputs; absent: uva_passes for every weight")
     gpu_mem_gbps: Rate = Field(description="GPU memory read rate of a large kernel, GB/s")
     matmul_gbps_rows: list[RatePoint] | None = Field(
         default=None, description="a dense matmul's read rate from GPU memory by its rows, as a decoder block's "
@@ -160,7 +170,8 @@ class HardwareProfile(StrictModel):
         """The workspace allowance a plan counts: the measured one, else DEFAULT_WORKSPACE_BYTES."""
         return self.workspace_bytes if self.workspace_bytes is not None else DEFAULT_WORKSPACE_BYTES
 
-    @field_validator("uva_passes", "uva_expert_passes", "host_expert_gbps", "expert_tflops_rows", "matmul_gbps_rows")
+    @field_validator("uva_passes", "uva_passes_narrow", "uva_expert_passes", "host_expert_gbps", "expert_tflops_rows",
+                     "matmul_gbps_rows")
     @classmethod
     def _sorted(cls, points: list | None) -> list | None:
         if points is None:
@@ -181,9 +192,13 @@ class HardwareProfile(StrictModel):
         pts = self.matmul_gbps_rows
         return _flat_between([(p.tokens, p.gbps) for p in pts], rows) if pts else self.gpu_mem_gbps
 
-    def passes(self, tokens: float) -> float:
+    def passes(self, tokens: float, outputs: int | None = None) -> float:
         """Re-reads of a UVA weight by a matmul over ``tokens`` rows: piecewise linear in tokens
-        (a matmul re-reads its weight once per tile of rows), extended past the last point."""
+        (a matmul re-reads its weight once per tile of rows), extended past the last point; ``outputs``: the
+        weight's output features, whose narrow curve (``uva_passes_narrow``) prices a weight of at most
+        ``NARROW_UVA``'s where the profile has one."""
+        if self.uva_passes_narrow and outputs is not None and outputs <= NARROW_UVA[0]:
+            return _along(self.uva_passes_narrow, tokens)
         return _along(self.uva_passes, tokens)
 
     def expert_passes(self, rows: float) -> float:

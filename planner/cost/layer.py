@@ -169,7 +169,8 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
     # a layer's experts read through UVA run the runtime's grouped call over all of them (runtime/uva_experts.py)
-    passes = (uva_passes(shares, moe, tokens, hit, rows, hw, experts) if grouped else hw.passes(rows)) if link else 1.0
+    passes = ((uva_passes(shares, moe, tokens, hit, rows, hw, experts) if grouped else hw.passes(rows, p.shape[0]))
+              if link else 1.0)
     fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
     read = nbytes * passes / rate / 1e6
     tflops = hw.experts_tflops_at(rows) if grouped else hw.matmul_tflops

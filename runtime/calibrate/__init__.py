@@ -9,7 +9,8 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``uva_gbps``, ``uva_call_ms``, ``uva_passes``: ``x @ W.T`` with an 8192x8192 weight read through a UVA view
   of pinned host memory, at 1 ... 4096 tokens, and at 1 token with a 1024x4096 one: the line through the two
   1-token reads gives the rate and the fixed time a matmul pays beyond its bytes; passes = bytes read
-  ((time - fixed) x UVA rate) / weight bytes;
+  ((time - fixed) x UVA rate) / weight bytes; ``uva_passes_narrow``: the 1024x4096 one's at the same rows
+  (a narrow weight is tiled in shorter tiles of rows: re-read more often);
 - ``link_shared_gbps``: a 1 GiB pinned copy on one stream and a 1-token matmul reading another 1 GiB
   weight through UVA on a second stream, started together: 2 GiB / the time until both are done (the
   copy engine and UVA reads share the one host link: docs/DESIGN.md, "Cost model");

@@ -11,7 +11,7 @@ import torch
 
 from runtime.calibrate.timers import gpu_ms
 from runtime.uva import device_view
-from schemas.hardware_profile import UvaPoint
+from schemas.hardware_profile import NARROW_UVA, UvaPoint
 
 TOKENS = (1, 16, 64, 256, 1024, 2048, 4096)
 
@@ -67,7 +67,7 @@ def shared_link(device: torch.device) -> dict[str, object]:
     return {"link_shared_gbps": 2 * n / both / 1e6, "raw_link": raw}
 
 
-SMALL_UVA = (1024, 4096)  # a small matrix read through UVA (Llama-3-8B's key projection): the fixed cost's witness
+SMALL_UVA = NARROW_UVA  # a small matrix read through UVA (Llama-3-8B's key projection): the fixed cost's witness
 
 
 def uva_line(big_bytes: int, big_ms: float, small_bytes: int, small_ms: float) -> tuple[float, float]:
@@ -78,6 +78,16 @@ def uva_line(big_bytes: int, big_ms: float, small_bytes: int, small_ms: float) -
     gbps = (big_bytes - small_bytes) / (big_ms - small_ms) / 1e6
     fixed = small_ms - small_bytes / gbps / 1e6
     return (gbps, fixed) if fixed > 0.0 else (big_bytes / big_ms / 1e6, 0.0)
+
+
+def passes_by_rows(ms: dict[int, float], nbytes: int, fixed: float, gbps: float, rising: bool = False) -> list[UvaPoint]:
+    """A weight's reads over the link by the rows of the matmul that took ``ms[rows]`` ms reading it through UVA:
+    (time - ``fixed``) at ``gbps`` / its bytes, at least 1; ``rising``: never fewer than at fewer rows (a dip is
+    the timing's noise)."""
+    reads = [max(1.0, (ms[t] - fixed) * gbps * 1e6 / nbytes) for t in sorted(ms)]
+    if rising:
+        reads = [max(reads[:k + 1]) for k in range(len(reads))]
+    return [UvaPoint(tokens=t, passes=round(r, 3)) for t, r in zip(sorted(ms), reads)]
 
 
 def matmuls(device: torch.device) -> dict[str, object]:
@@ -95,17 +105,19 @@ def matmuls(device: torch.device) -> dict[str, object]:
         resident_ms[t] = gpu_ms(lambda x=x: x @ w_gpu.T, queued=True)
     s_host = torch.randn(*SMALL_UVA, dtype=torch.bfloat16).pin_memory()
     s_uva = device_view(s_host, device)
-    x = torch.randn(1, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
-    small_ms = gpu_ms(lambda: x @ s_uva.T)
-    # the same narrow weight at a prefill's rows, kept raw: does cuBLAS tile a narrow matrix's rows finer, so that
-    # it re-reads its weight more often than ``uva_passes`` (measured on the wide one) says? (attention alone on
-    # UVA at a 2,048-token prefill of the Llama-3-8B shape ran 1.15-1.18x its prediction in every run of 2026-12-02)
-    x_prefill = torch.randn(2048, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
-    small_prefill_ms = gpu_ms(lambda: x_prefill @ s_uva.T, repeat=5)
-    uva_gbps, fixed = uva_line(nbytes, uva_ms[1], s_host.numel() * s_host.element_size(), small_ms)
-    points = [UvaPoint(tokens=t, passes=round(max(1.0, (uva_ms[t] - fixed) * uva_gbps * 1e6 / nbytes), 3))
-              for t in TOKENS]
+    # the narrow weight at each of the wide one's rows: the GPU's matmul tiles a narrow matrix's rows finer and so
+    # re-reads it more often (the H200, 2,048 rows: 15.5 reads where the wide weight's curve says 7.9; attention
+    # alone on UVA at a 2,048-token prefill of the Llama-3-8B shape ran 1.15-1.18x its prediction, 2026-12-02)
+    narrow_ms = {}
+    for t in TOKENS:
+        x = torch.randn(t, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
+        narrow_ms[t] = gpu_ms(lambda x=x: x @ s_uva.T, repeat=5 if t > 1 else 3)
+    small_bytes = s_host.numel() * s_host.element_size()
+    uva_gbps, fixed = uva_line(nbytes, uva_ms[1], small_bytes, narrow_ms[1])
+    points = passes_by_rows(uva_ms, nbytes, fixed, uva_gbps)
+    narrow = passes_by_rows(narrow_ms, small_bytes, fixed, uva_gbps, rising=True)
     big = TOKENS[-1]
-    return {"uva_gbps": uva_gbps, "uva_call_ms": fixed, "uva_passes": points,
+    return {"uva_gbps": uva_gbps, "uva_call_ms": fixed, "uva_passes": points, "uva_passes_narrow": narrow,
             "gpu_mem_gbps": nbytes / resident_ms[1] / 1e6, "matmul_tflops": 2 * big * dim * dim / resident_ms[big] / 1e9,
-            "raw_uva_ms": dict(uva_ms, small=small_ms, small_2048=small_prefill_ms), "raw_gpu_ms": resident_ms}
+            "raw_uva_ms": dict(uva_ms, small=narrow_ms[1], small_2048=narrow_ms.get(2048), narrow=narrow_ms),
+            "raw_gpu_ms": resident_ms}
