@@ -80,7 +80,8 @@ def uva_line(big_bytes: int, big_ms: float, small_bytes: int, small_ms: float) -
     return (gbps, fixed) if fixed > 0.0 else (big_bytes / big_ms / 1e6, 0.0)
 
 
-def passes_by_rows(ms: dict[int, float], nbytes: int, fixed: float, gbps: float, rising: bool = False) -> list[UvaPoint]:
+def passes_by_rows(ms: dict[int, float], nbytes: int, fixed: float, gbps: float,
+                   rising: bool = False) -> list[UvaPoint]:
     """A weight's reads over the link by the rows of the matmul that took ``ms[rows]`` ms reading it through UVA:
     (time - ``fixed``) at ``gbps`` / its bytes, at least 1; ``rising``: never fewer than at fewer rows (a dip is
     the timing's noise)."""
