@@ -120,5 +120,9 @@ def test_the_greedy_order_is_weighed_on_a_grid_fine_enough_to_see_its_holes(monk
     spec = load_spec(ROOT / "examples" / "generated" / "llama-3-8b.yaml")
     kept = planner.plan(spec, gpu_budget=13_550_000_000, workload=DECODE, hardware=hw).predictions.weighted_step_ms
     monkeypatch.setattr(auto, "GREEDY_GRID", auto.GRID)
+    monkeypatch.setattr(auto, "NEAR", -1.0)  # no near ties told apart on a finer grid (which also finds the hole)
     coarse = planner.plan(spec, gpu_budget=13_550_000_000, workload=DECODE, hardware=hw).predictions.weighted_step_ms
     assert kept * 1.5 < coarse
+    monkeypatch.setattr(auto, "NEAR", 0.005)
+    closer = planner.plan(spec, gpu_budget=13_550_000_000, workload=DECODE, hardware=hw).predictions.weighted_step_ms
+    assert closer * 1.5 < coarse

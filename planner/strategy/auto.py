@@ -4,10 +4,11 @@ the one order kept, its path (planner/strategy/auto_slots.py) and the step of it
 
 Which order: without ``offload.prefer`` several orders are weighed (``candidate_prefers``). Each is
 predicted at a fixed grid of budgets spread between the lowest peak any of them reaches and the whole
-model (the fastest of its first steps that fit there with each slot count), and the one whose plans predict the step closest to the
-fastest order's at every grid budget (the least worst ratio, then the least mean) is kept for every
-budget. The grid never depends on the
-budget asked for, so neither does the order: a larger budget takes a step no later on the same path.
+model (the fastest of its first steps that fit there with each slot count), and the one whose plans predict
+the step closest to the fastest order's at every grid budget (the least worst ratio, then the least mean;
+orders within ``NEAR`` of the least worst told apart on a grid ``CLOSER`` times as fine) is kept for every
+budget. The grids never depend on the budget asked for, so neither does the order: a larger budget takes a
+step no later on the same path.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ GRID = 8  # budgets the orders are weighed at (between the lowest peak and the w
 # Llama-3-8B shape at decode with the 2026-12-02 profile: kept on 8 budgets, 1.63x the attention-first order's step
 # at 13.55 GB on a sweep of 201; bench/results/search-2026-12-02b/); 16 budgets see them
 GREEDY_GRID = 16
+# orders whose worst ratios over the grid lie within NEAR of the kept one's are told apart on a grid CLOSER times as
+# fine (the Llama-3-70B prefill: two orders at 1.028 and 1.029 over 16 budgets, 1.069 and 1.029 over 201; the table
+# of bench/bench_search.py 33 -> 34 of 36, no other cell moved, 2026-12-03)
+NEAR = 0.005
+CLOSER = 4
 
 
 @dataclass(frozen=True)
@@ -177,7 +183,9 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
 def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int = GRID) -> tuple:
     """The order to keep for every budget: predicted at ``points`` budgets between the lowest peak any order
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
-    that reach that lowest peak are kept, so keeping one never makes a budget infeasible.
+    that reach that lowest peak are kept, so keeping one never makes a budget infeasible. Orders whose worst
+    ratios lie within ``NEAR`` of the least are told apart on a grid ``CLOSER`` times as fine (``_least_worst``),
+    unless that least is within ``NEAR`` of the fastest order everywhere (nothing to gain, and a finer grid costs).
 
     An order's estimate at a budget (``_estimate``) is simulated only where it can matter: each stands for a bound
     no more than it (``_Estimate``) until asked for; the fastest order's at each budget is found among those whose
@@ -203,10 +211,34 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int 
         keep = min(reach, key=lambda p: (max(ratios(p)), sum(ratios(p)), index[p]))
         bounded = [e for e in rows[keep] if not e.known]
         if not bounded:
-            return keep, Weighed(len(paths), max(ratios(keep)))
+            break
         if not [e.tighten() for e in bounded].count(True):
             for e in bounded:
                 e.exact()
+    worst = max(ratios(keep))
+    near = []  # the orders this grid cannot tell from the kept one (their worst ratios within NEAR of its), where
+    # the kept one is not within NEAR of the fastest at every budget already
+    for p in reach if worst > 1 + NEAR else ():
+        if p != keep and max(ratios(p)) <= worst * (1 + NEAR):  # a bound first, then the ratio itself
+            for e in rows[p]:
+                e.exact()
+            if max(ratios(p)) <= worst * (1 + NEAR):
+                near.append(p)
+    if near:
+        fine = _least_worst(paths, [keep, *near], cpu_budget, floor, total_bytes, CLOSER * points)
+        keep = min([keep, *near], key=lambda p: (fine[p], index[p]))
+    return keep, Weighed(len(paths), max(ratios(keep)))
+
+
+def _least_worst(paths: Mapping, tied: Sequence, cpu_budget: int | None, floor: int, total_bytes: int,
+                 points: int) -> dict:
+    """Each of the ``tied`` orders' worst ratio to the fastest order over ``points`` budgets from ``floor`` to the
+    whole model (a finer grid, where ``_keep``'s could not tell them apart)."""
+    grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
+    rows = {p: [_Estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
+    best = [_fastest([row[i] for row in rows.values()]) for i in range(len(grid))]
+    return {p: max(rows[p][i].exact() / b if 0 < b < float("inf") else 1.0 for i, b in enumerate(best))
+            for p in tied}
 
 
 def _fastest(estimates: Sequence[_Estimate]) -> float:
