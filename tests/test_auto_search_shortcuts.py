@@ -73,7 +73,8 @@ def _kept_by_definition(paths: dict, cpu_budget, total_bytes: int, points: int) 
     near = [p for p in paths if lowest[p] == floor and p != keep and max(ratios[keep]) > 1 + auto.NEAR
             and max(ratios[p]) <= max(ratios[keep]) * (1 + auto.NEAR)]
     if near:  # told apart on a grid CLOSER times as fine: the least worst ratio there
-        fine = [floor + (total_bytes - floor) * k // (auto.CLOSER * points + 1) for k in range(1, auto.CLOSER * points + 1)]
+        n = auto.CLOSER * points
+        fine = [floor + (total_bytes - floor) * k // (n + 1) for k in range(1, n + 1)]
         fms = {p: [auto._estimate(path, budget, cpu_budget) for budget in fine] for p, path in paths.items()}
         fbest = [min(fms[p][i] for p in paths) for i in range(len(fine))]
         worst = {p: max(m / b if 0 < b < float("inf") else 1.0 for m, b in zip(fms[p], fbest)) for p in [keep, *near]}
