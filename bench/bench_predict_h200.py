@@ -27,7 +27,7 @@ default bench/results/predict-h200-DATE/), also printed: the environment, the li
 (a block's host time on the model and from calibrate, and a decode step's host time outside the blocks), one
 row per plan and workload (predicted and measured ms and their ratio, with calibrate's profile and with the
 block's CPU time measured on the model; the plan's link bound: its copied bytes at the copy rate plus its UVA
-bytes at the read rate; the plan's file under ``plans/``, which bench/replay_predict.py reads), for prefetch
+bytes at the read rate; the plan's name in ``plans.jsonl``, which bench/replay_predict.py reads), for prefetch
 plans at decode one ``timeline`` row (one more forward with the runtime's copy statistics: each copy's and
 each stall's start and end from the forward's start, late copies, the host time, and per decoder block when
 the host issued it and when the GPU could start it; beside the predicted copy windows), skipped plans, and two
@@ -473,6 +473,9 @@ def link_bound_ms(plan, tokens: int, hw: HardwareProfile) -> float:
                for layer, w in zip(plan.layers, layers_work(plan.layers, tokens, hw)))
 
 
+PLANS_FILE = "plans.jsonl"  # beside the rows: {"file": a row's plan_file, "yaml": the plan} a line
+
+
 class Writer:
     def __init__(self, path: Path) -> None:
         self.file = path.open("w")
@@ -507,8 +510,7 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
     graph = (args.graph or args.graph_only) and device.type == "cuda"
     modes = (["eager"] if not (args.graph_only and graph) else []) + (["graph"] if graph else [])
     names = [name for name, _ in workload.items()]
-    plans = folder / "plans"
-    plans.mkdir(exist_ok=True)
+    plans = folder / PLANS_FILE  # every plan in one file: a device call returns a few files, not one a plan
     rows = []
     for i, case in enumerate(cases):
         if time.perf_counter() > deadline:
@@ -518,7 +520,8 @@ def run_model(kind: str, cases: list[Case], args, device, hw, workload, out: Wri
         try:
             plan, note = make_plan(case, spec, total, hw, workload)
             plan_file = f"{kind}-{i:02d}.plan.yaml"
-            (plans / plan_file).write_text(dump_model(plan))
+            with plans.open("a") as saved:
+                saved.write(json.dumps({"file": plan_file, "yaml": dump_model(plan)}) + "\n")
             predicted = {p.workload: p for p in plan.predictions.workloads}
             on_model = {p.workload: p for p in predict(plan, model_hw, workload).workloads}
             with runtime.apply(plan, model, device=str(device)) as handle:

@@ -6,8 +6,8 @@
 Each measured plan is made again from the spec of its model (built on the meta device: no weights, no GPU)
 and predicted with the run's own profile (its ``profile`` row) at the run's workloads; the table gives the
 prediction the run wrote, today's, the measured step and both ratios, then how many plans and pairs are
-within 10% before and after. A run that saved its plans (``plans/`` beside the rows, as the bench does
-now) is replayed from those files, exactly. Older runs saved none: a plan is then made again from its case
+within 10% before and after. A run that saved its plans (``plans.jsonl`` beside the rows, as the bench does
+now, or a ``plans/`` folder of files, as it did until 2026-12-03) is replayed from them, exactly. Older runs saved none: a plan is then made again from its case
 (bench_predict_h200.PLANS), and where today's planner cuts a budget differently (its peak reckoning has
 changed since) the budget is raised to the smallest one whose plan offloads what the run's did, so that
 the plan replayed is the plan measured; a plan that cannot be matched so is listed as not replayed.
@@ -104,7 +104,8 @@ def replay(path: Path, profile=None, cache: Path | None = None, without: list[st
     from schemas import dump_model
 
     from schemas.hardware_profile import HardwareProfile
-    from schemas.io import load_plan
+    from schemas.io import load_model, load_plan
+    from schemas.plan import Plan
 
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = [r for r in lines if r["type"] == "row"]
@@ -114,7 +115,12 @@ def replay(path: Path, profile=None, cache: Path | None = None, without: list[st
         hw = without_fields(hw, without)
     dry = any(r.get("dry_run") for r in lines if r["type"] == "env")
     workload = bench.DRY_WORKLOADS if dry else bench.WORKLOADS
-    saved = path.parent / "plans"
+    saved = path.parent / "plans"  # a plan a file (runs until 2026-12-03), or every plan in bench.PLANS_FILE
+    packed = {}
+    if (path.parent / bench.PLANS_FILE).exists():
+        for line in (path.parent / bench.PLANS_FILE).read_text().splitlines():
+            entry = json.loads(line)
+            packed[entry["file"]] = entry["yaml"]
     routings = {r["model"]: r["shares"] for r in lines if r["type"] == "routing" and "shares" in r}
     # the bench predicts the routed eager rows with the model's own CPU times (its ``cpu`` row: a block, and outside
     # the blocks where the row has it), as here
@@ -129,7 +135,9 @@ def replay(path: Path, profile=None, cache: Path | None = None, without: list[st
             file = saved / measured[0]["plan_file"] if measured[0].get("plan_file") else None
             kept = cache / f"{kind}--{label.replace('/', '_')}.plan.yaml" if cache is not None else None
             case = next((c for c in bench.PLANS if c.model == kind and c.label == label), None)
-            if file is not None and file.exists():
+            if measured[0].get("plan_file") in packed:
+                plan = load_model(Plan, measured[0]["plan_file"], packed[measured[0]["plan_file"]])
+            elif file is not None and file.exists():
                 plan = load_plan(file)
             elif kept is not None and kept.exists():
                 plan = load_plan(kept)

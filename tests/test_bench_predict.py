@@ -47,7 +47,7 @@ def test_every_plan_is_made_on_the_tiny_model(kind):
             assert bench.link_bound_ms(plan, item.tokens, hw) >= 0
 
 
-def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path):
+def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path, monkeypatch):
     assert bench.main(["--dry-run", "--device", "cpu", "--out", str(tmp_path), "--limit", "1"]) == 0
     lines = [json.loads(line) for line in (tmp_path / "predict-h200.jsonl").read_text().splitlines()]
     kinds = [line["type"] for line in lines]
@@ -77,9 +77,14 @@ def test_a_dry_run_writes_a_row_per_plan_and_workload(tmp_path):
                                                                        "moe": ("moe_block_cpu_us", 6)}
     assert all(c["model_us"] > 0 for c in cpu.values())
     assert [r["plan_file"] for r in rows[::3]] == ["llama-00.plan.yaml", "moe-00.plan.yaml"]
-    assert all((tmp_path / "plans" / r["plan_file"]).exists() for r in rows)
-    # the replay reads the saved plans: with the run's profile, the run's predictions again
+    # every plan in one file (a device call returns a few files): one line a plan, named as the rows name it
+    packed = [json.loads(line) for line in (tmp_path / "plans.jsonl").read_text().splitlines()]
+    assert sorted(p["file"] for p in packed) == sorted({r["plan_file"] for r in rows})
+    assert not (tmp_path / "plans").exists()
+    # the replay reads the saved plans: with the run's profile, the run's predictions again (none made again)
     import replay_predict
+
+    monkeypatch.setattr(replay_predict, "matched_plan", lambda *a, **k: pytest.fail("a plan was made again"))
 
     again = replay_predict.replay(tmp_path / "predict-h200.jsonl")
     assert [(r["model"], r["plan"], r["workload"]) for r in again] == [(r["model"], r["plan"], r["workload"])
