@@ -634,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         out.row(type="profile", profile=hw.model_dump(), seconds=round(time.perf_counter() - start, 1))
         workload = DRY_WORKLOADS if args.dry_run else WORKLOADS
         kinds = [args.only] if args.only else list(MODELS)
+        (folder / PLANS_FILE).write_text("")  # run_model appends each model's plans: none of an earlier run's
         rows: list[dict] = []
         for i, kind in enumerate(kinds):
             left = args.time_budget - (time.perf_counter() - start)

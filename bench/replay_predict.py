@@ -7,7 +7,8 @@ Each measured plan is made again from the spec of its model (built on the meta d
 and predicted with the run's own profile (its ``profile`` row) at the run's workloads; the table gives the
 prediction the run wrote, today's, the measured step and both ratios, then how many plans and pairs are
 within 10% before and after. A run that saved its plans (``plans.jsonl`` beside the rows, as the bench does
-now, or a ``plans/`` folder of files, as it did until 2026-12-03) is replayed from them, exactly. Older runs saved none: a plan is then made again from its case
+now, or a ``plans/`` folder of files, as it did until 2026-12-03) is replayed from them, exactly. Older runs
+saved none: a plan is then made again from its case
 (bench_predict_h200.PLANS), and where today's planner cuts a budget differently (its peak reckoning has
 changed since) the budget is raised to the smallest one whose plan offloads what the run's did, so that
 the plan replayed is the plan measured; a plan that cannot be matched so is listed as not replayed.

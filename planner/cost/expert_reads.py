@@ -73,12 +73,14 @@ def uniform_reads(moe: tuple[int, int], tokens: float, hw: HardwareProfile) -> f
     return touched * hw.expert_passes(tokens * top_k / max(touched, 1e-9))
 
 
-def measured_reads(q: Sequence[float], moe: tuple[int, int], tokens: float, hw: HardwareProfile) -> float:
+def measured_reads(q: Sequence[float], moe: tuple[int, int], tokens: float, hw: HardwareProfile,
+                   tile_rows: int = TILE_ROWS) -> float:
     """The same for the experts whose chances of being picked are ``q`` (all of a layer's, or one part's) in a
-    layer of ``moe``: their tile reads, times the curve's share of the tile reads under uniform routing."""
+    layer of ``moe``: their tile reads (tiles of ``tile_rows``), times the curve's share of the tile reads under
+    uniform routing (its calls' own tiles, of ``TILE_ROWS``)."""
     experts, top_k = moe
     flat = tiles((top_k / experts,) * experts, tokens)
-    return tiles(q, tokens) * uniform_reads(moe, tokens, hw) / max(flat, 1e-9)
+    return tiles(q, tokens, tile_rows) * uniform_reads(moe, tokens, hw) / max(flat, 1e-9)
 
 
 def is_uniform(q: Sequence[float]) -> bool:
@@ -113,10 +115,9 @@ def uva_passes(q: Sequence[float] | None, moe: tuple[int, int], tokens: float, t
     if group is not None and taller_tiles(moe, tokens, group):
         # tiles twice as tall, counted at the full tokens, times the share of its tiles the curve reads at this size
         experts, top_k = moe
-        uniform = (top_k / experts,) * experts
-        share = uniform_reads(moe, tokens, hw) / max(tiles(uniform, tokens), 1e-9)
-        q = uniform if q is None or is_uniform(q) else q
-        return max(1.0, tiles(q, tokens, 2 * TILE_ROWS) * share / max(touched_by(q, tokens)[0], 1e-9))  # once at least
+        q = (top_k / experts,) * experts if q is None or is_uniform(q) else q
+        reads = measured_reads(q, moe, tokens, hw, 2 * TILE_ROWS) / max(touched_by(q, tokens)[0], 1e-9)
+        return max(1.0, reads)  # each touched expert read once at least
     if q is None or is_uniform(q):
         return hw.expert_passes(rows)
     return measured_reads(q, moe, tokens, hw) / max(touched, 1e-9)

@@ -56,14 +56,14 @@ from runtime.calibrate.block import (DENSE_ROWS, LLAMA_8B_BLOCK, MOE_FLOOR_BLOCK
 from runtime.calibrate.cpu import (TINY, TINY_BLOCKS, TINY_WIDE_HEADS, _by_depth, _forward_ms, _per_block_us,
                                    block_cpu_us, cpu_costs, model_cpu_costs, tiny_llama, tiny_moe)
 from runtime.calibrate.experts import COMPUTE_ROWS, EXPERT_ROWS, _uniform_routing, moe_experts, tflops_by_rows
-from runtime.calibrate.link import SMALL_UVA, TOKENS, link, matmuls, shared_link, uva_line
+from runtime.calibrate.link import TOKENS, link, matmuls, shared_link, uva_line
 from runtime.calibrate.timers import QUEUE_CYCLES, captured, gpu_ms, graph_ms
 from runtime.calibrate.workspace import workspace
 from runtime.calibrate_host import host_experts
 from schemas.hardware_profile import HardwareProfile
 
 __all__ = ["COMPUTE_ROWS", "DENSE_ROWS", "EXPERT_ROWS", "LLAMA_8B_BLOCK",
-           "MOE_FLOOR_BLOCKS", "MOE_FLOOR_SHAPE", "QUEUE_CYCLES", "SMALL_UVA", "TINY", "TINY_BLOCKS",
+           "MOE_FLOOR_BLOCKS", "MOE_FLOOR_SHAPE", "QUEUE_CYCLES", "TINY", "TINY_BLOCKS",
            "TINY_WIDE_HEADS", "TOKENS", "block_compute", "block_cpu_us", "block_gpu_floor",
            "block_reads", "_by_depth", "calibrate", "captured", "cpu_costs", "_forward_ms", "gpu_ms",
            "graph_ms", "kv_read", "link", "matmuls", "model_cpu_costs", "moe_block_bytes", "moe_experts",

@@ -67,9 +67,6 @@ def shared_link(device: torch.device) -> dict[str, object]:
     return {"link_shared_gbps": 2 * n / both / 1e6, "raw_link": raw}
 
 
-SMALL_UVA = NARROW_UVA  # a small matrix read through UVA (Llama-3-8B's key projection): the fixed cost's witness
-
-
 def uva_line(big_bytes: int, big_ms: float, small_bytes: int, small_ms: float) -> tuple[float, float]:
     """(GB/s, fixed ms) of a UVA read taking ``fixed + bytes / rate``, through two measured reads (the big one's
     rate alone when the small one is not slower per byte: no fixed cost to find)."""
@@ -104,14 +101,14 @@ def matmuls(device: torch.device) -> dict[str, object]:
         # queued: a 60 us GEMV timed as issued carries the launch's gap (gpu_mem_gbps 1,967-2,226 GB/s on fresh
         # machines against 2,820, 2026-12-02)
         resident_ms[t] = gpu_ms(lambda x=x: x @ w_gpu.T, queued=True)
-    s_host = torch.randn(*SMALL_UVA, dtype=torch.bfloat16).pin_memory()
+    s_host = torch.randn(*NARROW_UVA, dtype=torch.bfloat16).pin_memory()
     s_uva = device_view(s_host, device)
     # the narrow weight at each of the wide one's rows: the GPU's matmul tiles a narrow matrix's rows finer and so
     # re-reads it more often (the H200, 2,048 rows: 15.5 reads where the wide weight's curve says 7.9; attention
     # alone on UVA at a 2,048-token prefill of the Llama-3-8B shape ran 1.15-1.18x its prediction, 2026-12-02)
     narrow_ms = {}
     for t in TOKENS:
-        x = torch.randn(t, SMALL_UVA[1], dtype=torch.bfloat16, device=device)
+        x = torch.randn(t, NARROW_UVA[1], dtype=torch.bfloat16, device=device)
         narrow_ms[t] = gpu_ms(lambda x=x: x @ s_uva.T, repeat=5 if t > 1 else 3)
     small_bytes = s_host.numel() * s_host.element_size()
     uva_gbps, fixed = uva_line(nbytes, uva_ms[1], small_bytes, narrow_ms[1])
