@@ -62,6 +62,8 @@ def main() -> int:
             row["max_abs_diff"] = (logits.float() - base.float()).abs().max().item()
         if "eager" in ref and name.endswith("eager"):
             row["equal_eager"] = bool(torch.equal(logits, ref["eager"]))
+        if "first run" in ref:  # the plan's compiled runs against its first: deterministic?
+            row["equal_first_run"] = bool(torch.equal(logits, ref["first run"]))
         out.write(json.dumps(row) + "\n")
         out.flush()
         print(json.dumps(row), flush=True)
@@ -87,9 +89,12 @@ def main() -> int:
         for i in range(args.repeat):
             torch._dynamo.reset()
             r = run_loop(model, ids, device)
+            if i == 0:
+                ref["first run"] = r["logits"]
             write(f"offloaded compiled, run {i + 1}", r["logits"], r["ms"])
         if args.repeat:
             torch._dynamo.reset()
+            out.close()
             return 0
         torch._dynamo.reset()
         r = run_loop(model, ids, device)

@@ -88,6 +88,31 @@ def test_calibrate_replays_a_real_block_by_rows_on_any_device():
     assert sorted(figures["raw_block_ms"]) == list(DENSE_ROWS)
 
 
+def test_a_replayed_block_is_the_models_difference_between_two_depths(monkeypatch):
+    """``block_reads`` times the whole model at ``REPLAY_BLOCKS`` depths and takes a block as the difference over
+    the blocks between (so the block pays the mask the model builds under capture, and the embedding and head
+    cancel): a fake model whose time is 3 ms outside its blocks plus (0.5 + 0.01 rows) ms a block gives exactly that
+    a block, whatever the outside costs."""
+    import runtime.calibrate.block as block
+    from runtime.calibrate import DENSE_ROWS, REPLAY_BLOCKS, block_reads
+
+    class Fake(torch.nn.Module):
+        def __init__(self, depth: int) -> None:
+            super().__init__()
+            self.depth = depth
+
+        def forward(self, ids, use_cache=False):
+            return 3.0 + self.depth * (0.5 + 0.01 * ids.shape[0])
+
+    monkeypatch.setattr(block, "tiny_llama", lambda depth, config: Fake(depth))
+    figures = block_reads(torch.device("cpu"), 10.0, 0.0, 1000.0, timer=lambda fn: float(fn()))
+    for rows in DENSE_ROWS:
+        assert figures["raw_block_ms"][rows] == pytest.approx(0.5 + 0.01 * rows)
+        assert sorted(figures["raw_block_depth_ms"][rows]) == sorted(REPLAY_BLOCKS)
+    rates = [p.gbps for p in figures["matmul_gbps_rows"]]
+    assert rates == sorted(rates, reverse=True)  # more rows, more time a block, a slower read
+
+
 def test_the_forward_outside_its_blocks_is_the_tiny_models_intercept():
     """``model_cpu_us``: the tiny Llama's forward at its fewer blocks less those blocks at the per-block figure of
     the two depths (never below 0: a timing whose depths disagree gives nothing, not a negative cost)."""

@@ -35,10 +35,14 @@ def test_a_narrow_weight_on_uva_is_read_by_the_narrow_curve():
     assert plain["self_attn.k_proj.weight"].uva_link_ms == pytest.approx(k.uva_link_ms / 2)
 
 
-def test_the_bundled_profile_has_no_narrow_curve_yet():
-    """Measured by ``planner calibrate`` from 2026-12-03 on; the bundled profile keeps one curve until a calibrate
-    run's figures are put in it (its plans unchanged)."""
-    assert load_hardware("h200").uva_passes_narrow is None
+def test_the_bundled_profile_prices_a_narrow_weight_by_its_own_curve():
+    """The bundled H200 profile carries calibrate's narrow curve (2026-12-03): at a 2,048-token prefill a weight of
+    1,024 outputs (Llama's key and value projections) is read about 16 times through UVA, one of 4,096 outputs about
+    8 times (the wide curve)."""
+    hw = load_hardware("h200")
+    assert hw.uva_passes_narrow is not None
+    assert hw.passes(2048, 1024) == pytest.approx(16.0, rel=0.05)
+    assert hw.passes(2048, 4096) == pytest.approx(8.0, rel=0.05)
 
 
 def test_calibrate_reads_passes_from_times():

@@ -34,9 +34,10 @@ Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU i
 - ``block_gpu_us``, ``moe_block_gpu_us``: a decode step replayed as a CUDA graph, of the tiny Llama and of a
   Qwen3-MoE of real width (``MOE_FLOOR_SHAPE``): the GPU time one more block adds beyond its weights' reads
   (its kernels' fixed times; ``block_gpu_floor``);
-- ``matmul_gbps_rows``: a Llama-3-8B decoder block replayed as a CUDA graph at decode steps of 1 ... 128
-  sequences: its matrices' bytes over the time left beyond the block floor and elementwise work (``block_reads``;
-  a decode batch reads its weights slower than a lone GEMV);
+- ``matmul_gbps_rows``: a Llama of Llama-3-8B's width replayed as a CUDA graph at decode steps of 1 ... 128
+  sequences, at two depths (a block: the difference, with the mask the model builds under capture): its
+  matrices' bytes over the time left beyond the block floor and elementwise work (``block_reads``; a decode
+  batch reads its weights slower than a lone GEMV);
 - ``kv_read_gbps``: scaled dot-product attention of a decode step over a 4,096-token KV cache (32 sequences,
   Llama-3-8B's heads) replayed as a CUDA graph: the cache's bytes / its time (``kv_read``);
 - ``host_*``: the host CPU's routed-expert kernel for the cpu backend (runtime/calibrate_host.py);
@@ -51,8 +52,8 @@ import time
 
 import torch
 
-from runtime.calibrate.block import (DENSE_ROWS, LLAMA_8B_BLOCK, MOE_FLOOR_BLOCKS, MOE_FLOOR_SHAPE, block_compute,
-                                     block_gpu_floor, block_reads, kv_read, moe_block_bytes, read_by_rows)
+from runtime.calibrate.block import (DENSE_ROWS, LLAMA_8B_BLOCK, MOE_FLOOR_BLOCKS, MOE_FLOOR_SHAPE, REPLAY_BLOCKS,
+                                     block_compute, block_gpu_floor, block_reads, kv_read, moe_block_bytes, read_by_rows)
 from runtime.calibrate.cpu import (TINY, TINY_BLOCKS, TINY_WIDE_HEADS, _by_depth, _forward_ms, _per_block_us,
                                    block_cpu_us, cpu_costs, model_cpu_costs, tiny_llama, tiny_moe)
 from runtime.calibrate.experts import COMPUTE_ROWS, EXPERT_ROWS, _uniform_routing, moe_experts, tflops_by_rows
@@ -62,7 +63,7 @@ from runtime.calibrate.workspace import workspace
 from runtime.calibrate_host import host_experts
 from schemas.hardware_profile import HardwareProfile
 
-__all__ = ["COMPUTE_ROWS", "DENSE_ROWS", "EXPERT_ROWS", "LLAMA_8B_BLOCK",
+__all__ = ["COMPUTE_ROWS", "DENSE_ROWS", "EXPERT_ROWS", "LLAMA_8B_BLOCK", "REPLAY_BLOCKS",
            "MOE_FLOOR_BLOCKS", "MOE_FLOOR_SHAPE", "QUEUE_CYCLES", "TINY", "TINY_BLOCKS",
            "TINY_WIDE_HEADS", "TOKENS", "block_compute", "block_cpu_us", "block_gpu_floor",
            "block_reads", "_by_depth", "calibrate", "captured", "cpu_costs", "_forward_ms", "gpu_ms",
@@ -131,7 +132,8 @@ def calibrate(device: str | torch.device = "cuda", name: str | None = None) -> t
                                float(figures.get("elementwise_bytes", 0.0)), float(figures["gpu_mem_gbps"])))
     figures.update(kv_read(device))
     figures.update(workspace(device))
-    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts", "raw_block_ms")
+    raw = {k: figures.pop(k) for k in ("raw_uva_ms", "raw_gpu_ms", "raw_link", "raw_experts", "raw_block_ms",
+                                    "raw_block_depth_ms")
            if k in figures}
     raw["steady"] = steadiness(float(figures["h2d_gbps"]), link(device)["h2d_gbps"])
     gpu = torch.cuda.get_device_name(device)

@@ -185,32 +185,51 @@ def read_by_rows(block_bytes: float, block_ms: dict[int, float], floor_us: float
     return points
 
 
+# the depths of the full-width model whose replays ``block_reads`` takes the difference of: a block as the model runs
+# it under capture, with the attention mask the model builds there (one layer called alone with no mask ran flash
+# attention where the captured model ran cutlass's memory-efficient kernel: 34 us a block at 32 rows against 7,
+# 2026-12-02, bench/probe_replay_kernels.py --decode-rows)
+REPLAY_BLOCKS = (2, 6)
+
+
 def block_reads(device: torch.device, floor_us: float, elementwise_bytes: float, gpu_mem_gbps: float,
                 shape: tuple[int, int, int, int, int] = LLAMA_8B_BLOCK,
                 timer: Callable[[Callable[[], object]], float] | None = None) -> dict[str, object]:
-    """``matmul_gbps_rows``: a transformers Llama decoder block of ``shape`` (resident) replayed as a CUDA graph at
-    a decode step of ``DENSE_ROWS`` sequences: the rate its matmuls read their weights at, by rows. The weights of
-    a decode batch are read slower than a lone GEMV's (the H200 replayed the 8B shape's decode step at 32 tokens in
-    9.0 ms, at 1 in 7.1, 2026-12-02; its seven matmuls queued alone slowed 2% from 1 to 32 rows and an 8192x8192
-    GEMV read at 3.7 TB/s, so neither a lone matrix nor a lone block of matmuls holds what the model pays)."""
+    """``matmul_gbps_rows``: a decoder block of ``shape`` (resident) in a transformers Llama replayed as a CUDA graph
+    at a decode step of ``DENSE_ROWS`` sequences: the rate its matmuls read their weights at, by rows. A block is the
+    difference between the model at ``REPLAY_BLOCKS`` depths over the blocks between, so it pays what the model's
+    own forward makes it pay (the mask it builds under capture). The weights of a decode batch are read slower than
+    a lone GEMV's (the H200 replayed the 8B shape's decode step at 32 tokens in 9.0 ms, at 1 in 7.1, 2026-12-02;
+    its seven matmuls queued alone slowed 2% from 1 to 32 rows and an 8192x8192 GEMV read at 3.7 TB/s, so neither
+    a lone matrix nor a lone block of matmuls holds what the model pays)."""
     timer = timer or graph_ms
-    built = llama_block(device, shape)
-    if built is None:
+    if not _has_transformers():
         return {}
-    layer, rotary, dtype = built
-    hidden = shape[0]
+    hidden, inter, heads, kv_heads, head_dim = shape
+    config = dict(vocab_size=256, hidden_size=hidden, intermediate_size=inter, num_attention_heads=heads,
+                  num_key_value_heads=kv_heads, head_dim=head_dim)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    by_depth: dict[int, dict[int, float]] = {rows: {} for rows in DENSE_ROWS}
+    for depth in REPLAY_BLOCKS:
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(device):
+                model = tiny_llama(depth, config).eval()
+        finally:
+            torch.set_default_dtype(old)
+        with torch.inference_mode():
+            for rows in DENSE_ROWS:
+                ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
+                by_depth[rows][depth] = timer(lambda m=model, ids=ids: m(ids, use_cache=False))
+        model = None  # freed before the deeper one is built
+    few, many = REPLAY_BLOCKS
+    block_ms = {rows: (t[many] - t[few]) / (many - few) for rows, t in by_depth.items()}
     matrices = _block_matrices(shape)
     itemsize = torch.empty((), dtype=dtype).element_size()
     outputs = sum(r for r, _ in matrices)
-    block_ms, elementwise_ms = {}, {}
-    with torch.inference_mode():
-        for rows in DENSE_ROWS:
-            x = torch.randn(rows, 1, hidden, dtype=dtype, device=device)
-            positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
-            cos_sin = rotary(x, positions)
-            block_ms[rows] = timer(lambda x=x, p=positions, cs=cos_sin: layer(x, attention_mask=None, position_ids=p,
-                                                                               position_embeddings=cs))
-            elementwise_ms[rows] = rows * outputs * elementwise_bytes / gpu_mem_gbps / 1e6  # planner/cost/block.py
+    elementwise_ms = {rows: rows * outputs * elementwise_bytes / gpu_mem_gbps / 1e6  # planner/cost/block.py
+                      for rows in DENSE_ROWS}
     block_bytes = sum(r * c for r, c in matrices) * itemsize
     return {"matmul_gbps_rows": read_by_rows(block_bytes, block_ms, floor_us, elementwise_ms),
-            "raw_block_ms": block_ms}
+            "raw_block_ms": block_ms, "raw_block_depth_ms": by_depth}
