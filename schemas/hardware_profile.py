@@ -223,6 +223,13 @@ class HardwareProfile(StrictModel):
         return _flat_between([(p.tokens, p.tflops) for p in pts], rows) if pts else self.experts_tflops
 
 
+def elementwise_ms(tokens: float, outputs: int, elementwise_bytes: float, gpu_mem_gbps: float) -> float:
+    """A block's norms, rotary embedding, activation and residual adds at ``tokens``: ``elementwise_bytes`` of GPU
+    memory per token and output element of its matrices, at ``gpu_mem_gbps`` (the cost model adds it,
+    planner/cost/block.py; ``planner calibrate`` takes it out of a replayed block, runtime/calibrate/block.py)."""
+    return tokens * outputs * elementwise_bytes / gpu_mem_gbps / 1e6
+
+
 def _flat_between(pts: list[tuple[float, float]], x: float) -> float:
     """The value at ``x`` of (x, value) points listed by increasing x: linear between them, flat outside."""
     if x <= pts[0][0]:

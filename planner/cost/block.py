@@ -46,6 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from schemas.hardware import HardwareProfile
+from schemas.hardware_profile import elementwise_ms
 from schemas.plan_content import PlanParam
 
 _QUERY = {"q_proj", "query", "wq", "q_b_proj"}
@@ -119,7 +120,7 @@ def block_shape(params: Iterable[tuple[str, PlanParam, str]], moe: tuple[int, in
 
 def block_ms(shape: BlockShape, tokens: int, seqs: Sequences, hw: HardwareProfile) -> float:
     """GPU time of a block's attention arithmetic and elementwise work at ``tokens`` in ``seqs``."""
-    elementwise = tokens * shape.outputs * hw.elementwise_bytes / hw.gpu_mem_gbps / 1e6
+    elementwise = elementwise_ms(tokens, shape.outputs, hw.elementwise_bytes, hw.gpu_mem_gbps)
     if not shape.query:
         return elementwise
     q = tokens / seqs.count

@@ -12,7 +12,7 @@ import torch
 
 from runtime.calibrate.cpu import _by_depth, _has_transformers, _per_block_us, tiny_llama, tiny_moe
 from runtime.calibrate.timers import gpu_ms, graph_ms
-from schemas.hardware_profile import RatePoint
+from schemas.hardware_profile import RatePoint, elementwise_ms
 
 # a decoder block: hidden, intermediate, query heads, key/value heads, head dim (Llama-3-8B's)
 LLAMA_8B_BLOCK = (4096, 14336, 32, 8, 128)
@@ -158,7 +158,7 @@ def block_compute(device: torch.device, matmul_tflops: float, gpu_mem_gbps: floa
     rest = max(0.0, block - matmul - attention)
     outputs = sum(r for r, _ in matrices)
     return {"attention_tflops": flops / attention / 1e9,
-            "elementwise_bytes": rest * gpu_mem_gbps * 1e6 / (tokens * outputs)}
+            "elementwise_bytes": rest / elementwise_ms(tokens, outputs, 1.0, gpu_mem_gbps)}  # a byte's time, inverted
 
 
 # the rows (sequences of one token) at which ``block_reads`` replays the Llama-3-8B block: decode batches, below where
@@ -228,8 +228,7 @@ def block_reads(device: torch.device, floor_us: float, elementwise_bytes: float,
     matrices = _block_matrices(shape)
     itemsize = torch.empty((), dtype=dtype).element_size()
     outputs = sum(r for r, _ in matrices)
-    elementwise_ms = {rows: rows * outputs * elementwise_bytes / gpu_mem_gbps / 1e6  # planner/cost/block.py
-                      for rows in DENSE_ROWS}
+    elementwise = {rows: elementwise_ms(rows, outputs, elementwise_bytes, gpu_mem_gbps) for rows in DENSE_ROWS}
     block_bytes = sum(r * c for r, c in matrices) * itemsize
-    return {"matmul_gbps_rows": read_by_rows(block_bytes, block_ms, floor_us, elementwise_ms),
+    return {"matmul_gbps_rows": read_by_rows(block_bytes, block_ms, floor_us, elementwise),
             "raw_block_ms": block_ms, "raw_block_depth_ms": by_depth}
