@@ -223,6 +223,24 @@ class Bench:
             handle.remove()
             expert_math.JOIN_WASTE = self.default_waste
 
+    def resident(self, model_name: str, plan, model, config, shape: tuple[int, int]) -> None:
+        """The model with no plan, eager and in graph replay, beside the plans: the floor of an eager decode (at batch
+        1 transformers' Python issues a step of the Qwen3-MoE shape in about as long as the link reads what the
+        all-UVA plan reads, so the eager ratio of a plan to the all-UVA plan cannot fall below this row's)."""
+        ids = self.ids(shape, config.vocab_size)
+        modes = ["eager"] + (["graph"] if self.device.type == "cuda" else [])
+        for mode in modes:
+            step = (lambda: model(ids, use_cache=False)) if mode == "eager" else graph_step(model, ids)
+            tokens = shape[0] * shape[1]
+            ms, p = self.time_ms(step, tokens), self.predicted(plan, tokens, mode)
+            row = dict(model=model_name, plan="resident", workload="decode1", tokens=tokens, mode=mode,
+                       measured_ms=round(ms, 3), predicted_ms=p, ratio=round(p / ms, 4),
+                       offloaded_bytes=plan.summary.offloaded_bytes)
+            if self.cpu_figures and mode == "eager":
+                own = self.predicted(plan, tokens, mode, own_cpu=True)
+                row.update(predicted_model_cpu_ms=own, ratio_model_cpu=round(own / ms, 4))
+            self.emit(**row)
+
     def exactness(self, model, config):
         """The resident model's logits at decode batch 32 (before apply), and how far transformers' per-expert loop
         is from its grouped kernel there; returns what compares an applied model's logits with them."""
@@ -347,6 +365,7 @@ class Bench:
                  ("hot", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, **experts_only), stats.shares()),
                  ("hot+cpu", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, kinds=["routed_experts"],
                                        backends={"routed_experts": "cpu"}), stats.shares())]
+        self.resident(f"{kind} skewed", self.plan(spec, 2 * total, 1), model, config, (1, 1))
         for label, plan, measured in plans:
             self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
                       gpu_budget=budget, routing=plan.summary.routing)
