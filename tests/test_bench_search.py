@@ -42,3 +42,22 @@ def test_every_plan_of_the_space_is_exact_and_the_best_fits(capsys):
     row = json.loads(out.splitlines()[0])
     assert row["budget_bytes"] == budget and row["best_ms"] > 0
     assert "auto within 2% of the best in" in out
+
+
+def test_the_orders_probe_shows_every_order_against_the_fastest_and_the_one_kept(capsys):
+    """bench/probe_auto_orders.py: a ratio per order and grid budget, each at least 1 and one order at 1.00 at every
+    budget (the fastest is one of them), and the order ``_keep`` kept, which is then restored."""
+    import planner.strategy.auto as auto
+
+    import probe_auto_orders
+
+    keep = auto._keep
+    assert probe_auto_orders.main(["llama-3-8b", "decode", "1", "0.5"]) == 0
+    assert auto._keep is keep
+    lines = capsys.readouterr().out.splitlines()
+    grid = next(line for line in lines if line.startswith("grid GB"))
+    points = grid.count(",") + 1
+    rows = [[float(x) for x in line.split()[-points:]] for line in lines if line.startswith("(")]  # an order a line
+    assert rows and all(len(r) == points and min(r) >= 1.0 for r in rows)
+    assert all(min(r[i] for r in rows) == 1.0 for i in range(points))
+    assert any(line.startswith("kept ") for line in lines)
