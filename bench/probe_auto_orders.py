@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     def shown(paths, cpu_budget, total_bytes, points=auto.GRID):
         lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}
         floor = min(lowest.values())
-        grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
+        grid = auto.budget_grid(floor, total_bytes, points)
         rows = {p: [auto._Estimate(path, b, cpu_budget).exact() for b in grid] for p, path in paths.items()}
         best = [min(row[i] for row in rows.values()) for i in range(len(grid))]
         print("grid GB", [round(g / 1e9, 1) for g in grid])

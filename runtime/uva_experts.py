@@ -13,10 +13,11 @@ time the cost model's figures hold.
 
 Under ``torch.compile`` every call keeps the module's own forward: compiled, the padded path rounds otherwise
 than the resident model's compiled forward (on the H200: the tiny Qwen3-MoE's 512-token prefill in
-tests/test_uva_experts_gpu.py, and the Qwen3-MoE shape's 2,048-token prefill under ``mode="reduce-overhead"``,
-logits 0.039 apart in both runs, 290 ms; through the module's forward 473-498 ms, equal bit for bit in two runs of
-three: docs/BENCHMARKS.md, 2026-12-03). A plan's graph-mode prediction assumes the tall tiles (captured eagerly,
-as ``torch.cuda.graph`` does); a compiled prefill with experts on UVA runs slower than it.
+tests/test_uva_experts_gpu.py, where the module's forward is exact, and the Qwen3-MoE shape's 2,048-token prefill
+under ``mode="reduce-overhead"``, logits 0.039 apart in both runs, 290 ms). At that shape the module's forward is
+not exact either: 473-499 ms, and 0.039 apart in four runs of six (docs/BENCHMARKS.md, 2026-12-03, both sessions).
+A plan's graph-mode prediction assumes the tall tiles (captured eagerly, as ``torch.cuda.graph`` does); a compiled
+prefill with experts on UVA runs slower than it.
 
 ``install`` puts a ``TallTileForward`` on each such module as an instance attribute; ``restore`` takes it away.
 The params are not touched: the forward reads them at each call, wherever the offloader has put their data."""

@@ -180,6 +180,11 @@ def decide(layers: Sequence[Layer], shared: Mapping[str, set[str]], memory: Memo
                         greedy=greedy)
 
 
+def budget_grid(floor: int, total_bytes: int, points: int) -> list[int]:
+    """``points`` budgets spread evenly between ``floor`` and the whole model, both ends left out."""
+    return [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
+
+
 def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int = GRID) -> tuple:
     """The order to keep for every budget: predicted at ``points`` budgets between the lowest peak any order
     reaches and the whole model, the least worst (then mean) ratio to the fastest order at each; only orders
@@ -194,7 +199,7 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int 
     made until its own are all exact: then no other order's ratios can come out less."""
     lowest = {p: path.lowest_peak(cpu_budget) for p, path in paths.items()}  # nothing fits 0 bytes: the lowest peak
     floor = min(lowest.values())
-    grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
+    grid = budget_grid(floor, total_bytes, points)
     rows = {p: [_Estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
     best = [_fastest([row[i] for row in rows.values()]) for i in range(len(grid))]
     index = {p: k for k, p in enumerate(paths)}
@@ -234,7 +239,7 @@ def _least_worst(paths: Mapping, tied: Sequence, cpu_budget: int | None, floor: 
                  points: int) -> dict:
     """Each of the ``tied`` orders' worst ratio to the fastest order over ``points`` budgets from ``floor`` to the
     whole model (a finer grid, where ``_keep``'s could not tell them apart)."""
-    grid = [floor + (total_bytes - floor) * k // (points + 1) for k in range(1, points + 1)]
+    grid = budget_grid(floor, total_bytes, points)
     rows = {p: [_Estimate(path, budget, cpu_budget) for budget in grid] for p, path in paths.items()}
     best = [_fastest([row[i] for row in rows.values()]) for i in range(len(grid))]
     return {p: max(rows[p][i].exact() / b if 0 < b < float("inf") else 1.0 for i, b in enumerate(best))

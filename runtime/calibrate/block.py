@@ -31,6 +31,17 @@ MOE_FLOOR_SHAPE = dict(vocab_size=256, hidden_size=2048, intermediate_size=6144,
 MOE_FLOOR_BLOCKS = (4, 12)  # its depths (12 blocks: 2.3 GB in bf16)
 
 
+def built(make: Callable[[], torch.nn.Module], device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """The module ``make`` builds, made in ``dtype`` on ``device`` (not built on the host and moved)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return make()
+    finally:
+        torch.set_default_dtype(old)
+
+
 def moe_block_bytes(shape: dict, itemsize: int = 2) -> tuple[int, int]:
     """The weights one token's decode step reads in an MoE block of ``shape``, as the cost model's roofline reads
     them: (its attention's four matrices and the router, at ``gpu_mem_gbps``; the ``num_experts_per_tok``
@@ -67,13 +78,8 @@ def block_gpu_floor(device: torch.device, timer: Callable[[Callable[[], object]]
             return timer(lambda: model(ids, use_cache=False))
 
     def moe_ms(layers: int) -> float:
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)  # made in its dtype where it runs (on the host, 12 full-width blocks are slow)
-        try:
-            with torch.device(device):
-                model = Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, **shape))
-        finally:
-            torch.set_default_dtype(old)
+        # made in its dtype where it runs (on the host, 12 full-width blocks are slow)
+        model = built(lambda: Qwen3MoeForCausalLM(Qwen3MoeConfig(num_hidden_layers=layers, **shape)), device, dtype)
         ms = step_ms(model)
         del model
         return ms
@@ -211,13 +217,7 @@ def block_reads(device: torch.device, floor_us: float, elementwise_bytes: float,
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     by_depth: dict[int, dict[int, float]] = {rows: {} for rows in DENSE_ROWS}
     for depth in REPLAY_BLOCKS:
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with torch.device(device):
-                model = tiny_llama(depth, config).eval()
-        finally:
-            torch.set_default_dtype(old)
+        model = built(lambda: tiny_llama(depth, config), device, dtype).eval()
         with torch.inference_mode():
             for rows in DENSE_ROWS:
                 ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
