@@ -63,7 +63,7 @@ from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
-from runtime import expert_math  # noqa: E402
+from runtime import expert_math, pinned  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
@@ -110,6 +110,8 @@ class Bench:
         self.join_wastes = getattr(args, "join_waste", None) or [self.default_waste]
         self.host_shares = getattr(args, "host_share", None) or []
         self.host_threads = getattr(args, "host_threads", None) or []
+        self.host_pages = getattr(args, "host_pages", None) or []
+        self.switch_intervals = getattr(args, "switch_interval", None) or []
         self.cpu_figures: dict[str, float] = {}  # the resident model's own CPU figures (``own_cpu``)
 
     def calibrate_host(self) -> None:
@@ -333,6 +335,23 @@ class Bench:
             for threads in self.host_threads:
                 self.measure(kind, f"auto decode32, host_threads {threads}", plan, model, config, cases[:1],
                              host_threads=threads)
+        for round_ in range(2 if self.host_pages else 0):  # the same plans applied on 4 KiB or huge pages, twice
+            for pages in self.host_pages:
+                for label in ("uva", "auto decode32") if round_ == 0 else ("auto decode32",):
+                    was = pinned.HUGE_PAGES
+                    pinned.HUGE_PAGES = pages == "huge"
+                    try:
+                        self.measure(kind, f"{label}, pages {pages}", dict(plans)[label], model, config, cases[:1])
+                    finally:
+                        pinned.HUGE_PAGES = was
+        for interval in self.switch_intervals:  # the issuing thread and the host's thread share the GIL
+            was = sys.getswitchinterval()
+            sys.setswitchinterval(interval)
+            try:
+                self.measure(kind, f"auto decode32, switch interval {interval}", dict(plans)["auto decode32"], model,
+                             config, cases[:1])
+            finally:
+                sys.setswitchinterval(was)
         del model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -489,6 +508,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-threads", type=int, action="append", help="also measure auto's decode-32 plan with the "
                     "host's part on this many threads (runtime.apply's host_threads; default: every CPU but one), "
                     "side by side: whether the issuing thread and the host's threads contend for cores")
+    ap.add_argument("--host-pages", choices=["4k", "huge"], action="append", help="also measure the uva plan and "
+                    "auto's decode-32 plan applied with their pinned arenas on 4 KiB pages or advised huge pages "
+                    "(runtime.pinned.HUGE_PAGES), side by side (auto's twice)")
+    ap.add_argument("--switch-interval", type=float, action="append", help="also measure auto's decode-32 plan with "
+                    "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
+                    "issuing thread and the host's thread take turns at the GIL between torch calls")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))

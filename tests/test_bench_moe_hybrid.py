@@ -54,3 +54,26 @@ def test_the_dry_run_writes_every_row(tmp_path):
     stats, sha = load_routing(tmp_path / "routing-skewed.yaml")
     assert len(sha) == 64 and stats.layers
     assert rows[-1]["total_s"] > 0
+
+
+def test_the_pages_and_switch_interval_rows(tmp_path):
+    """--host-pages measures the uva plan and auto's decode-32 plan on each kind of page (auto's twice), with the
+    setting put back; --switch-interval likewise with Python's switch interval."""
+    import torch
+
+    import bench_moe_hybrid
+    from runtime import pinned
+
+    threads, interval = torch.get_num_threads(), sys.getswitchinterval()
+    try:
+        assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--host-pages", "4k",
+                                      "--host-pages", "huge", "--switch-interval", "0.001",
+                                      "--out", str(tmp_path / "rows.jsonl")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert pinned.HUGE_PAGES is True and sys.getswitchinterval() == interval
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    labels = [r["plan"] for r in rows if "measured_ms" in r]
+    assert labels.count("auto decode32, pages 4k") == labels.count("auto decode32, pages huge") == 2
+    assert labels.count("uva, pages 4k") == labels.count("uva, pages huge") == 1
+    assert labels.count("auto decode32, switch interval 0.001") == 1
