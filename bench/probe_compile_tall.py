@@ -38,6 +38,9 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--budget", type=float, default=12.0, help="GB")
     ap.add_argument("--repeat", type=int, default=0, help="only the plan's compiled forward, this many times")
+    ap.add_argument("--calls", type=int, default=0, help="only this many calls of one compiled forward, the resident "
+                    "model's and then the plan's, each call's logits against the first call's (the first calls run "
+                    "and record, the later ones replay the CUDA graph): is one compiled artifact deterministic?")
     args = ap.parse_args()
     device = torch.device(args.device)
     torch._inductor.config.emulate_precision_casts = True
@@ -74,6 +77,8 @@ def main() -> int:
 
     ref["eager"] = eager()[0]
     write("resident eager", ref["eager"], 0.0)
+    if args.calls:
+        return calls(args, model, spec, budget, ids, ref, write, device, out)
     torch._dynamo.reset()
     r = run_loop(model, ids, device)
     ref["compiled"] = r["logits"]
@@ -107,6 +112,32 @@ def main() -> int:
         finally:
             uva_experts.tall_tiles_apply = own
         torch._dynamo.reset()
+    out.close()
+    return 0
+
+
+def calls(args, model, spec, budget, ids, ref, write, device, out) -> int:
+    """``--calls``: one compiled forward called again and again, resident and under the plan."""
+    plan = planner.plan(spec, gpu_budget=budget, workload=Workload({"decode": WorkloadItem(tokens=1, mode="graph")}))
+
+    def called(label: str) -> None:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, mode="reduce-overhead")
+        ref.pop("first run", None)
+        with torch.no_grad():
+            for i in range(args.calls):
+                logits = compiled(ids, use_cache=False).logits.clone()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if i == 0:
+                    ref.setdefault("compiled", logits)
+                    ref["first run"] = logits
+                write(f"{label} compiled, call {i + 1}", logits, 0.0)
+
+    called("resident")
+    with runtime.apply(plan, model, device=device):
+        called("offloaded")
+    torch._dynamo.reset()
     out.close()
     return 0
 
