@@ -63,7 +63,7 @@ from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
-from runtime import expert_math, pinned  # noqa: E402
+from runtime import cpu_experts, expert_math, pinned  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
@@ -112,6 +112,7 @@ class Bench:
         self.host_threads = getattr(args, "host_threads", None) or []
         self.host_pages = getattr(args, "host_pages", None) or []
         self.switch_intervals = getattr(args, "switch_interval", None) or []
+        self.host_guards = getattr(args, "host_guard", None) or []
         self.cpu_figures: dict[str, float] = {}  # the resident model's own CPU figures (``own_cpu``)
 
     def calibrate_host(self) -> None:
@@ -218,6 +219,8 @@ class Bench:
                     if hybrid and mode == "eager":
                         row["host_ms_per_layer"] = host_times(model, ids)
                         row["join_waste"] = waste
+                        row["host_rerouted_calls"] = sum(handle._splits.host_reroutes().values())
+                        row["host_guard"] = cpu_experts.HOST_GUARD
                     if exact is not None and name == "decode32":
                         row["exactness"] = exact(model)
                     self.emit(**row)
@@ -344,6 +347,15 @@ class Bench:
                         self.measure(kind, f"{label}, pages {pages}", dict(plans)[label], model, config, cases[:1])
                     finally:
                         pinned.HUGE_PAGES = was
+        for round_ in range(2 if self.host_guards else 0):  # the host plans with the guard on and off, twice
+            for guard in self.host_guards:
+                for label in ("hybrid", "auto decode32"):
+                    was = cpu_experts.HOST_GUARD
+                    cpu_experts.HOST_GUARD = guard == "on"
+                    try:
+                        self.measure(kind, f"{label}, guard {guard}", dict(plans)[label], model, config, cases[:1])
+                    finally:
+                        cpu_experts.HOST_GUARD = was
         for interval in self.switch_intervals:  # the issuing thread and the host's thread share the GIL
             was = sys.getswitchinterval()
             sys.setswitchinterval(interval)
@@ -514,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch-interval", type=float, action="append", help="also measure auto's decode-32 plan with "
                     "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
                     "issuing thread and the host's thread take turns at the GIL between torch calls")
+    ap.add_argument("--host-guard", choices=["on", "off"], action="append", help="also measure the hybrid plan and "
+                    "auto's decode-32 plan with runtime.cpu_experts.HOST_GUARD on or off (the host's experts through "
+                    "UVA while the host is late: runtime/host_guard.py), side by side, twice")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))

@@ -112,7 +112,6 @@ def link_rates(arena: pinned.HostArena, up: torch.Tensor, device: torch.device) 
     view = device_view(up.view(-1, up.shape[-1]), device)
     x = torch.randn(1, up.shape[-1], dtype=up.dtype, device=device)
     read = wall_ms(lambda: x @ view.T, repeat=5, sync=lambda: torch.cuda.synchronize(device))
-    del dst
     return {"copy_gbps": round(arena.nbytes / copy / 1e6, 1),
             "uva_read_gbps": round(up.numel() * up.element_size() / read / 1e6, 1)}
 

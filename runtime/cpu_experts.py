@@ -25,6 +25,11 @@ is replaced (an instance attribute, removed again by ``restore``) by ``SplitForw
    (so a layer holds what transformers' grouped module holds, however many parts run), and each token's k
    choices summed once.
 
+On a GPU each split layer with UVA experts has a ``HostGuard`` (runtime/host_guard.py): it times the stream's wait
+for the host's rows against the layer's UVA reads, and while the host is later than reading its experts through
+UVA would be, the layer sends them through UVA (the route above ``cpu_max_tokens``), so a host slower than the
+plan's profile costs at most about what the all-UVA route would (``ExpertSplits.host_reroutes`` counts the calls).
+
 An error in the host's thread still raises the flag (the stream goes on with rows left zero) and is raised by the
 next call of any split layer of the plan.
 
@@ -62,6 +67,7 @@ from torch import nn
 
 from runtime.errors import ApplyError, ConcurrentForwardError
 from runtime.forward_gate import ForwardGate, callers
+from runtime.host_guard import CudaMarks, HostGuard, Marks
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, parts_rows, rows_dtype
 from runtime.pinned import HostArena, pack
 from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
@@ -71,6 +77,13 @@ from schemas import Plan, PlanLayer
 from schemas.plan_experts import host_bytes
 
 log = logging.getLogger("runtime")
+
+HOST_GUARD = True  # split layers on a GPU send their host experts through UVA while the host is late (host_guard.py)
+
+
+def new_marks(device: torch.device) -> Marks | None:
+    """The marks a split layer's guard times its calls with: CUDA events on a GPU, none elsewhere."""
+    return CudaMarks() if device.type == "cuda" else None
 
 _ABSENT = object()
 CPU_BACKEND = "the cpu backend (plan layers whose experts.cpu lists experts the host computes)"
@@ -245,6 +258,7 @@ class SplitForward:
     staged: HostFlag | None = None  # written by the stream when the routed tokens are on the host (a GPU's worker)
     staging: _Staging = field(default_factory=lambda: _Staging(pin=False))
     gate: ForwardGate | None = None  # the applied plan's (``ExpertSplits.attach``): another thread's forward refused
+    guard: HostGuard | None = None  # sends the host's experts through UVA while the host is late (a GPU's worker)
     busy: threading.Lock = field(default_factory=threading.Lock)  # held by a call using the layer's host buffers
     user: int | None = None  # the thread holding ``busy``
 
@@ -252,6 +266,8 @@ class SplitForward:
                  *args, **kwargs) -> torch.Tensor:
         tokens = hidden_states.shape[0]
         on_host = self.host is not None and (self.max_tokens is None or tokens <= self.max_tokens)
+        if on_host and self.guard is not None and not self.guard.host_turn():
+            on_host = False  # the host has been late: its experts through UVA for a while (runtime/host_guard.py)
         if not on_host:
             return self._rows(hidden_states, top_k_index, top_k_weights, False)
         if self.gate is not None:
@@ -277,9 +293,15 @@ class SplitForward:
         tokens = hidden_states.shape[0]
         staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
         rows = None  # the parts' rows added in place: one [T·k, H] beside a part's own, however many parts run
+        guard = self.guard if staged is not None and self.worker is not None else None
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        if guard is not None:
+            guard.before_parts(stream)
         if self.gpu is not None:
             rows = parts_rows(self.module, self.layout, self.gpu.weights, self.gpu.table, hidden_states,
                               top_k_index, top_k_weights)
+        if guard is not None:
+            guard.after_parts(stream)
         if self.host is not None and not on_host:  # a second part through UVA: its own pass
             part = self.host_on_gpu
             r = part_rows(self.module, part.layout, part.weights, part.table, hidden_states, top_k_index,
@@ -288,6 +310,8 @@ class SplitForward:
             del r
         if staged is not None:
             r = self._host_async(*staged) if self.worker is not None else self._host_rows(*staged)
+            if guard is not None:
+                guard.after_wait(stream)
             if r is not None:
                 rows = r if rows is None else rows.add_(r)
         if rows is None:  # no pair reached any expert (the host's part held them all and none was routed)
@@ -405,6 +429,11 @@ class ExpertSplits:
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
     worker: HostWorker | None = None
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
+    guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
+
+    def host_reroutes(self) -> dict[str, int]:
+        """Per split layer with a guard: the calls whose host experts went through UVA (the host was late)."""
+        return {g.name: g.rerouted for g in self.guards}
 
     def build(self, plan: Plan, model: nn.Module, pin: bool) -> None:
         """Split every layer with ``experts`` (``split_problems`` found nothing). On failure what was done stays
@@ -476,17 +505,21 @@ class ExpertSplits:
         if on_gpu:
             gpu = _GpuParts([weights(p, uva_view if p == "uva" else same) for p in on_gpu],
                             _table([e for p in on_gpu for e in ids[p]], experts, self.device))
-        host = host_on_gpu = None
+        host = host_on_gpu = guard = None
+        worker = self._worker() if ids["cpu"] else None
         if ids["cpu"]:
             host = part("cpu", same, torch.device("cpu"))
-            if split.cpu_max_tokens is not None:
+            marks = new_marks(self.device) if worker is not None and ids["uva"] and HOST_GUARD else None
+            if marks is not None:
+                guard = HostGuard(layer.name, len(ids["cpu"]), len(ids["uva"]), marks)
+                self.guards.append(guard)
+            if split.cpu_max_tokens is not None or guard is not None:
                 host_on_gpu = part("cpu", uva_view, self.device)
-        worker = self._worker() if host is not None else None
         staging = _Staging(pin=cuda)
         self.stagings.append(staging)
         forward = SplitForward(module, layout, self.device, gpu, host, host_on_gpu, split.cpu_max_tokens,
                                worker, new_flag(self.device) if worker is not None else None,
-                               HostFlag() if worker is not None and cuda else None, staging)
+                               HostFlag() if worker is not None and cuda else None, staging, guard=guard)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
         module.forward = torch.compiler.disable(forward) if host is not None else forward
 
@@ -517,6 +550,7 @@ class ExpertSplits:
             torch.cuda.synchronize(self.device)
         while self.stagings:
             self.stagings.pop().release()
+        self.guards.clear()
         while self.arenas:
             self.arenas.pop().close()
         self.params.clear()

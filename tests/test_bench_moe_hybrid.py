@@ -68,12 +68,18 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     try:
         assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--host-pages", "4k",
                                       "--host-pages", "huge", "--switch-interval", "0.001",
+                                      "--host-guard", "on", "--host-guard", "off",
                                       "--out", str(tmp_path / "rows.jsonl")]) == 0
     finally:
         torch.set_num_threads(threads)
     assert pinned.HUGE_PAGES is True and sys.getswitchinterval() == interval
+    from runtime import cpu_experts
+    assert cpu_experts.HOST_GUARD is True
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     labels = [r["plan"] for r in rows if "measured_ms" in r]
     assert labels.count("auto decode32, pages 4k") == labels.count("auto decode32, pages huge") == 2
     assert labels.count("uva, pages 4k") == labels.count("uva, pages huge") == 1
     assert labels.count("auto decode32, switch interval 0.001") == 1
+    guarded = [r for r in rows if ", guard " in r.get("plan", "") and "measured_ms" in r]
+    assert len(guarded) == 8 and {r["host_guard"] for r in guarded} == {True, False}
+    assert all(r["host_rerouted_calls"] == 0 for r in guarded)  # no guard off a GPU
