@@ -58,14 +58,10 @@ def timer(device: torch.device, fn, repeat: int, warmup: int) -> float:
 
 def random_model(cls, config, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
     """``cls(config)`` in eval mode with random weights (seed 0), made in ``dtype`` directly on ``device``."""
+    from runtime.calibrate.block import built
+
     torch.manual_seed(0)
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            return cls(config).eval()
-    finally:
-        torch.set_default_dtype(old)
+    return built(lambda: cls(config).eval(), device, dtype)
 
 
 def build(kind: str, small: bool, device: torch.device):

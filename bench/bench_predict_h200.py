@@ -66,6 +66,7 @@ import runtime  # noqa: E402
 from planner.cost.layer import layers_work, touched_by  # noqa: E402
 from planner.cost.predict import predict, timeline  # noqa: E402
 from planner.errors import InfeasibleError, PlannerError  # noqa: E402
+from runtime.calibrate.block import built  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
 from schemas import dump_model  # noqa: E402
 from schemas.hardware import HardwareProfile, load_hardware  # noqa: E402
@@ -203,14 +204,7 @@ def build_model(kind: str, dry: bool, device: torch.device):
     config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    finally:
-        torch.set_default_dtype(old)
-    return model, config
+    return built(lambda: transformers.AutoModelForCausalLM.from_config(config).eval(), device, dtype), config
 
 
 def inputs(name: str, tokens: int, vocab: int, device: torch.device) -> torch.Tensor:

@@ -30,7 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("share", type=float)
     ap.add_argument("--hardware", default="h200", help="a bundled profile's name or a file")
     args = ap.parse_args(argv)
-    spec = load_spec(ROOT / "examples" / "generated" / f"{args.spec}.yaml")
+    path = ROOT / "examples" / "generated" / f"{args.spec}.yaml"
+    if not path.exists():
+        names = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        print(f"probe_auto_orders: no bundled spec '{args.spec}' (examples/generated/): expected one of "
+              f"{', '.join(names)}", file=sys.stderr)
+        return 2
+    spec = load_spec(path)
     keep = auto._keep
 
     def shown(paths, cpu_budget, total_bytes, points=auto.GRID):

@@ -61,3 +61,11 @@ def test_the_orders_probe_shows_every_order_against_the_fastest_and_the_one_kept
     assert rows and all(len(r) == points and min(r) >= 1.0 for r in rows)
     assert all(min(r[i] for r in rows) == 1.0 for i in range(points))
     assert any(line.startswith("kept ") for line in lines)
+
+
+def test_the_orders_probe_names_the_bundled_specs_for_an_unknown_one(capsys):
+    import probe_auto_orders
+
+    assert probe_auto_orders.main(["llama-9000", "decode", "1", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "no bundled spec 'llama-9000'" in err and "llama-3-8b" in err
