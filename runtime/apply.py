@@ -91,14 +91,18 @@ class Handle:
 
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s, and on CUDA the
-        forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py)."""
+        forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py); with host experts on a GPU, per split
+        layer the calls whose host experts went through UVA because the host was late (``host_reroutes``,
+        runtime/host_guard.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]
         if self.peaks is not None:
             forwards = with_peaks(forwards, list(self.peaks.peaks))
-        return {"backend": self.offloader.name, "forwards": forwards,
-                "pinned_host_bytes": self._placement.host_bytes}
+        out = {"backend": self.offloader.name, "forwards": forwards, "pinned_host_bytes": self._placement.host_bytes}
+        if self._splits is not None and self._splits.guards:
+            out["host_reroutes"] = self._splits.host_reroutes()
+        return out
 
     def routing_stats(self, source: str = ""):
         """Per MoE layer, the tokens each routed expert received since apply (``apply(..., record_routing=True)``):

@@ -294,8 +294,9 @@ class SplitForward:
         staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
         rows = None  # the parts' rows added in place: one [T·k, H] beside a part's own, however many parts run
         guard = self.guard if staged is not None and self.worker is not None else None
-        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        stream = None
         if guard is not None:
+            stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             guard.before_parts(stream)
         if self.gpu is not None:
             rows = parts_rows(self.module, self.layout, self.gpu.weights, self.gpu.table, hidden_states,

@@ -9,7 +9,9 @@ memory, so the GPU can read them through UVA as well (the route a call above ``c
 ``HostGuard`` watches one split layer. In a call it measures (``Marks``: CUDA events on the stream, read a call
 later without a synchronize) how long the stream ran the layer's GPU parts (``gpu_ms``: the UVA part reading its
 experts) and how long it then waited for the host's rows (``wait_ms``). Reading the host's experts through UVA would
-add about ``gpu_ms * host / link`` (the host's experts over the link's, at the rate the link just gave). A call is
+add about ``gpu_ms * host / link`` (the host's experts over the link's, at the rate the link just gave; the GPU
+parts also compute the experts held in GPU memory, so the estimate is high, and the guard errs toward the host). A
+call is
 *late* when the wait exceeds that by ``MARGIN``. After ``STRIKES`` late calls in a row the layer's host experts go
 through UVA for ``HOLD`` calls, then the host is tried again; each time it is late again the hold doubles, up to
 ``MAX_HOLD``, and a call on time puts it back to ``HOLD``. While the host keeps up one call in ``SAMPLE`` is

@@ -148,6 +148,7 @@ def test_a_split_layer_sends_its_host_experts_through_uva_while_the_host_is_late
         assert layers == len(model.model.layers)  # every split layer with UVA experts has a guard
         outs = [_logits(model, ids) for _ in range(12)]
         reroutes = splits.host_reroutes()
+        assert handle.stats()["host_reroutes"] == reroutes
     assert all((out - ref).abs().max().item() <= tolerance for out in outs)  # either route: within the tolerance
     if late:
         assert all(n > 0 for n in reroutes.values())
