@@ -266,12 +266,12 @@ class SplitForward:
                  *args, **kwargs) -> torch.Tensor:
         tokens = hidden_states.shape[0]
         on_host = self.host is not None and (self.max_tokens is None or tokens <= self.max_tokens)
+        if on_host and self.gate is not None:
+            self.gate.check_owner()  # the layer called from another thread while a forward runs
         if on_host and self.guard is not None and not self.guard.host_turn():
             on_host = False  # the host has been late: its experts through UVA for a while (runtime/host_guard.py)
         if not on_host:
             return self._rows(hidden_states, top_k_index, top_k_weights, False)
-        if self.gate is not None:
-            self.gate.check_owner()  # the layer called from another thread while a forward runs
         me = threading.get_ident()
         if not self.busy.acquire(blocking=False):  # its host buffers are in use by another call
             if self.user == me:
