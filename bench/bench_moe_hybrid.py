@@ -51,6 +51,7 @@ import json
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -341,21 +342,13 @@ class Bench:
         for round_ in range(2 if self.host_pages else 0):  # the same plans applied on 4 KiB or huge pages, twice
             for pages in self.host_pages:
                 for label in ("uva", "auto decode32") if round_ == 0 else ("auto decode32",):
-                    was = pinned.HUGE_PAGES
-                    pinned.HUGE_PAGES = pages == "huge"
-                    try:
+                    with setting(pinned, "HUGE_PAGES", pages == "huge"):
                         self.measure(kind, f"{label}, pages {pages}", dict(plans)[label], model, config, cases[:1])
-                    finally:
-                        pinned.HUGE_PAGES = was
         for round_ in range(2 if self.host_guards else 0):  # the host plans with the guard on and off, twice
             for guard in self.host_guards:
                 for label in ("hybrid", "auto decode32"):
-                    was = cpu_experts.HOST_GUARD
-                    cpu_experts.HOST_GUARD = guard == "on"
-                    try:
+                    with setting(cpu_experts, "HOST_GUARD", guard == "on"):
                         self.measure(kind, f"{label}, guard {guard}", dict(plans)[label], model, config, cases[:1])
-                    finally:
-                        cpu_experts.HOST_GUARD = was
         for interval in self.switch_intervals:  # the issuing thread and the host's thread share the GIL
             was = sys.getswitchinterval()
             sys.setswitchinterval(interval)
@@ -405,6 +398,17 @@ class Bench:
         del sample, model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+@contextmanager
+def setting(owner, name: str, value):
+    """``owner.name`` set to ``value`` inside the block, put back after it (a runtime switch measured side by side)."""
+    was = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, was)
 
 
 def host_times(model, ids) -> dict:

@@ -65,16 +65,6 @@ def huge_kib(start: int, size: int) -> int:
     return total
 
 
-def timed_ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def host_rates(part: _Part, repeat: int) -> dict[str, float]:
     """GB/s of the three host passes over ``part``'s weights, on the calling thread."""
     up = part.weights["gate_up_proj"]
@@ -97,8 +87,8 @@ def host_rates(part: _Part, repeat: int) -> dict[str, float]:
         times.append((time.perf_counter() - t0) * 1e3)
     touched = statistics.mean(b for _, b, _ in calls[1:])
     ms = statistics.median(times)
-    return {"bmm_span_gbps": round(up_bytes / timed_ms(span, repeat) / 1e6, 1),
-            "bmm_batches_of_8_gbps": round(up_bytes / timed_ms(batches, repeat) / 1e6, 1),
+    return {"bmm_span_gbps": round(up_bytes / wall_ms(span, repeat) / 1e6, 1),
+            "bmm_batches_of_8_gbps": round(up_bytes / wall_ms(batches, repeat) / 1e6, 1),
             "padded_pass_32_ms": round(ms, 3), "padded_pass_32_gbps": round(touched / ms / 1e6, 1)}
 
 

@@ -21,6 +21,7 @@ from moe_models import ARCHITECTURES, by_thirds, make_moe, split_plan  # noqa: E
 from runtime import cpu_experts  # noqa: E402
 from runtime.cpu_experts import HostExpertsCaptureError, SplitForward  # noqa: E402
 from runtime.errors import PlanMismatchError  # noqa: E402
+from test_host_guard import ScriptedMarks  # noqa: E402
 
 PROMPTS, POSITIONS = 8, 64
 
@@ -393,3 +394,52 @@ def test_a_forward_from_a_hook_inside_a_split_layer_is_refused_and_the_model_sta
             model(ids)
         hook.remove()
         assert torch.equal(model(ids).logits, want)
+
+
+# -- the host guard (runtime/host_guard.py) in the backend: on the CPU the host's own thread runs as on a GPU whose
+# streams wait on host flags, and the guard's marks are scripted (tests/test_host_guard.py)
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_split_layer_sends_its_host_experts_through_uva_while_the_host_is_late(monkeypatch, threaded, late):
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    ids = torch.randint(0, model.config.vocab_size, (4, 1), generator=torch.Generator().manual_seed(3))
+    ref = _logits(model, ids)
+    model.set_experts_implementation("eager")
+    tolerance = (_logits(model, ids) - ref).abs().max().item()
+    model.set_experts_implementation("grouped_mm")
+    monkeypatch.setattr(cpu_experts, "new_marks", lambda device: ScriptedMarks(10.0, 50.0 if late else 0.0))
+    host_calls = []
+    real = cpu_experts.host_rows
+
+    def counted(*args, **kwargs):
+        host_calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_experts, "host_rows", counted)
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+        splits = handle._splits
+        layers = len(splits.guards)
+        assert layers == len(model.model.layers)  # every split layer with UVA experts has a guard
+        outs = [_logits(model, ids) for _ in range(12)]
+        reroutes = splits.host_reroutes()
+        assert handle.stats()["host_reroutes"] == reroutes
+    assert all((out - ref).abs().max().item() <= tolerance for out in outs)  # either route: within the tolerance
+    if late:
+        assert all(n > 0 for n in reroutes.values())
+        assert len(host_calls) < 12 * layers
+        assert sum(reroutes.values()) + len(host_calls) == 12 * layers
+    else:
+        assert set(reroutes.values()) == {0} and len(host_calls) == 12 * layers
+
+
+def test_no_guard_off_a_gpu_worker_or_without_uva_experts(threaded, monkeypatch):
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+        assert handle._splits.guards == []  # new_marks: none off a GPU
+    monkeypatch.setattr(cpu_experts, "new_marks", lambda device: ScriptedMarks())
+    plan = split_plan(model, places=lambda n: {"gpu": list(range(n // 2)), "cpu": list(range(n // 2, n))})
+    with runtime.apply(plan, model, device="cpu", host_threads=1) as handle:
+        assert handle._splits.guards == []  # no UVA experts: nothing to time the link by
+    monkeypatch.setattr(cpu_experts, "HOST_GUARD", False)
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+        assert handle._splits.guards == []
