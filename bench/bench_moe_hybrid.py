@@ -75,6 +75,7 @@ from schemas.routing import RoutingRef  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
 GB = 10**9
+SETTLE = 40  # forwards before a guarded host plan is timed: its levels move a call after each measured one
 QWEN = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=32,
             num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
             decoder_sparse_step=1, mlp_only_layers=[])
@@ -197,6 +198,9 @@ class Bench:
                     if waste is not None:
                         expert_math.JOIN_WASTE = waste
                     step = (lambda: model(ids, use_cache=False)) if mode == "eager" else graph_step(model, ids)
+                    if hybrid and handle._splits.guards and not self.dry:
+                        for _ in range(SETTLE):  # the host guard's levels settle (runtime/host_guard.py)
+                            step()
                     tokens = shape[0] * shape[1]
                     ms = self.time_ms(step, tokens)
                     recorded = self.recorded(model, ids)  # the routing this input takes: one forward a row
@@ -220,8 +224,13 @@ class Bench:
                     if hybrid and mode == "eager":
                         row["host_ms_per_layer"] = host_times(model, ids)
                         row["join_waste"] = waste
-                        row["host_rerouted_calls"] = sum(handle._splits.host_reroutes().values())
+                        levels = handle._splits.host_levels().values()
                         row["host_guard"] = cpu_experts.HOST_GUARD
+                        row["host_experts"] = {"planned": sum(x["planned"] for x in levels),
+                                               "now": sum(x["now"] for x in levels),
+                                               "moved_calls": sum(x["moved_calls"] for x in levels),
+                                               "all_uva_calls": sum(x["all_uva_calls"] for x in levels),
+                                               "levels": [x["now"] for x in levels]}
                     if exact is not None and name == "decode32":
                         row["exactness"] = exact(model)
                     self.emit(**row)
@@ -345,10 +354,13 @@ class Bench:
                     with setting(pinned, "HUGE_PAGES", pages == "huge"):
                         self.measure(kind, f"{label}, pages {pages}", dict(plans)[label], model, config, cases[:1])
         for round_ in range(2 if self.host_guards else 0):  # the host plans with the guard on and off, twice
-            for guard in self.host_guards:
-                for label in ("hybrid", "auto decode32"):
+            for guard in self.host_guards:  # and auto's with its host on fewer threads (a host slower than planned)
+                runs = [(label, None) for label in ("hybrid", "auto decode32")]
+                runs += [("auto decode32", threads) for threads in self.host_threads]
+                for label, threads in runs:
                     with setting(cpu_experts, "HOST_GUARD", guard == "on"):
-                        self.measure(kind, f"{label}, guard {guard}", dict(plans)[label], model, config, cases[:1])
+                        name = f"{label}, guard {guard}" + (f", host_threads {threads}" if threads else "")
+                        self.measure(kind, name, dict(plans)[label], model, config, cases[:1], host_threads=threads)
         for interval in self.switch_intervals:  # the issuing thread and the host's thread share the GIL
             was = sys.getswitchinterval()
             sys.setswitchinterval(interval)
@@ -531,8 +543,9 @@ def main(argv: list[str] | None = None) -> int:
                     "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
                     "issuing thread and the host's thread take turns at the GIL between torch calls")
     ap.add_argument("--host-guard", choices=["on", "off"], action="append", help="also measure the hybrid plan and "
-                    "auto's decode-32 plan with runtime.cpu_experts.HOST_GUARD on or off (the host's experts through "
-                    "UVA while the host is late: runtime/host_guard.py), side by side, twice")
+                    "auto's decode-32 plan with runtime.cpu_experts.HOST_GUARD on or off (while the host is slower "
+                    "than planned, some of its experts go through UVA: runtime/host_guard.py), side by side, twice; "
+                    "with --host-threads, auto's plan also with its host on that many threads (a slower host)")
     args = ap.parse_args(argv)
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))

@@ -92,8 +92,8 @@ class Handle:
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s, and on CUDA the
         forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py); with host experts on a GPU, per split
-        layer the calls whose host experts went through UVA because the host was late (``host_reroutes``,
-        runtime/host_guard.py)."""
+        layer the plan's host experts, how many the host computes now and the calls with fewer because the host was
+        slower than planned (``host_levels``, runtime/host_guard.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]
@@ -101,7 +101,7 @@ class Handle:
             forwards = with_peaks(forwards, list(self.peaks.peaks))
         out = {"backend": self.offloader.name, "forwards": forwards, "pinned_host_bytes": self._placement.host_bytes}
         if self._splits is not None and self._splits.guards:
-            out["host_reroutes"] = self._splits.host_reroutes()
+            out["host_levels"] = self._splits.host_levels()
         return out
 
     def routing_stats(self, source: str = ""):

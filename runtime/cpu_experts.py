@@ -25,10 +25,11 @@ is replaced (an instance attribute, removed again by ``restore``) by ``SplitForw
    (so a layer holds what transformers' grouped module holds, however many parts run), and each token's k
    choices summed once.
 
-On a GPU each split layer with UVA experts has a ``HostGuard`` (runtime/host_guard.py): it times the stream's wait
-for the host's rows against the layer's UVA reads, and while the host is later than reading its experts through
-UVA would be, the layer sends them through UVA (the route above ``cpu_max_tokens``), so a host slower than the
-plan's profile costs at most about what the all-UVA route would (``ExpertSplits.host_reroutes`` counts the calls).
+On a GPU each split layer with UVA experts has a ``HostGuard`` (runtime/host_guard.py): from the stream's wait for
+the host's rows, the layer's UVA reads and the host's own time it keeps the layer's *level*, how many of the plan's
+host experts the host computes; the GPU reads the others through UVA in a pass of its own (the route above
+``cpu_max_tokens``, over the same pinned memory: no copy). So a host slower than the plan's profile hands experts to
+the link until both sides finish together again (``ExpertSplits.host_levels`` reports each layer's).
 
 An error in the host's thread still raises the flag (the stream goes on with rows left zero) and is raised by the
 next call of any split layer of the plan.
@@ -59,6 +60,7 @@ import math
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,7 +80,7 @@ from schemas.plan_experts import host_bytes
 
 log = logging.getLogger("runtime")
 
-HOST_GUARD = True  # split layers on a GPU send their host experts through UVA while the host is late (host_guard.py)
+HOST_GUARD = True  # split layers on a GPU move host experts to the link while the host is slower than planned (host_guard.py)
 
 
 def new_marks(device: torch.device) -> Marks | None:
@@ -203,6 +205,45 @@ def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
     return table.to(device)
 
 
+def _level_tables(ids: list[int], experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n+1, E] each: row ``level`` the table of the first ``level`` of ``ids`` and of the rest."""
+    n = len(ids)
+    cpu = torch.device("cpu")
+    first = torch.stack([_table(ids[:level], experts, cpu) for level in range(n + 1)])
+    rest = torch.stack([_table(ids[level:], experts, cpu) for level in range(n + 1)])
+    return first, rest
+
+
+@dataclass(eq=False)
+class _HostLevels:
+    """A split layer's host experts cut at a level (runtime/host_guard.py): the host computes the first ``level``
+    of them, the GPU reads the others through UVA. The cuts are views of the same host memory; their tables are
+    made at apply (one copy to the GPU a layer), their parts at a level's first use (no tensor made then)."""
+
+    host: _Part  # every host expert, computed on the host
+    on_gpu: _Part | None  # every host expert, read through UVA (a prefill, or a level below the plan's)
+    tables: tuple[torch.Tensor, torch.Tensor] | None = None  # (host's, GPU's): [n+1, E], where levels move
+    cut: dict[int, tuple[_Part, _Part]] = field(default_factory=dict)
+
+    @property
+    def planned(self) -> int:
+        return next(iter(self.host.weights.values())).shape[0]
+
+    def at(self, level: int) -> tuple[_Part | None, _Part | None]:
+        """(the host's part, the GPU's part) at ``level``."""
+        if level == self.planned:
+            return self.host, None
+        if level == 0:
+            return None, self.on_gpu
+        parts = self.cut.get(level)
+        if parts is None:
+            first, rest = self.tables
+            parts = self.cut[level] = (
+                _Part({a: w[:level] for a, w in self.host.weights.items()}, first[level], self.host.layout),
+                _Part({a: w[level:] for a, w in self.on_gpu.weights.items()}, rest[level], self.on_gpu.layout))
+        return parts
+
+
 @dataclass(frozen=True)
 class _GpuParts:
     """The experts GPU kernels compute (the UVA part's first, then those in GPU memory), in one pass
@@ -250,28 +291,28 @@ class SplitForward:
     layout: Layout
     device: torch.device
     gpu: _GpuParts | None  # None: every expert is the host's
-    host: _Part | None = None  # the experts the host computes
-    host_on_gpu: _Part | None = None  # the same, read through UVA by GPU kernels (calls over max_tokens)
+    levels: _HostLevels | None = None  # the experts the host computes, and the same read through UVA
     max_tokens: int | None = None
     worker: HostWorker | None = None  # the host's thread, where the stream can wait for it (step 3)
     flag: HostFlag | ThreadFlag | None = None  # raised by the host's thread when its rows are written
     staged: HostFlag | None = None  # written by the stream when the routed tokens are on the host (a GPU's worker)
     staging: _Staging = field(default_factory=lambda: _Staging(pin=False))
     gate: ForwardGate | None = None  # the applied plan's (``ExpertSplits.attach``): another thread's forward refused
-    guard: HostGuard | None = None  # sends the host's experts through UVA while the host is late (a GPU's worker)
+    guard: HostGuard | None = None  # the host's level while the host is slower than planned (a GPU's worker)
     busy: threading.Lock = field(default_factory=threading.Lock)  # held by a call using the layer's host buffers
     user: int | None = None  # the thread holding ``busy``
 
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                  *args, **kwargs) -> torch.Tensor:
         tokens = hidden_states.shape[0]
-        on_host = self.host is not None and (self.max_tokens is None or tokens <= self.max_tokens)
-        if on_host and self.gate is not None:
+        levels = self.levels
+        level = levels.planned if levels is not None and (self.max_tokens is None or tokens <= self.max_tokens) else 0
+        if level and self.gate is not None:
             self.gate.check_owner()  # the layer called from another thread while a forward runs
-        if on_host and self.guard is not None and not self.guard.host_turn():
-            on_host = False  # the host has been late: its experts through UVA for a while (runtime/host_guard.py)
-        if not on_host:
-            return self._rows(hidden_states, top_k_index, top_k_weights, False)
+        if level and self.guard is not None and not (self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            level = self.guard.host_turn()  # fewer while the host is slower than planned (runtime/host_guard.py)
+        if not level:
+            return self._rows(hidden_states, top_k_index, top_k_weights, 0)
         me = threading.get_ident()
         if not self.busy.acquire(blocking=False):  # its host buffers are in use by another call
             if self.user == me:
@@ -283,15 +324,17 @@ class SplitForward:
                 "lock around them, or give each thread its own model)")
         self.user = me
         try:
-            return self._rows(hidden_states, top_k_index, top_k_weights, True)
+            return self._rows(hidden_states, top_k_index, top_k_weights, level)
         finally:
             self.user = None
             self.busy.release()
 
     def _rows(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
-              on_host: bool) -> torch.Tensor:
+              level: int) -> torch.Tensor:
+        """The layer's rows with ``level`` of the host's experts computed on the host (0: none, or no host part)."""
         tokens = hidden_states.shape[0]
-        staged = self._to_host(hidden_states, top_k_index, top_k_weights) if on_host else None
+        host, moved = self.levels.at(level) if self.levels is not None else (None, None)
+        staged = self._to_host(hidden_states, top_k_index, top_k_weights) if host is not None else None
         rows = None  # the parts' rows added in place: one [T·k, H] beside a part's own, however many parts run
         guard = self.guard if staged is not None and self.worker is not None else None
         stream = None
@@ -301,16 +344,15 @@ class SplitForward:
         if self.gpu is not None:
             rows = parts_rows(self.module, self.layout, self.gpu.weights, self.gpu.table, hidden_states,
                               top_k_index, top_k_weights)
-        if guard is not None:
-            guard.after_parts(stream)
-        if self.host is not None and not on_host:  # a second part through UVA: its own pass
-            part = self.host_on_gpu
-            r = part_rows(self.module, part.layout, part.weights, part.table, hidden_states, top_k_index,
+        if moved is not None:  # host experts through UVA: their own pass (their layout is the host's)
+            r = part_rows(self.module, moved.layout, moved.weights, moved.table, hidden_states, top_k_index,
                           top_k_weights)
             rows = r if rows is None else rows.add_(r)
             del r
+        if guard is not None:
+            guard.after_parts(stream)
         if staged is not None:
-            r = self._host_async(*staged) if self.worker is not None else self._host_rows(*staged)
+            r = self._host_async(host, *staged) if self.worker is not None else self._host_rows(host, *staged)
             if guard is not None:
                 guard.after_wait(stream)
             if r is not None:
@@ -351,36 +393,41 @@ class SplitForward:
         """The layer's host buffer for the rows the host writes ([T·k, H] of ``rows_dtype``)."""
         return self.staging.take("rows", (index.numel(), hidden.shape[-1]), rows_dtype(hidden, weights))
 
-    def _compute(self, hidden, index, weights, out: torch.Tensor) -> bool:
-        """The host's experts' rows into ``out`` (zeroed first); False when no pair is routed to them."""
+    def _compute(self, host: _Part, hidden, index, weights, out: torch.Tensor) -> bool:
+        """The rows of the host's experts in ``host`` into ``out`` (zeroed first); False when no pair is routed to
+        them."""
         out.zero_()
-        return host_rows(self.module, self.host.layout, self.host.weights, self.host.table, hidden, index, weights,
-                         out)
+        return host_rows(self.module, host.layout, host.weights, host.table, hidden, index, weights, out)
 
     def _rows_back(self, out: torch.Tensor) -> torch.Tensor:
         """The rows on the compute device: copied after the stream's earlier work from the layer's buffer (a copy
         of it on the CPU, whose buffer the next call writes)."""
         return out.to(self.device, non_blocking=True) if self.device.type == "cuda" else out.clone()
 
-    def _host_rows(self, hidden, index, weights, event) -> torch.Tensor | None:
+    def _host_rows(self, host: _Part, hidden, index, weights, event) -> torch.Tensor | None:
         if event is not None:
             event.synchronize()  # the copies have landed; the GPU runs its parts meanwhile
         out = self._rows_buffer(hidden, index, weights)
-        return self._rows_back(out) if self._compute(hidden, index, weights, out) else None
+        return self._rows_back(out) if self._compute(host, hidden, index, weights, out) else None
 
-    def _host_async(self, hidden, index, weights, staged: int | None) -> torch.Tensor:
+    def _host_async(self, host: _Part, hidden, index, weights, staged: int | None) -> torch.Tensor:
         """Step 3 on the host's thread: the stream waits for the flag, then copies the rows the thread wrote. The
-        thread makes no CUDA call: it reads the count the stream writes (``staged``) and writes host memory."""
+        thread makes no CUDA call: it reads the count the stream writes (``staged``) and writes host memory; in a
+        call the guard measures it reports its own time."""
         out = self._rows_buffer(hidden, index, weights)
         count = self.flag.next()
         inference = torch.is_inference_mode_enabled()
+        timed = self.guard if self.guard is not None and self.guard.measuring else None
 
         def job() -> None:
             try:
                 if staged is not None:
                     self.staged.host_wait(staged)
+                start = time.perf_counter()
                 with torch.inference_mode(inference), torch.no_grad():
-                    self._compute(hidden, index, weights, out)
+                    self._compute(host, hidden, index, weights, out)
+                if timed is not None:
+                    timed.host_done((time.perf_counter() - start) * 1e3)
             except BaseException as exc:  # noqa: BLE001 - raised by the next call; the stream must go on
                 out.zero_()
                 if self.worker.error is None:
@@ -432,9 +479,10 @@ class ExpertSplits:
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
     guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
 
-    def host_reroutes(self) -> dict[str, int]:
-        """Per split layer with a guard: the calls whose host experts went through UVA (the host was late)."""
-        return {g.name: g.rerouted for g in self.guards}
+    def host_levels(self) -> dict[str, dict[str, int]]:
+        """Per split layer with a guard: the plan's host experts, the host's now, and the calls with fewer
+        (``HostGuard.summary``)."""
+        return {g.name: g.summary() for g in self.guards}
 
     def build(self, plan: Plan, model: nn.Module, pin: bool) -> None:
         """Split every layer with ``experts`` (``split_problems`` found nothing). On failure what was done stays
@@ -506,23 +554,27 @@ class ExpertSplits:
         if on_gpu:
             gpu = _GpuParts([weights(p, uva_view if p == "uva" else same) for p in on_gpu],
                             _table([e for p in on_gpu for e in ids[p]], experts, self.device))
-        host = host_on_gpu = guard = None
+        levels = guard = None
         worker = self._worker() if ids["cpu"] else None
         if ids["cpu"]:
-            host = part("cpu", same, torch.device("cpu"))
             marks = new_marks(self.device) if worker is not None and ids["uva"] and HOST_GUARD else None
             if marks is not None:
                 guard = HostGuard(layer.name, len(ids["cpu"]), len(ids["uva"]), marks)
                 self.guards.append(guard)
-            if split.cpu_max_tokens is not None or guard is not None:
-                host_on_gpu = part("cpu", uva_view, self.device)
+            through_uva = split.cpu_max_tokens is not None or guard is not None
+            tables = None
+            if guard is not None:
+                first, rest = _level_tables(ids["cpu"], experts)
+                tables = first, rest.to(self.device)
+            levels = _HostLevels(part("cpu", same, torch.device("cpu")),
+                                 part("cpu", uva_view, self.device) if through_uva else None, tables)
         staging = _Staging(pin=cuda)
         self.stagings.append(staging)
-        forward = SplitForward(module, layout, self.device, gpu, host, host_on_gpu, split.cpu_max_tokens,
-                               worker, new_flag(self.device) if worker is not None else None,
+        forward = SplitForward(module, layout, self.device, gpu, levels, split.cpu_max_tokens, worker,
+                               new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
-        module.forward = torch.compiler.disable(forward) if host is not None else forward
+        module.forward = torch.compiler.disable(forward) if levels is not None else forward
 
     def restore(self) -> list[str]:
         """Every split param back in one tensor of its own shape, stride, dtype and device (bit-identical), the

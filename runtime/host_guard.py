@@ -1,22 +1,29 @@
-"""A split layer's host part kept from holding the GPU up: when the host is late, the GPU reads its experts instead.
+"""A split layer's host part kept to what the host can do in a forward: the GPU reads the rest through UVA.
 
 The cpu backend's plan splits a layer's routed experts between the link (UVA) and the host CPU so that both sides
 finish together, at the host's speed that ``planner calibrate`` measured. A host can be slower in a forward than
 calibrate saw (on the H200 on 2026-12-03 one machine's host part took 2-3x as long as another's, and a hybrid plan
-then ran 1.33x the step of reading every expert through UVA: docs/BENCHMARKS.md). Its experts are in pinned host
-memory, so the GPU can read them through UVA as well (the route a call above ``cpu_max_tokens`` takes).
+then ran 1.33x the step of reading every expert through UVA: docs/BENCHMARKS.md). The host's experts are in pinned
+host memory, so the GPU can read any of them through UVA as well (the route a call above ``cpu_max_tokens`` takes).
 
-``HostGuard`` watches one split layer. In a call it measures (``Marks``: CUDA events on the stream, read a call
-later without a synchronize) how long the stream ran the layer's GPU parts (``gpu_ms``: the UVA part reading its
-experts) and how long it then waited for the host's rows (``wait_ms``). Reading the host's experts through UVA would
-add about ``gpu_ms * host / link`` (the host's experts over the link's, at the rate the link just gave; the GPU
-parts also compute the experts held in GPU memory, so the estimate is high, and the guard errs toward the host). A
-call is
-*late* when the wait exceeds that by ``MARGIN``. After ``STRIKES`` late calls in a row the layer's host experts go
-through UVA for ``HOLD`` calls, then the host is tried again; each time it is late again the hold doubles, up to
-``MAX_HOLD``, and a call on time puts it back to ``HOLD``. While the host keeps up one call in ``SAMPLE`` is
-measured (three event records a measured call). Both routes give the experts' rows within the backend's exactness
-tolerance (the GPU's are the resident model's kernels'), so a reroute changes rounding only.
+``HostGuard`` keeps one split layer's *level*: how many of the plan's host experts the host computes (the first
+``level`` of them; the GPU reads the others through UVA in a pass of its own beside the layer's UVA part). It starts
+at the plan's split. In a measured call it reads (``Marks``: CUDA events on the stream, read a call later without a
+synchronize) how long the stream ran the layer's GPU parts (``gpu_ms``: its UVA experts and the host's experts
+moved to it) and how long it then waited for the host's rows (``wait_ms``), and the host's thread reports how long
+its part took (``host_done``). The host's time is the stream's view of it when the stream waited (``gpu_ms +
+wait_ms``: that includes the hand-off) and the thread's own figure when it did not. Per expert, the link's time is
+``gpu_ms`` over the experts the GPU read and the host's is its time over ``level``; the level at which both sides
+finish together is ``balanced``. When the two sides' times differ by more than ``DEADBAND`` of the longer and the
+balanced level is an expert or more away, in two measured calls in a row, the level moves halfway to the nearer of
+their two balanced levels (at least one expert). So one slow call moves nothing; a host that slows down hands
+experts to the link and one that recovers takes them back, never more than the plan gave it. A host so slow that
+its balanced level is below one expert sends all its experts through UVA for ``HOLD`` calls, doubling while it
+stays that slow (up to ``MAX_HOLD``), and is then tried again with one expert. While the level holds, one call in
+``SAMPLE`` is measured (three event records); while a move is asked for or made, every other call is (the call
+right after a move is not: its host part meets new shapes, as a layer's first call meets its first buffers).
+Both routes give an expert's rows within the backend's exactness tolerance (the GPU's are the resident model's
+kernels'), so a move changes rounding only. The plan and its prediction do not change.
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ import torch
 
 log = logging.getLogger("runtime")
 
-STRIKES = 3  # late measured calls in a row before the host's experts go through UVA
-HOLD = 16  # calls through UVA after a first reroute
-MAX_HOLD = 1024  # the longest hold (it doubles while the host stays late)
-SAMPLE = 4  # while the host keeps up, one call in this many is measured
-MARGIN = 0.1  # late: the wait exceeds the UVA reads' estimate by this share
+HOLD = 16  # calls with every host expert through UVA after the host's level first falls below one expert
+MAX_HOLD = 1024  # the longest hold (it doubles while the host stays that slow)
+SAMPLE = 4  # while the level holds, one call in this many is measured
+DEADBAND = 0.05  # the level holds while the two sides' times differ by at most this share of the longer
+GAIN = 0.5  # the share of the way to the balanced level a move takes
+WAITED = 0.02  # the stream waited for the host when its wait exceeds this share of its GPU parts' time
+SKIP = 1  # calls not measured after a move (the first at a new level meets new shapes on the host)
 
 
 class Marks(Protocol):
@@ -63,58 +72,97 @@ class CudaMarks:
         return self.events[first].elapsed_time(self.events[second])
 
 
+def balanced(host: int, link: int, level: int, gpu_ms: float, host_ms: float) -> float:
+    """The host's experts (of ``host``) at which both sides of a layer finish together, from a call where the host
+    computed ``level`` of them in ``host_ms`` and the GPU read the layer's ``link`` UVA experts and the other host
+    experts in ``gpu_ms``."""
+    per_link = gpu_ms / (link + host - level)
+    per_host = host_ms / level
+    return (link + host) * per_link / (per_link + per_host)
+
+
 @dataclass(eq=False)
 class HostGuard:
-    """One split layer's watch (module docstring). Used by the issuing thread only."""
+    """One split layer's level (module docstring). Used by the issuing thread, but ``host_done`` (the host's)."""
 
     name: str
-    host: int  # experts the host computes
-    link: int  # experts the GPU reads through UVA in the layer's GPU parts
+    host: int  # the plan's host experts
+    link: int  # experts the GPU reads through UVA in the layer's UVA part
     marks: Marks
-    strikes: int = 0
-    hold: int = 0  # calls left through UVA
+    level: int = -1  # host experts the host computes now (set to ``host`` at init)
+    hold: int = 0  # calls left with every host expert through UVA
     next_hold: int = HOLD
-    until_sample: int = 0  # calls before the next measured one
+    until_sample: int = 1  # calls before the next measured one (a layer's first call makes its buffers: not measured)
+    vote: float | None = None  # the balanced level a measured call asked to move to, awaiting a second one
     pending: bool = False  # a measured call's marks not read yet
     measuring: bool = False  # this call is measured
-    rerouted: int = 0  # calls sent through UVA so far
-    reroutes: int = 0  # times the guard rerouted
+    measured_level: int = 0  # the level of the measured call
+    host_ms: float | None = None  # the measured call's host part, written by the host's thread
+    moved_calls: int = 0  # calls whose host computed fewer experts than the plan's
+    rerouted: int = 0  # of them, calls with every host expert through UVA
+    moves: int = 0  # times the level moved
 
-    def host_turn(self) -> bool:
-        """Whether this call computes the host's experts on the host (else through UVA). Reads the last measured
-        call's marks where the stream has passed them."""
+    def __post_init__(self) -> None:
+        if self.level < 0:
+            self.level = self.host
+
+    def host_turn(self) -> int:
+        """How many of the host's experts the host computes in this call (0: every one through UVA). Reads the last
+        measured call's marks where the stream has passed them."""
         if self.pending and self.marks.ready():
             self.pending = False
-            self._judge(self.marks.ms("s", "a"), self.marks.ms("a", "b"))
+            if self.host_ms is not None:  # None: the host's part failed; its error is raised elsewhere
+                self._judge(self.marks.ms("s", "a"), self.marks.ms("a", "b"), self.host_ms)
         if self.hold:
             self.hold -= 1
+            self.moved_calls += 1
             self.rerouted += 1
-            return False
+            return 0
         self.measuring = not self.pending and self.until_sample == 0
         if self.measuring:
-            self.until_sample = SAMPLE - 1 if self.strikes == 0 and self.next_hold == HOLD else 0
+            self.measured_level, self.host_ms = self.level, None
+            self.until_sample = SAMPLE - 1
         elif self.until_sample:
             self.until_sample -= 1
-        return True
+        self.moved_calls += self.level < self.host
+        return self.level
 
-    def late(self, gpu_ms: float, wait_ms: float) -> bool:
-        """Whether the stream waited for the host longer than reading its experts through UVA would take."""
-        return wait_ms > gpu_ms * self.host / self.link * (1 + MARGIN)
+    def host_done(self, ms: float) -> None:
+        """The host's thread: the measured call's host part took ``ms``."""
+        self.host_ms = ms
 
-    def _judge(self, gpu_ms: float, wait_ms: float) -> None:
-        if not self.late(gpu_ms, wait_ms):
-            self.strikes, self.next_hold = 0, HOLD
+    def _judge(self, gpu_ms: float, wait_ms: float, host_ms: float) -> None:
+        level = self.measured_level
+        host_ms = gpu_ms + wait_ms if wait_ms > WAITED * gpu_ms else host_ms
+        target = min(float(self.host), balanced(self.host, self.link, level, gpu_ms, host_ms))
+        if target >= 1:
+            self.next_hold = HOLD
+            if abs(host_ms - gpu_ms) <= DEADBAND * max(host_ms, gpu_ms) or abs(target - level) < 1:
+                self.vote = None  # balanced as it is
+                return
+        if self.vote is None or (self.vote < level) != (target < level):  # a first call asking for this move
+            self.vote, self.until_sample = target, SKIP
             return
-        self.strikes += 1
-        if self.strikes < STRIKES:
+        target = min(self.vote, target, key=lambda t: abs(t - level))  # the smaller move the two calls ask for
+        self.vote, self.until_sample = None, SKIP  # the call at the new level is not measured, the next one is
+        if target < 1:  # slower than the link even for one expert: all through UVA for a while
+            self.hold, self.level = self.next_hold, 1
+            self.next_hold = min(2 * self.next_hold, MAX_HOLD)
+            self._moved(level, 0, gpu_ms, host_ms)
             return
-        self.strikes, self.hold = 0, self.next_hold
-        (log.warning if self.reroutes == 0 else log.info)(
-            "%s: the host's %d experts kept the GPU waiting %.2f ms a call, where reading them through UVA would take "
-            "about %.2f: they go through UVA for the next %d calls (the host is slower than the plan's profile; see "
-            "runtime/host_guard.py)", self.name, self.host, wait_ms, gpu_ms * self.host / self.link, self.hold)
-        self.reroutes += 1
-        self.next_hold = min(2 * self.next_hold, MAX_HOLD)
+        step = GAIN * (target - level)
+        new = level + (max(1, round(step)) if step > 0 else min(-1, round(step)))
+        self.level = max(1, min(self.host, new))
+        self._moved(level, self.level, gpu_ms, host_ms)
+
+    def _moved(self, old: int, new: int, gpu_ms: float, host_ms: float) -> None:
+        first = self.moves == 0
+        self.moves += 1
+        (log.warning if first else log.info)(
+            "%s: the host took %.2f ms for %d of its %d experts where the GPU read %d through UVA in %.2f: the host "
+            "now computes %d%s (the host is slower than the plan's profile; see runtime/host_guard.py)", self.name,
+            host_ms, old, self.host, self.link + self.host - old, gpu_ms, new,
+            f", all through UVA for the next {self.hold} calls" if new == 0 else "")
 
     def before_parts(self, stream: object) -> None:
         if self.measuring:
@@ -128,3 +176,8 @@ class HostGuard:
         if self.measuring:
             self.marks.record("b", stream)
             self.measuring, self.pending = False, True
+
+    def summary(self) -> dict[str, int]:
+        """For ``Handle.stats()``: the plan's host experts, the host's now, and the calls below the plan."""
+        return {"planned": self.host, "now": 0 if self.hold else self.level, "moved_calls": self.moved_calls,
+                "all_uva_calls": self.rerouted}

@@ -82,4 +82,4 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     assert labels.count("auto decode32, switch interval 0.001") == 1
     guarded = [r for r in rows if ", guard " in r.get("plan", "") and "measured_ms" in r]
     assert len(guarded) == 8 and {r["host_guard"] for r in guarded} == {True, False}
-    assert all(r["host_rerouted_calls"] == 0 for r in guarded)  # no guard off a GPU
+    assert all(r["host_experts"]["moved_calls"] == 0 for r in guarded)  # no guard off a GPU

@@ -21,6 +21,7 @@ from moe_models import ARCHITECTURES, by_thirds, make_moe, split_plan  # noqa: E
 from runtime import cpu_experts  # noqa: E402
 from runtime.cpu_experts import HostExpertsCaptureError, SplitForward  # noqa: E402
 from runtime.errors import PlanMismatchError  # noqa: E402
+from runtime.host_guard import HostGuard  # noqa: E402
 from test_host_guard import ScriptedMarks  # noqa: E402
 
 PROMPTS, POSITIONS = 8, 64
@@ -180,11 +181,15 @@ def test_a_module_that_is_not_an_experts_module_is_refused():
 def test_a_cuda_graph_capture_reaching_host_experts_is_refused(monkeypatch):
     model = make_moe("qwen3_moe")
     experts = model.model.layers[0].mlp.experts
-    forward = SplitForward(experts, None, torch.device("cuda"), [], host=object())
+    host = cpu_experts._Part({"gate_up_proj": torch.zeros(2, 1, 1)}, torch.zeros(8, dtype=torch.long), None)
+    guard = HostGuard("layers.0", 2, 6, ScriptedMarks())
+    forward = SplitForward(experts, None, torch.device("cuda"), None, cpu_experts._HostLevels(host, None),
+                           guard=guard)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     h = torch.zeros(2, 128)
     with pytest.raises(HostExpertsCaptureError, match="cpu backend"):
         forward(h, torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
+    assert guard.moved_calls == 0 and not guard.measuring  # the guard is not asked inside a capture
 
 
 def test_host_threads_are_set_and_given_back(monkeypatch):
@@ -400,7 +405,7 @@ def test_a_forward_from_a_hook_inside_a_split_layer_is_refused_and_the_model_sta
 # streams wait on host flags, and the guard's marks are scripted (tests/test_host_guard.py)
 
 @pytest.mark.parametrize("late", [False, True])
-def test_a_split_layer_sends_its_host_experts_through_uva_while_the_host_is_late(monkeypatch, threaded, late):
+def test_a_split_layer_hands_host_experts_to_uva_while_the_host_is_late(monkeypatch, threaded, late):
     model = make_moe("qwen3_moe", implementation="grouped_mm")
     ids = torch.randint(0, model.config.vocab_size, (4, 1), generator=torch.Generator().manual_seed(3))
     ref = _logits(model, ids)
@@ -408,28 +413,34 @@ def test_a_split_layer_sends_its_host_experts_through_uva_while_the_host_is_late
     tolerance = (_logits(model, ids) - ref).abs().max().item()
     model.set_experts_implementation("grouped_mm")
     monkeypatch.setattr(cpu_experts, "new_marks", lambda device: ScriptedMarks(10.0, 50.0 if late else 0.0))
-    host_calls = []
-    real = cpu_experts.host_rows
+    levels = []  # (the level asked for, the host's experts in the part it gets)
+    real = cpu_experts._HostLevels.at
 
-    def counted(*args, **kwargs):
-        host_calls.append(1)
-        return real(*args, **kwargs)
+    def at(self, level):
+        parts = real(self, level)
+        levels.append((level, self.planned, parts))
+        return parts
 
-    monkeypatch.setattr(cpu_experts, "host_rows", counted)
+    monkeypatch.setattr(cpu_experts._HostLevels, "at", at)
     with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
         splits = handle._splits
         layers = len(splits.guards)
         assert layers == len(model.model.layers)  # every split layer with UVA experts has a guard
         outs = [_logits(model, ids) for _ in range(12)]
-        reroutes = splits.host_reroutes()
-        assert handle.stats()["host_reroutes"] == reroutes
-    assert all((out - ref).abs().max().item() <= tolerance for out in outs)  # either route: within the tolerance
+        summary = splits.host_levels()
+        assert handle.stats()["host_levels"] == summary
+    assert all((out - ref).abs().max().item() <= tolerance for out in outs)  # every level: within the tolerance
+    assert len(levels) == 12 * layers
+    for level, planned, (host, moved) in levels:  # the host computes ``level`` experts, the GPU's pass the rest
+        n_host = 0 if host is None else next(iter(host.weights.values())).shape[0]
+        n_moved = 0 if moved is None else next(iter(moved.weights.values())).shape[0]
+        assert (n_host, n_moved) == (level, planned - level)
     if late:
-        assert all(n > 0 for n in reroutes.values())
-        assert len(host_calls) < 12 * layers
-        assert sum(reroutes.values()) + len(host_calls) == 12 * layers
+        assert any(0 < level < planned for level, planned, _ in levels)  # cut between the host and the link
+        assert all(s["moved_calls"] > 0 and s["now"] < s["planned"] for s in summary.values())
     else:
-        assert set(reroutes.values()) == {0} and len(host_calls) == 12 * layers
+        assert all(level == planned for level, planned, _ in levels)
+        assert all(s["moved_calls"] == 0 and s["now"] == s["planned"] for s in summary.values())
 
 
 def test_no_guard_off_a_gpu_worker_or_without_uva_experts(threaded, monkeypatch):

@@ -110,17 +110,15 @@ def _replayed(model, x):
     return out.clone()
 
 
-def test_a_late_host_sends_its_experts_through_uva(monkeypatch):
-    """runtime/host_guard.py with real CUDA events: a host part made 30 ms slower a layer is rerouted through UVA
-    after its strikes, and the logits stay as close to the resident model's as the cpu backend holds them. (A host
-    on time is not asserted here: on a tiny model the host's hand-off outlasts the GPU's reads, so the guard rightly
-    reroutes there too; tests/test_host_guard.py covers a host on time with scripted marks.)"""
+def _guarded_outputs(monkeypatch, host_turn=None, slow_s: float = 0.0):
+    """12 forwards of a split Qwen3-MoE layout on the GPU (their logits), the resident model's, and the guards'
+    summaries; the host's part made ``slow_s`` slower a call, or the guard's turn replaced by ``host_turn``."""
     sys.path.insert(0, str(ROOT / "tests"))
     import time
 
     import runtime
     from moe_models import make_moe, split_plan
-    from runtime import cpu_experts
+    from runtime import cpu_experts, host_guard
 
     model = make_moe("qwen3_moe", implementation="grouped_mm")
     ids = torch.randint(0, model.config.vocab_size, (8, 1), generator=torch.Generator().manual_seed(3))
@@ -130,16 +128,69 @@ def test_a_late_host_sends_its_experts_through_uva(monkeypatch):
     compute = cpu_experts.host_rows
 
     def slow_host_rows(*args, **kwargs):
-        time.sleep(0.03)
+        time.sleep(slow_s)
         return compute(*args, **kwargs)
 
-    monkeypatch.setattr(cpu_experts, "host_rows", slow_host_rows)
+    if slow_s:
+        monkeypatch.setattr(cpu_experts, "host_rows", slow_host_rows)
+    if host_turn is not None:
+        monkeypatch.setattr(host_guard.HostGuard, "host_turn", host_turn)
     with runtime.apply(split_plan(model), model, device="cuda") as handle, torch.no_grad():
         assert handle._splits.guards, "no guard on this GPU"
         outs = []
         for _ in range(12):
             outs.append(model(ids.cuda()).logits.float().cpu())
             torch.cuda.synchronize()
-        reroutes = handle._splits.host_reroutes()
+        summary = handle._splits.host_levels()
+    return outs, want, summary
+
+
+def test_a_late_host_sends_its_experts_through_uva(monkeypatch):
+    """runtime/host_guard.py with real CUDA events: a host part made 30 ms slower a layer (slower than the link for
+    any of its experts) sends them all through UVA, and the logits stay as close to the resident model's as the cpu
+    backend holds them. (A host on time is not asserted here: on a tiny model the host's hand-off outlasts the GPU's
+    reads, so the guard rightly moves experts there too; tests/test_host_guard.py covers a host on time.)"""
+    outs, want, summary = _guarded_outputs(monkeypatch, slow_s=0.03)
     assert all((got - want).abs().max() < 0.1 for got in outs)
-    assert all(n > 0 for n in reroutes.values()), reroutes
+    assert all(s["all_uva_calls"] > 0 for s in summary.values()), summary
+
+
+def test_a_level_between_the_host_and_the_link_gives_the_same_logits(monkeypatch):
+    """Half of each layer's host experts read through UVA (offset views of the pinned memory) in a pass of their
+    own, the other half on the host: the logits within the cpu backend's tolerance of the resident model's."""
+    outs, want, summary = _guarded_outputs(monkeypatch, host_turn=lambda guard: guard.host // 2)
+    assert all((got - want).abs().max() < 0.1 for got in outs)
+    assert all(s["planned"] >= 2 for s in summary.values())
+
+
+def test_generate_with_a_host_that_slows_down(monkeypatch):
+    """``generate()`` (greedy, dynamic cache) under a plan with host experts whose host part is 5 ms late a call:
+    the prefill above ``cpu_max_tokens`` reads the host's experts through UVA, each decode step's layers move
+    experts to the link by measurement, the run finishes, and each token the plan picks is one the resident model
+    scores within the cpu backend's tolerance of its own best at that position (teacher-forced on the plan's
+    sequence): host kernels round otherwise, so a near tie may go the other way, and nothing further."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import time
+
+    import runtime
+    from moe_models import make_moe, split_plan
+    from runtime import cpu_experts
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm").cuda()
+    prompt = torch.randint(0, model.config.vocab_size, (4, 8), generator=torch.Generator().manual_seed(5)).cuda()
+    compute = cpu_experts.host_rows
+
+    def late_host_rows(*args, **kwargs):
+        time.sleep(0.005)
+        return compute(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_experts, "host_rows", late_host_rows)
+    with runtime.apply(split_plan(model, cpu_max_tokens=16), model, device="cuda") as handle, torch.inference_mode():
+        out = model.generate(prompt, max_new_tokens=24, do_sample=False, min_new_tokens=24)
+        summary = handle._splits.host_levels()
+    assert out.shape == (4, 8 + 24)
+    assert all(s["moved_calls"] > 0 for s in summary.values()), summary
+    with torch.inference_mode():
+        logits = model(out, use_cache=False).logits.float()[:, 7:-1]  # the resident model's scores of each pick
+    picked = logits.gather(-1, out[:, 8:].unsqueeze(-1)).squeeze(-1)
+    assert (logits.max(-1).values - picked).max().item() < 0.1

@@ -1,6 +1,7 @@
-"""runtime/host_guard.py: a split layer's host experts go through UVA while the host keeps the GPU waiting longer than
-their UVA reads would take, and come back when it keeps up. The marks (CUDA events on a GPU) are scripted here
-(``ScriptedMarks``, which tests/test_cpu_experts.py also uses for the guard inside the cpu backend)."""
+"""runtime/host_guard.py: a split layer's host computes as many of its planned experts as it can finish while the GPU
+reads the others and the layer's UVA experts, never more than the plan gave it; a host too slow for even one expert
+sends them all through UVA for a while. The marks (CUDA events on a GPU) are scripted here (``ScriptedMarks``, which
+tests/test_cpu_experts.py also uses for the guard inside the cpu backend), and so is the host's own time."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runtime.host_guard import HOLD, MARGIN, MAX_HOLD, SAMPLE, STRIKES, HostGuard  # noqa: E402
+from runtime.host_guard import DEADBAND, HOLD, MAX_HOLD, SAMPLE, HostGuard, balanced  # noqa: E402
 
 
 class ScriptedMarks:
@@ -30,73 +31,157 @@ class ScriptedMarks:
         return {("s", "a"): self.gpu_ms, ("a", "b"): self.wait_ms}[(first, second)]
 
 
-def call(guard: HostGuard) -> bool:
-    """One call of the layer as SplitForward makes it: the turn, then the marks around the parts and the wait."""
-    on_host = guard.host_turn()
-    if on_host:
-        guard.before_parts(None)
-        guard.after_parts(None)
-        guard.after_wait(None)
-    return on_host
+class Machine:
+    """A layer's two sides at fixed rates: the GPU reads an expert through UVA in ``link_ms``, the host computes
+    one in ``host_ms`` (plus ``handoff_ms`` a call); the stream waits for whatever the host takes longer."""
+
+    def __init__(self, link_ms: float, host_ms: float, handoff_ms: float = 0.0) -> None:
+        self.link_ms, self.host_ms, self.handoff_ms = link_ms, host_ms, handoff_ms
+
+    def step_ms(self, guard: HostGuard, level: int) -> float:
+        gpu = self.link_ms * (guard.link + guard.host - level)
+        return max(gpu, self.handoff_ms + self.host_ms * level) if level else gpu
+
+    def call(self, guard: HostGuard) -> int:
+        """One call of the layer as SplitForward makes it: the turn, the marks around the parts and the wait, and
+        the host's own time when measured."""
+        level = guard.host_turn()
+        if level:
+            gpu = self.link_ms * (guard.link + guard.host - level)
+            host = self.handoff_ms + self.host_ms * level
+            guard.marks.gpu_ms, guard.marks.wait_ms = gpu, max(0.0, host - gpu)
+            measured = guard.measuring
+            guard.before_parts(None)
+            guard.after_parts(None)
+            if measured:
+                guard.host_done(host - self.handoff_ms)  # the thread's own figure leaves the hand-off out
+            guard.after_wait(None)
+        return level
 
 
-def test_a_host_on_time_is_never_rerouted_and_is_sampled():
-    marks = ScriptedMarks(gpu_ms=10.0, wait_ms=2.0)  # 50 host / 78 link experts: UVA would take 6.4 ms more
-    guard = HostGuard("layers.0", 50, 78, marks)
-    assert all(call(guard) for _ in range(100))
-    assert guard.rerouted == 0 and guard.reroutes == 0
-    assert marks.recorded.count("s") == 100 // SAMPLE  # one call in SAMPLE measured, three marks each
-    assert len(marks.recorded) == 3 * (100 // SAMPLE)
+def guard_of(host: int = 50, link: int = 78, **marks) -> HostGuard:
+    return HostGuard("layers.3", host, link, ScriptedMarks(**marks))
 
 
-def test_the_threshold():
-    guard = HostGuard("layers.0", 50, 100, ScriptedMarks())
-    assert not guard.late(10.0, 5.0 * (1 + MARGIN))
-    assert guard.late(10.0, 5.0 * (1 + MARGIN) + 1e-6)
+def test_balanced_is_where_both_sides_take_as_long():
+    # 50 host experts at 0.5 ms, 78 link experts + moved ones at 0.128 ms
+    target = balanced(50, 78, 50, gpu_ms=0.128 * 78, host_ms=0.5 * 50)
+    assert target * 0.5 == pytest.approx((128 - target) * 0.128)
+    # measured at another level with the same rates: the same answer
+    assert balanced(50, 78, 20, gpu_ms=0.128 * 108, host_ms=0.5 * 20) == pytest.approx(target)
+    # a call already balanced stays where it is
+    assert balanced(50, 78, 40, gpu_ms=0.1 * 88, host_ms=0.1 * 88) == pytest.approx(40)
 
 
-def test_a_late_host_is_rerouted_then_tried_again_with_a_growing_hold(caplog):
-    marks = ScriptedMarks(gpu_ms=10.0, wait_ms=20.0)  # late: UVA would take 6.4 ms, the host made it wait 20
-    guard = HostGuard("layers.3", 50, 78, marks)
+def test_a_host_on_time_keeps_the_plan_and_is_sampled():
+    guard = guard_of()
+    machine = Machine(link_ms=0.128, host_ms=0.15)  # 50 x 0.15 = 7.5 ms against 10 on the link: on time
+    assert all(machine.call(guard) == 50 for _ in range(100))
+    assert guard.moves == 0 and guard.moved_calls == 0
+    assert guard.marks.recorded.count("s") == 100 // SAMPLE  # one call in SAMPLE measured, three marks each
+    assert len(guard.marks.recorded) == 3 * (100 // SAMPLE)
+    assert guard.summary() == {"planned": 50, "now": 50, "moved_calls": 0, "all_uva_calls": 0}
+
+
+@pytest.mark.parametrize("host_ms", [0.25, 0.5, 1.0])
+def test_a_slow_host_hands_experts_to_the_link_until_both_sides_finish_together(caplog, host_ms):
+    guard = guard_of()
+    machine = Machine(link_ms=0.128, host_ms=host_ms, handoff_ms=0.3)
     with caplog.at_level(logging.INFO, logger="runtime"):
-        routes = [call(guard) for _ in range(600)]
-    # the first call measured, the next sampled at SAMPLE, then every call once suspicious: STRIKES late calls
-    first = routes.index(False)
-    assert all(routes[:first]) and routes[first:first + HOLD] == [False] * HOLD
+        levels = [machine.call(guard) for _ in range(200)]
+    planned, settled = machine.step_ms(guard, 50), machine.step_ms(guard, levels[-1])
+    all_uva = machine.step_ms(guard, 0)
+    best = min(machine.step_ms(guard, k) for k in range(51))
+    assert levels[-1] < 50 and settled < planned and settled < all_uva
+    assert settled <= best * 1.1  # within the deadband of the best level
+    assert len(set(levels[-50:])) == 1  # settled: no more moves
+    assert guard.moved_calls == sum(k < 50 for k in levels) and guard.summary()["now"] == levels[-1]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "layers.3" in warnings[0].getMessage()  # once; later moves at INFO
+
+
+def test_a_host_that_recovers_takes_its_experts_back_and_never_more_than_planned():
+    guard = guard_of()
+    machine = Machine(link_ms=0.128, host_ms=0.6)
+    for _ in range(100):
+        machine.call(guard)
+    assert guard.level < 30
+    machine.host_ms = 0.01
+    levels = [machine.call(guard) for _ in range(100)]
+    assert levels[-1] == 50 and max(levels) == 50
+
+
+def test_a_host_slower_than_the_link_for_one_expert_is_bypassed_with_a_growing_hold():
+    guard = guard_of()
+    machine = Machine(link_ms=0.128, host_ms=200.0)  # one expert on the host outlasts the whole layer on the link
+    levels = [machine.call(guard) for _ in range(3000)]
+    first = levels.index(0)
     holds, run = [], 0
-    for r in routes[first:]:
-        if not r:
+    for k in levels[first:]:
+        if k == 0:
             run += 1
         elif run:
             holds.append(run)
             run = 0
-    assert holds[:4] == [HOLD, 2 * HOLD, 4 * HOLD, 8 * HOLD][:len(holds[:4])]
-    assert guard.reroutes >= 4 and guard.rerouted == routes.count(False)
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "layers.3" in warnings[0].getMessage()  # once; later reroutes at INFO
-    # between holds the host is tried STRIKES calls: each measured
-    assert routes[first + HOLD:first + HOLD + STRIKES] == [True] * STRIKES
-
-
-def test_the_hold_stops_growing_and_a_call_on_time_resets_it():
-    marks = ScriptedMarks(gpu_ms=10.0, wait_ms=20.0)
-    guard = HostGuard("layers.0", 50, 78, marks)
+    assert holds[:4] == [HOLD, 2 * HOLD, 4 * HOLD, 8 * HOLD]
+    assert all(k in (0, 1) for k in levels[first:])  # between holds the host is tried with one expert
+    assert guard.rerouted == levels.count(0) and guard.summary()["all_uva_calls"] == guard.rerouted
     for _ in range(20000):
-        call(guard)
+        machine.call(guard)
     assert guard.next_hold == MAX_HOLD
     while guard.hold:  # let the hold run out
-        call(guard)
-    marks.wait_ms = 0.0
-    call(guard)  # measured
-    call(guard)  # judged on time
-    assert guard.next_hold == HOLD and guard.strikes == 0
+        machine.call(guard)
+    machine.host_ms = 0.01
+    for _ in range(3):  # one call not measured, one measured at one expert, then judged: fast again
+        machine.call(guard)
+    assert guard.next_hold == HOLD and guard.level == 1
+    for _ in range(4):  # a second call asking for more experts: the host takes them
+        machine.call(guard)
+    assert guard.level > 1
+
+
+def test_small_differences_do_not_move_the_level():
+    guard = guard_of()
+    # the host 4% slower than the link at the plan's level: inside the deadband
+    machine = Machine(link_ms=0.1, host_ms=0.1 * 78 / 50 * (1 + DEADBAND * 0.8))
+    assert all(machine.call(guard) == 50 for _ in range(100))
+
+
+def measured_call(guard: HostGuard, host_ms: float | None) -> None:
+    """Calls until one is measured; its host part reports ``host_ms`` (None: it failed)."""
+    while True:
+        guard.host_turn()
+        measured = guard.measuring
+        guard.before_parts(None), guard.after_parts(None)
+        if measured and host_ms is not None:
+            guard.host_done(host_ms)
+        guard.after_wait(None)
+        if measured:
+            return
 
 
 def test_marks_the_stream_has_not_passed_are_neither_read_nor_overwritten():
-    marks = ScriptedMarks(gpu_ms=10.0, wait_ms=20.0, ready=False)
-    guard = HostGuard("layers.0", 50, 78, marks)
-    assert all(call(guard) for _ in range(50))  # never judged: never rerouted
-    assert marks.recorded == ["s", "a", "b"]  # one measured call, its events kept until read
-    marks.is_ready = True
-    call(guard)
-    assert guard.strikes == 1
+    guard = guard_of(gpu_ms=10.0, wait_ms=50.0, ready=False)
+    measured_call(guard, 60.0)
+    for _ in range(50):
+        assert guard.host_turn() == 50  # never judged: never moved
+        guard.before_parts(None), guard.after_parts(None), guard.after_wait(None)
+    assert guard.marks.recorded == ["s", "a", "b"]  # one measured call, its events kept until read
+    guard.marks.is_ready = True
+    guard.host_turn()
+    assert guard.vote is not None and guard.vote < 50  # judged: late (a second late call would move the level)
+
+
+def test_a_measured_call_whose_host_part_failed_is_not_judged():
+    guard = guard_of(gpu_ms=10.0, wait_ms=50.0)
+    measured_call(guard, None)  # no host_done: the part failed
+    assert guard.host_turn() == 50 and guard.vote is None and guard.moves == 0
+
+
+def test_one_slow_call_moves_nothing():
+    guard = guard_of(gpu_ms=10.0, wait_ms=50.0)
+    measured_call(guard, 60.0)  # late once
+    guard.marks.wait_ms = 0.0
+    for _ in range(40):
+        measured_call(guard, 5.0)  # then on time
+    assert guard.moves == 0 and guard.level == 50
