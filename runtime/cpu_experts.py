@@ -80,7 +80,7 @@ from schemas.plan_experts import host_bytes
 
 log = logging.getLogger("runtime")
 
-HOST_GUARD = True  # split layers on a GPU move host experts to the link while the host is slower than planned (host_guard.py)
+HOST_GUARD = True  # on a GPU, split layers hand host experts to the link while the host is slower (host_guard.py)
 
 
 def new_marks(device: torch.device) -> Marks | None:
@@ -224,10 +224,10 @@ class _HostLevels:
     on_gpu: _Part | None  # every host expert, read through UVA (a prefill, or a level below the plan's)
     tables: tuple[torch.Tensor, torch.Tensor] | None = None  # (host's, GPU's): [n+1, E], where levels move
     cut: dict[int, tuple[_Part, _Part]] = field(default_factory=dict)
+    planned: int = field(init=False)  # the plan's host experts
 
-    @property
-    def planned(self) -> int:
-        return next(iter(self.host.weights.values())).shape[0]
+    def __post_init__(self) -> None:
+        self.planned = next(iter(self.host.weights.values())).shape[0]
 
     def at(self, level: int) -> tuple[_Part | None, _Part | None]:
         """(the host's part, the GPU's part) at ``level``."""
@@ -309,7 +309,7 @@ class SplitForward:
         level = levels.planned if levels is not None and (self.max_tokens is None or tokens <= self.max_tokens) else 0
         if level and self.gate is not None:
             self.gate.check_owner()  # the layer called from another thread while a forward runs
-        if level and self.guard is not None and not (self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        if level and self.guard is not None and not self._capturing():  # (a capture is refused by _to_host)
             level = self.guard.host_turn()  # fewer while the host is slower than planned (runtime/host_guard.py)
         if not level:
             return self._rows(hidden_states, top_k_index, top_k_weights, 0)
@@ -328,6 +328,9 @@ class SplitForward:
         finally:
             self.user = None
             self.busy.release()
+
+    def _capturing(self) -> bool:
+        return self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
     def _rows(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
               level: int) -> torch.Tensor:
@@ -367,7 +370,7 @@ class SplitForward:
         if self.worker is not None:
             self.worker.check()
         cuda = self.device.type == "cuda"
-        if cuda and torch.cuda.is_current_stream_capturing():
+        if self._capturing():
             raise HostExpertsCaptureError(
                 f"a CUDA graph capture reached '{type(self.module).__name__}', whose experts {CPU_BACKEND} are "
                 "computed by the host CPU: host work is not part of a captured graph. Run this plan eagerly (or "
