@@ -117,5 +117,5 @@ def matmuls(device: torch.device) -> dict[str, object]:
     big = TOKENS[-1]
     return {"uva_gbps": uva_gbps, "uva_call_ms": fixed, "uva_passes": points, "uva_passes_narrow": narrow,
             "gpu_mem_gbps": nbytes / resident_ms[1] / 1e6, "matmul_tflops": 2 * big * dim * dim / resident_ms[big] / 1e9,
-            "raw_uva_ms": dict(uva_ms, small=narrow_ms[1], small_2048=narrow_ms.get(2048), narrow=narrow_ms),
+            "raw_uva_ms": dict(uva_ms, narrow=narrow_ms),
             "raw_gpu_ms": resident_ms}
