@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -64,7 +65,7 @@ from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
-from runtime import cpu_experts, expert_math, pinned  # noqa: E402
+from runtime import expert_math, pinned  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
@@ -180,7 +181,7 @@ class Bench:
         self.emit(model=kind, own_cpu={k: v for k, v in row.items() if k != "type"})
 
     def measure(self, model_name: str, label: str, plan, model, config, cases, shares=None, graph: bool = False,
-                link: dict | None = None, host_threads: int | None = None) -> None:
+                link: dict | None = None, host_threads: int | None = None, host_levels: bool = True) -> None:
         """Apply ``plan``, time each case (name, input shape), remove."""
         cases = [c for c in cases if c[0] in self.cases]
         if not cases:
@@ -188,7 +189,8 @@ class Bench:
         hybrid = any(layer.experts is not None and layer.experts.cpu for layer in plan.layers)
         exact = self.exactness(model, config) if hybrid and any(c[0] == "decode32" for c in cases) else None
         t0 = time.perf_counter()
-        handle = runtime.apply(plan, model, device=str(self.device), host_threads=1 if self.dry else host_threads)
+        handle = runtime.apply(plan, model, device=str(self.device), host_threads=1 if self.dry else host_threads,
+                               host_levels=host_levels)
         applied_s = time.perf_counter() - t0
         try:
             for name, shape in cases:
@@ -225,7 +227,7 @@ class Bench:
                         row["host_ms_per_layer"] = host_times(model, ids)
                         row["join_waste"] = waste
                         levels = handle._splits.host_levels().values()
-                        row["host_guard"] = cpu_experts.HOST_GUARD
+                        row["host_guard"] = host_levels
                         row["host_experts"] = {"planned": sum(x["planned"] for x in levels),
                                                "now": sum(x["now"] for x in levels),
                                                "moved_calls": sum(x["moved_calls"] for x in levels),
@@ -358,9 +360,9 @@ class Bench:
                 runs = [(label, None) for label in ("hybrid", "auto decode32")]
                 runs += [("auto decode32", threads) for threads in self.host_threads]
                 for label, threads in runs:
-                    with setting(cpu_experts, "HOST_GUARD", guard == "on"):
-                        name = f"{label}, guard {guard}" + (f", host_threads {threads}" if threads else "")
-                        self.measure(kind, name, dict(plans)[label], model, config, cases[:1], host_threads=threads)
+                    name = f"{label}, guard {guard}" + (f", host_threads {threads}" if threads else "")
+                    self.measure(kind, name, dict(plans)[label], model, config, cases[:1], host_threads=threads,
+                                 host_levels=guard == "on")
         for interval in self.switch_intervals:  # the issuing thread and the host's thread share the GIL
             was = sys.getswitchinterval()
             sys.setswitchinterval(interval)
@@ -543,16 +545,40 @@ def main(argv: list[str] | None = None) -> int:
                     "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
                     "issuing thread and the host's thread take turns at the GIL between torch calls")
     ap.add_argument("--host-guard", choices=["on", "off"], action="append", help="also measure the hybrid plan and "
-                    "auto's decode-32 plan with runtime.cpu_experts.HOST_GUARD on or off (while the host is slower "
+                    "auto's decode-32 plan applied with host_levels on or off (while the host is slower "
                     "than planned, some of its experts go through UVA: runtime/host_guard.py), side by side, twice; "
                     "with --host-threads, auto's plan also with its host on that many threads (a slower host)")
+    ap.add_argument("--host-load", type=int, default=0, help="run this many other processes for the whole run, each "
+                    "summing a 1 GiB tensor on one thread over and over (another load on the machine: the host slower "
+                    "than planned, as the levels of runtime/host_guard.py meet it)")
     args = ap.parse_args(argv)
+    with host_load(args.host_load, 2**20 if args.dry_run else 2**28):
+        return run(args)
+
+
+LOAD = "import torch\ntorch.set_num_threads(1)\nx = torch.ones({numel})\nwhile True:\n    x.sum()\n"
+
+
+@contextmanager
+def host_load(processes: int, numel: int):
+    """``processes`` other processes reading ``numel`` float32s of host memory on one core each while the block
+    runs."""
+    running = [subprocess.Popen([sys.executable, "-c", LOAD.format(numel=numel)]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for p in running:
+            p.kill()
+            p.wait()
+
+
+def run(args) -> int:
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))
     t0 = time.perf_counter()
     bench.emit(torch=torch.__version__, device=torch.cuda.get_device_name(bench.device)
                if bench.device.type == "cuda" else "cpu", profile=bench.hw.name, dry_run=bench.dry,
-               date=time.strftime("%Y-%m-%d"))
+               date=time.strftime("%Y-%m-%d"), host_load_processes=args.host_load)
     bench.calibrate_host()
     for kind in ("qwen3_moe", "phimoe"):
         if kind in only:

@@ -142,7 +142,8 @@ class Handle:
 def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: str | torch.device = "cuda", *,
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
           spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
-          read_only_buffers: bool = False, record_routing: bool = False, host_threads: int | None = None) -> Handle:
+          read_only_buffers: bool = False, record_routing: bool = False, host_threads: int | None = None,
+          host_levels: bool = True) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -166,7 +167,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
 
     ``record_routing=True``: count, per MoE layer, the tokens each routed expert receives
     (``Handle.routing_stats()``, runtime/routing.py). ``host_threads``: the threads torch's host kernels use while a
-    plan whose host computes experts is applied (default: every CPU this process may run on).
+    plan whose host computes experts is applied (default: every CPU this process may run on). ``host_levels``: on a
+    GPU, a split layer whose host is slower than the plan's profile hands some of its host experts to the link
+    (runtime/host_guard.py; ``Handle.stats()["host_levels"]``); False keeps the plan's split whatever the host does.
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -180,12 +183,12 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     with torch.inference_mode(False):  # buffers and host copies made here are used outside inference mode too
         return _apply(plan, loaded, who, model, device, stats=stats, progress=progress, unplanned=unplanned,
                       spec=spec, read_only_buffers=read_only_buffers, record_routing=record_routing,
-                      host_threads=host_threads)
+                      host_threads=host_threads, host_levels=host_levels)
 
 
 def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.device, *, stats: bool,
            progress: bool | None, unplanned: Unplanned, spec: SpecFile | None, read_only_buffers: bool,
-           record_routing: bool, host_threads: int | None) -> Handle:
+           record_routing: bool, host_threads: int | None, host_levels: bool) -> Handle:
     device = _device(device)
     meta = meta_tensors(model)
     if meta:
@@ -204,7 +207,9 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
     placement = Placement()
     if host_threads is not None and (type(host_threads) is not int or host_threads < 1):
         raise ApplyError(f"host_threads={host_threads!r}: expected a whole number of threads, 1 or more")
-    splits = ExpertSplits(device, host_threads=host_threads)
+    if type(host_levels) is not bool:
+        raise ApplyError(f"host_levels={host_levels!r}: expected True or False")
+    splits = ExpertSplits(device, host_threads=host_threads, levels=host_levels)
     tall = UvaExperts()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)

@@ -80,8 +80,6 @@ from schemas.plan_experts import host_bytes
 
 log = logging.getLogger("runtime")
 
-HOST_GUARD = True  # on a GPU, split layers hand host experts to the link while the host is slower (host_guard.py)
-
 
 def new_marks(device: torch.device) -> Marks | None:
     """The marks a split layer's guard times its calls with: CUDA events on a GPU, none elsewhere."""
@@ -478,6 +476,7 @@ class ExpertSplits:
     forwards: list[tuple[nn.Module, object, SplitForward]] = field(default_factory=list)
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
+    levels: bool = True  # on a GPU, host experts go to the link while the host is slower than planned (host_guard.py)
     worker: HostWorker | None = None
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
     guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
@@ -560,7 +559,7 @@ class ExpertSplits:
         levels = guard = None
         worker = self._worker() if ids["cpu"] else None
         if ids["cpu"]:
-            marks = new_marks(self.device) if worker is not None and ids["uva"] and HOST_GUARD else None
+            marks = new_marks(self.device) if worker is not None and ids["uva"] and self.levels else None
             if marks is not None:
                 guard = HostGuard(layer.name, len(ids["cpu"]), len(ids["uva"]), marks)
                 self.guards.append(guard)

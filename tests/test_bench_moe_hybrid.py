@@ -68,14 +68,13 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     try:
         assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--host-pages", "4k",
                                       "--host-pages", "huge", "--switch-interval", "0.001",
-                                      "--host-guard", "on", "--host-guard", "off",
+                                      "--host-guard", "on", "--host-guard", "off", "--host-load", "1",
                                       "--out", str(tmp_path / "rows.jsonl")]) == 0
     finally:
         torch.set_num_threads(threads)
     assert pinned.HUGE_PAGES is True and sys.getswitchinterval() == interval
-    from runtime import cpu_experts
-    assert cpu_experts.HOST_GUARD is True
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert rows[0]["host_load_processes"] == 1
     labels = [r["plan"] for r in rows if "measured_ms" in r]
     assert labels.count("auto decode32, pages 4k") == labels.count("auto decode32, pages huge") == 2
     assert labels.count("uva, pages 4k") == labels.count("uva, pages huge") == 1

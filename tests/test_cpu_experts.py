@@ -451,6 +451,8 @@ def test_no_guard_off_a_gpu_worker_or_without_uva_experts(threaded, monkeypatch)
     plan = split_plan(model, places=lambda n: {"gpu": list(range(n // 2)), "cpu": list(range(n // 2, n))})
     with runtime.apply(plan, model, device="cpu", host_threads=1) as handle:
         assert handle._splits.guards == []  # no UVA experts: nothing to time the link by
-    monkeypatch.setattr(cpu_experts, "HOST_GUARD", False)
-    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1, host_levels=False) as handle:
         assert handle._splits.guards == []
+    for bad in (0, "yes", None):
+        with pytest.raises(runtime.ApplyError, match="host_levels="):
+            runtime.apply(split_plan(model), model, device="cpu", host_levels=bad)
