@@ -203,42 +203,35 @@ def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
     return table.to(device)
 
 
-def _level_tables(ids: list[int], experts: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[n+1, E] each: row ``level`` the table of the first ``level`` of ``ids`` and of the rest."""
-    n = len(ids)
-    cpu = torch.device("cpu")
-    first = torch.stack([_table(ids[:level], experts, cpu) for level in range(n + 1)])
-    rest = torch.stack([_table(ids[level:], experts, cpu) for level in range(n + 1)])
-    return first, rest
-
-
 @dataclass(eq=False)
 class _HostLevels:
     """A split layer's host experts cut at a level (runtime/host_guard.py): the host computes the first ``level``
-    of them, the GPU reads the others through UVA. The cuts are views of the same host memory; their tables are
-    made at apply (one copy to the GPU a layer), their parts at a level's first use (no tensor made then)."""
+    of them, the GPU reads the others through UVA. A cut's weights are views of the same host memory and its GPU
+    table is made from the whole part's on the GPU, at the level's first use (1 KB a level visited; no copy)."""
 
+    ids: list[int]  # the host's experts, in the order of their slices
     host: _Part  # every host expert, computed on the host
     on_gpu: _Part | None  # every host expert, read through UVA (a prefill, or a level below the plan's)
-    tables: tuple[torch.Tensor, torch.Tensor] | None = None  # (host's, GPU's): [n+1, E], where levels move
     cut: dict[int, tuple[_Part, _Part]] = field(default_factory=dict)
-    planned: int = field(init=False)  # the plan's host experts
 
-    def __post_init__(self) -> None:
-        self.planned = next(iter(self.host.weights.values())).shape[0]
+    @property
+    def planned(self) -> int:
+        return len(self.ids)
 
     def at(self, level: int) -> tuple[_Part | None, _Part | None]:
         """(the host's part, the GPU's part) at ``level``."""
-        if level == self.planned:
+        if level == len(self.ids):
             return self.host, None
         if level == 0:
             return None, self.on_gpu
         parts = self.cut.get(level)
         if parts is None:
-            first, rest = self.tables
+            place = self.on_gpu.table  # [E]: place among the host's experts, or their count
+            rest = torch.where(place >= level, place - level, len(self.ids) - level)
+            first = _table(self.ids[:level], place.numel(), torch.device("cpu"))
             parts = self.cut[level] = (
-                _Part({a: w[:level] for a, w in self.host.weights.items()}, first[level], self.host.layout),
-                _Part({a: w[level:] for a, w in self.on_gpu.weights.items()}, rest[level], self.on_gpu.layout))
+                _Part({a: w[:level] for a, w in self.host.weights.items()}, first, self.host.layout),
+                _Part({a: w[level:] for a, w in self.on_gpu.weights.items()}, rest, self.on_gpu.layout))
         return parts
 
 
@@ -564,12 +557,8 @@ class ExpertSplits:
                 guard = HostGuard(layer.name, len(ids["cpu"]), len(ids["uva"]), marks)
                 self.guards.append(guard)
             through_uva = split.cpu_max_tokens is not None or guard is not None
-            tables = None
-            if guard is not None:
-                first, rest = _level_tables(ids["cpu"], experts)
-                tables = first, rest.to(self.device)
-            levels = _HostLevels(part("cpu", same, torch.device("cpu")),
-                                 part("cpu", uva_view, self.device) if through_uva else None, tables)
+            levels = _HostLevels(ids["cpu"], part("cpu", same, torch.device("cpu")),
+                                 part("cpu", uva_view, self.device) if through_uva else None)
         staging = _Staging(pin=cuda)
         self.stagings.append(staging)
         forward = SplitForward(module, layout, self.device, gpu, levels, split.cpu_max_tokens, worker,

@@ -183,7 +183,7 @@ def test_a_cuda_graph_capture_reaching_host_experts_is_refused(monkeypatch):
     experts = model.model.layers[0].mlp.experts
     host = cpu_experts._Part({"gate_up_proj": torch.zeros(2, 1, 1)}, torch.zeros(8, dtype=torch.long), None)
     guard = HostGuard("layers.0", 2, 6, ScriptedMarks())
-    forward = SplitForward(experts, None, torch.device("cuda"), None, cpu_experts._HostLevels(host, None),
+    forward = SplitForward(experts, None, torch.device("cuda"), None, cpu_experts._HostLevels([0, 1], host, None),
                            guard=guard)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     h = torch.zeros(2, 128)
@@ -456,3 +456,24 @@ def test_no_guard_off_a_gpu_worker_or_without_uva_experts(threaded, monkeypatch)
     for bad in (0, "yes", None):
         with pytest.raises(runtime.ApplyError, match="host_levels="):
             runtime.apply(split_plan(model), model, device="cpu", host_levels=bad)
+
+
+def test_every_level_cuts_the_host_experts_into_two_parts_that_hold_each_once():
+    ids, experts = [7, 2, 9, 4, 0], 12
+    weights = torch.arange(len(ids) * 3, dtype=torch.float32).view(len(ids), 3, 1)
+    host = cpu_experts._Part({"w": weights}, cpu_experts._table(ids, experts, torch.device("cpu")), None)
+    levels = cpu_experts._HostLevels(ids, host, cpu_experts._Part({"w": weights}, host.table, None))
+    for level in range(len(ids) + 1):
+        first, rest = levels.at(level)
+        for part, own in ((first, ids[:level]), (rest, ids[level:])):
+            if part is None:
+                assert not own
+                continue
+            table, w = part.table.tolist(), part.weights["w"]
+            assert w.shape[0] == len(own)
+            for e in range(experts):  # each expert of the part at its place, with its own weights; others absent
+                if e in own:
+                    assert torch.equal(w[table[e]], weights[ids.index(e)])
+                else:
+                    assert table[e] == len(own)
+            assert w.data_ptr() == weights[ids.index(own[0])].data_ptr()  # a view: no copy
