@@ -99,7 +99,7 @@ class HostGuard:
     measured_level: int = 0  # the level of the measured call
     host_ms: float | None = None  # the measured call's host part, written by the host's thread
     moved_calls: int = 0  # calls whose host computed fewer experts than the plan's
-    rerouted: int = 0  # of them, calls with every host expert through UVA
+    all_uva_calls: int = 0  # of them, calls with every host expert through UVA
     moves: int = 0  # times the level moved
 
     def __post_init__(self) -> None:
@@ -116,7 +116,7 @@ class HostGuard:
         if self.hold:
             self.hold -= 1
             self.moved_calls += 1
-            self.rerouted += 1
+            self.all_uva_calls += 1
             return 0
         self.measuring = not self.pending and self.until_sample == 0
         if self.measuring:
@@ -180,4 +180,4 @@ class HostGuard:
     def summary(self) -> dict[str, int]:
         """For ``Handle.stats()``: the plan's host experts, the host's now, and the calls below the plan."""
         return {"planned": self.host, "now": 0 if self.hold else self.level, "moved_calls": self.moved_calls,
-                "all_uva_calls": self.rerouted}
+                "all_uva_calls": self.all_uva_calls}

@@ -125,7 +125,7 @@ def test_a_host_slower_than_the_link_for_one_expert_is_bypassed_with_a_growing_h
             run = 0
     assert holds[:4] == [HOLD, 2 * HOLD, 4 * HOLD, 8 * HOLD]
     assert all(k in (0, 1) for k in levels[first:])  # between holds the host is tried with one expert
-    assert guard.rerouted == levels.count(0) and guard.summary()["all_uva_calls"] == guard.rerouted
+    assert guard.all_uva_calls == levels.count(0) and guard.summary()["all_uva_calls"] == guard.all_uva_calls
     for _ in range(20000):
         machine.call(guard)
     assert guard.next_hold == MAX_HOLD
