@@ -116,6 +116,8 @@ class Bench:
         self.host_pages = getattr(args, "host_pages", None) or []
         self.switch_intervals = getattr(args, "switch_interval", None) or []
         self.host_guards = getattr(args, "host_guard", None) or []
+        self.own_host_figures = getattr(args, "own_host_figures", False)
+        self.host_figures: dict = {}  # the host's figures measured in this run (``calibrate_host``)
         self.cpu_figures: dict[str, float] = {}  # the resident model's own CPU figures (``own_cpu``)
 
     def calibrate_host(self) -> None:
@@ -128,7 +130,7 @@ class Bench:
         def rounded(figures: dict) -> dict:
             return {k: ([p.model_dump() for p in v] if isinstance(v, list) else round(v, 3)) for k, v in figures.items()}
 
-        figures = host_experts(self.device)
+        figures = self.host_figures = host_experts(self.device)
         self.emit(host_figures=rounded(figures), profile_host_figures=rounded(
             {k: getattr(self.hw, k) for k in figures}))
 
@@ -345,6 +347,19 @@ class Bench:
                 self.measure(kind, label, plan, model, config, cases[:1])
             finally:
                 self.hw = profile
+        for round_ in range(2 if self.own_host_figures else 0):  # auto planned with this run's host figures, twice
+            self.measure(kind, "auto decode32, profile", dict(plans)["auto decode32"], model, config, cases[:1])
+            self.hw = profile.model_copy(update=self.host_figures)
+            try:
+                label = "auto decode32, this run's host figures"
+                plan = self.plan(spec, budget, 32)
+                if round_ == 0:
+                    self.emit(model=kind, plan=label, splits=sorted({(len(l.experts.cpu), len(l.experts.uva))
+                                                                     for l in plan.layers if l.experts is not None}),
+                              host_layers=sum(1 for l in plan.layers if l.experts is not None and l.experts.cpu))
+                self.measure(kind, label, plan, model, config, cases[:1])
+            finally:
+                self.hw = profile
         if self.host_threads:  # the auto plan for decode 32 again, its host part on other thread counts
             plan = dict(plans)["auto decode32"]
             for threads in self.host_threads:
@@ -548,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
                     "auto's decode-32 plan applied with host_levels on or off (while the host is slower "
                     "than planned, some of its experts go through UVA: runtime/host_guard.py), side by side, twice; "
                     "with --host-threads, auto's plan also with its host on that many threads (a slower host)")
+    ap.add_argument("--own-host-figures", action="store_true", help="also plan auto for decode 32 with the host's "
+                    "figures measured at the start of this run in place of the profile's, and measure it beside "
+                    "auto's plan from the profile, twice (their predictions with the figures each was planned with)")
     ap.add_argument("--host-load", type=int, default=0, help="run this many other processes for the whole run, each "
                     "summing a 1 GiB tensor on one thread over and over (another load on the machine: the host slower "
                     "than planned, as the levels of runtime/host_guard.py meet it)")

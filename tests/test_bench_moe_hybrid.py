@@ -58,7 +58,9 @@ def test_the_dry_run_writes_every_row(tmp_path):
 
 def test_the_pages_and_switch_interval_rows(tmp_path):
     """--host-pages measures the uva plan and auto's decode-32 plan on each kind of page (auto's twice), with the
-    setting put back; --switch-interval likewise with Python's switch interval."""
+    setting put back; --switch-interval likewise with Python's switch interval; --host-guard the host plans with the
+    levels on and off; --own-host-figures auto's plan from the profile beside one from this run's host figures, twice;
+    --host-load names its processes in the first row."""
     import torch
 
     import bench_moe_hybrid
@@ -69,6 +71,7 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
         assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--host-pages", "4k",
                                       "--host-pages", "huge", "--switch-interval", "0.001",
                                       "--host-guard", "on", "--host-guard", "off", "--host-load", "1",
+                                      "--own-host-figures",
                                       "--out", str(tmp_path / "rows.jsonl")]) == 0
     finally:
         torch.set_num_threads(threads)
@@ -79,6 +82,7 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     assert labels.count("auto decode32, pages 4k") == labels.count("auto decode32, pages huge") == 2
     assert labels.count("uva, pages 4k") == labels.count("uva, pages huge") == 1
     assert labels.count("auto decode32, switch interval 0.001") == 1
+    assert labels.count("auto decode32, profile") == labels.count("auto decode32, this run's host figures") == 2
     guarded = [r for r in rows if ", guard " in r.get("plan", "") and "measured_ms" in r]
     assert len(guarded) == 8 and {r["host_guard"] for r in guarded} == {True, False}
     assert all(r["host_experts"]["moved_calls"] == 0 for r in guarded)  # no guard off a GPU
