@@ -317,6 +317,12 @@ class Bench:
                 total += sum(1 for e, c in enumerate(r.counts) if c and e not in on_gpu) * per_expert[layer.name]
         return total
 
+    def emit_split(self, kind: str, label: str, plan) -> None:
+        """A row with ``plan``'s host / UVA experts a split layer (each distinct pair) and its layers with a host."""
+        self.emit(model=kind, plan=label, splits=sorted({(len(l.experts.cpu), len(l.experts.uva))
+                                                         for l in plan.layers if l.experts is not None}),
+                  host_layers=sum(1 for l in plan.layers if l.experts is not None and l.experts.cpu))
+
     # -- the runs ---------------------------------------------------------------------------------------
     def uniform(self, kind: str) -> None:
         model, config = self.build(kind)
@@ -341,9 +347,7 @@ class Bench:
             try:
                 label = f"auto decode32, host_link_share {share}"
                 plan = self.plan(spec, budget, 32)
-                self.emit(model=kind, plan=label, splits=sorted({(len(l.experts.cpu), len(l.experts.uva))
-                                                                 for l in plan.layers if l.experts is not None}),
-                          host_layers=sum(1 for l in plan.layers if l.experts is not None and l.experts.cpu))
+                self.emit_split(kind, label, plan)
                 self.measure(kind, label, plan, model, config, cases[:1])
             finally:
                 self.hw = profile
@@ -354,9 +358,7 @@ class Bench:
                 label = "auto decode32, this run's host figures"
                 plan = self.plan(spec, budget, 32)
                 if round_ == 0:
-                    self.emit(model=kind, plan=label, splits=sorted({(len(l.experts.cpu), len(l.experts.uva))
-                                                                     for l in plan.layers if l.experts is not None}),
-                              host_layers=sum(1 for l in plan.layers if l.experts is not None and l.experts.cpu))
+                    self.emit_split(kind, label, plan)
                 self.measure(kind, label, plan, model, config, cases[:1])
             finally:
                 self.hw = profile
