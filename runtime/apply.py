@@ -209,7 +209,7 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         raise ApplyError(f"host_threads={host_threads!r}: expected a whole number of threads, 1 or more")
     if type(host_levels) is not bool:
         raise ApplyError(f"host_levels={host_levels!r}: expected True or False")
-    splits = ExpertSplits(device, host_threads=host_threads, levels=host_levels)
+    splits = ExpertSplits(device, host_threads=host_threads, guarded=host_levels)
     tall = UvaExperts()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)

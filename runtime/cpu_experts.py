@@ -469,7 +469,7 @@ class ExpertSplits:
     forwards: list[tuple[nn.Module, object, SplitForward]] = field(default_factory=list)
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
-    levels: bool = True  # on a GPU, host experts go to the link while the host is slower than planned (host_guard.py)
+    guarded: bool = True  # on a GPU, split layers get a HostGuard (apply's host_levels; runtime/host_guard.py)
     worker: HostWorker | None = None
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
     guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
@@ -552,7 +552,7 @@ class ExpertSplits:
         levels = guard = None
         worker = self._worker() if ids["cpu"] else None
         if ids["cpu"]:
-            marks = new_marks(self.device) if worker is not None and ids["uva"] and self.levels else None
+            marks = new_marks(self.device) if worker is not None and ids["uva"] and self.guarded else None
             if marks is not None:
                 guard = HostGuard(layer.name, len(ids["cpu"]), len(ids["uva"]), marks)
                 self.guards.append(guard)

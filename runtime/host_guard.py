@@ -89,7 +89,7 @@ class HostGuard:
     host: int  # the plan's host experts
     link: int  # experts the GPU reads through UVA in the layer's UVA part
     marks: Marks
-    level: int = -1  # host experts the host computes now (set to ``host`` at init)
+    level: int = field(init=False)  # host experts the host computes now (the plan's at first)
     hold: int = 0  # calls left with every host expert through UVA
     next_hold: int = HOLD
     until_sample: int = 1  # calls before the next measured one (a layer's first call makes its buffers: not measured)
@@ -103,8 +103,7 @@ class HostGuard:
     moves: int = 0  # times the level moved
 
     def __post_init__(self) -> None:
-        if self.level < 0:
-            self.level = self.host
+        self.level = self.host
 
     def host_turn(self) -> int:
         """How many of the host's experts the host computes in this call (0: every one through UVA). Reads the last
