@@ -220,6 +220,11 @@ experts' bytes read in vain (their rows are zeros and their outputs are not gath
 same bit for bit). 0 keeps every run apart."""
 
 
+PAD_ROWS = 1
+"""The padded pass pads each expert's rows up to a multiple of this (at least the most any touched expert sees):
+1 pads to that most only."""
+
+
 def _runs(counts: list[int], waste: float | None = None) -> list[tuple[int, int]]:
     """[start, end) of each batch of the padded pass: runs of consecutive experts that see rows, joined across
     gaps while a batch's untouched experts stay at most ``waste`` (default ``JOIN_WASTE``) of its touched ones."""
@@ -251,7 +256,7 @@ def _padded_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Ten
     (runs not joined then). Joined (bench/probe_host_runs.py, 2026-12-02): 64 experts at 32 tokens 14.0 ms
     against 19.5 apart, at 64 tokens 9.8 against 12.8, at 8 tokens 8.4 against 9.7."""
     counts = torch.bincount(ids, minlength=n)
-    rows = int(counts.max())
+    rows = -(-int(counts.max()) // PAD_ROWS) * PAD_ROWS
     slot = torch.arange(ids.numel()) - (torch.cumsum(counts, 0) - counts)[ids]
     x = hidden.new_zeros(n, rows, hidden.shape[-1])
     x[ids, slot] = hidden[pairs // k]

@@ -76,6 +76,19 @@ def test_the_host_runs_probe_reads_at_least_the_touched_experts(capsys):
             assert r["read_experts"] == pytest.approx(r["touched"])
 
 
+def test_the_host_rows_probe_times_each_row_count_and_pad_and_restores_the_pad(capsys):
+    import probe_host_rows_m
+
+    from runtime import expert_math
+
+    assert probe_host_rows_m.main(["--small"]) == 0
+    rows = _rows(capsys)
+    bmm = [r for r in rows if r["case"] == "bmm"]
+    assert {(r["proj"], r["rows"]) for r in bmm} == {(p, m) for p in ("gate_up", "gate_up_host", "down") for m in (1, 7)}
+    assert {r["pad"] for r in rows if r["case"] == "host_rows"} == {1, 16}
+    assert all(r["ms"] > 0 for r in rows) and expert_math.PAD_ROWS == 1
+
+
 def test_the_expert_prediction_probe_scores_both_guesses(capsys):
     import probe_expert_prediction
 

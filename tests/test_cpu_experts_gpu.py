@@ -163,8 +163,10 @@ def test_a_level_between_the_host_and_the_link_gives_the_same_logits(monkeypatch
     assert all(s["planned"] >= 2 for s in summary.values())
 
 
-def test_generate_with_a_host_that_slows_down(monkeypatch):
-    """``generate()`` (greedy, dynamic cache) under a plan with host experts whose host part is 5 ms late a call:
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generate_with_a_host_that_slows_down(monkeypatch, cache):
+    """``generate()`` (greedy; the dynamic cache, or the static one without compile as the README says to run host
+    experts) under a plan with host experts whose host part is 5 ms late a call:
     the prefill above ``cpu_max_tokens`` reads the host's experts through UVA, each decode step's layers move
     experts to the link by measurement, the run finishes, and each token the plan picks is one the resident model
     scores within the cpu backend's tolerance of its own best at that position (teacher-forced on the plan's
@@ -186,7 +188,8 @@ def test_generate_with_a_host_that_slows_down(monkeypatch):
 
     monkeypatch.setattr(cpu_experts, "host_rows", late_host_rows)
     with runtime.apply(split_plan(model, cpu_max_tokens=16), model, device="cuda") as handle, torch.inference_mode():
-        out = model.generate(prompt, max_new_tokens=24, do_sample=False, min_new_tokens=24)
+        extra = {"cache_implementation": "static", "disable_compile": True} if cache == "static" else {}
+        out = model.generate(prompt, max_new_tokens=24, do_sample=False, min_new_tokens=24, **extra)
         summary = handle._splits.host_levels()
     assert out.shape == (4, 8 + 24)
     assert all(s["moved_calls"] > 0 for s in summary.values()), summary

@@ -49,28 +49,53 @@ def test_a_gap_is_joined_only_when_enough_experts_are_touched_around_it():
     assert _runs([1, 0, 0, 1], 0.99) == [(0, 1), (3, 4)]
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-@pytest.mark.parametrize("tokens", (1, 8, 32))
-def test_joining_never_changes_the_host_rows(arch, tokens, monkeypatch):
+def _host_call(arch: str, tokens: int, seed: int):
+    """A call of ``host_rows`` over every expert of one of ``arch``'s layers at ``tokens`` random tokens: its rows."""
     model = make_moe(arch)
     experts = next(m for m in model.modules() if is_experts_module(m))
     layout = Layout.of(experts)
     weights = {name: getattr(experts, name).detach() for name in layout.names}
     n = weights["down_proj"].shape[0]
-    g = torch.Generator().manual_seed(tokens)
+    g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(tokens, model.config.hidden_size, generator=g).to(torch.bfloat16)
     k = model.config.num_experts_per_tok
     index = torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(tokens)])
     topw = torch.softmax(torch.randn(tokens, k, generator=g), -1).to(torch.bfloat16)
-    table = torch.arange(n)
+
+    def call() -> torch.Tensor:
+        out = torch.zeros(tokens * k, model.config.hidden_size, dtype=rows_dtype(hidden, topw))
+        assert host_rows(experts, layout, weights, torch.arange(n), hidden, index, topw, out)
+        return out
+
+    return call
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("tokens", (1, 8, 32))
+def test_joining_never_changes_the_host_rows(arch, tokens, monkeypatch):
+    host_call = _host_call(arch, tokens, seed=tokens)
 
     def rows(waste: float) -> torch.Tensor:
         monkeypatch.setattr(expert_math, "JOIN_WASTE", waste)
-        out = torch.zeros(tokens * k, model.config.hidden_size, dtype=rows_dtype(hidden, topw))
-        assert host_rows(experts, layout, weights, table, hidden, index, topw, out)
-        return out
+        return host_call()
 
     apart = rows(0.0)
     assert apart.abs().sum() > 0
     for waste in (0.125, 1.0, 1e9):
         assert torch.equal(rows(waste), apart)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("tokens", (1, 8, 32))
+def test_padding_rows_to_a_multiple_never_changes_the_host_rows(arch, tokens, monkeypatch):
+    """``PAD_ROWS`` adds zero rows to every touched expert's batch: the rows taken back are the same."""
+    host_call = _host_call(arch, tokens, seed=100 + tokens)
+
+    def rows(pad: int) -> torch.Tensor:
+        monkeypatch.setattr(expert_math, "PAD_ROWS", pad)
+        return host_call()
+
+    plain = rows(1)
+    assert plain.abs().sum() > 0
+    for pad in (3, 16):
+        assert torch.equal(rows(pad), plain)

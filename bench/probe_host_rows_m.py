@@ -1,0 +1,115 @@
+"""The host's batched matmuls by the rows each expert is padded to, and the host part's phases (issue 21).
+
+    PYTHONPATH=. python bench/probe_host_rows_m.py > $OUT/host-rows-m.jsonl      # the H200's host (about a minute)
+    python bench/probe_host_rows_m.py --small                                     # tiny shapes (the tests)
+
+At decode 32 a forward's host part reads its experts at 33-45 GB/s where one torch.bmm over 64 Qwen3-MoE experts'
+gate and up projections at 2 rows reads 79 (bench/probe_host_sharing.py, 2026-12-02); calibrate's host part took
+14.05 ms at 32 tokens (about 7 rows an expert after padding) and 9.84 ms at 64 tokens (about 10), more bytes in
+less time (bench/probe_host_runs.py, 2026-12-02). Does oneDNN's batched kernel slow down at some row counts?
+On the backend's host thread (``HostWorker``, every CPU but one), rows:
+
+- ``bmm``: each projection alone over 64 experts (gate/up in the module's layout read transposed, as the runtime
+  holds it; ``gate_up_host``: the same weights stored [E, H, 2I]; down in the host's layout [E, I, H]) at M rows
+  an expert, GB/s of weights;
+- ``host_rows``: calibrate's host part (64 of 128 experts) at 32 and 64 tokens with the padded pass's rows rounded
+  up to a multiple of ``PAD`` (``runtime.expert_math.PAD_ROWS``), ms a call (median of 6 routings, each timed on its
+  second call);
+- ``threads``: the same host part at 32 tokens on fewer threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from runtime import expert_math  # noqa: E402
+from runtime.calibrate_host import EXPERTS, HIDDEN, PART, WIDTH, _on_host_thread, _Part  # noqa: E402
+
+ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)
+PADS = (1, 4, 8, 16, 32)
+
+
+def _ms(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def bmm_rows(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> list[dict]:
+    gate_up = torch.randn(experts, 2 * width, hidden).to(torch.bfloat16)  # [E, 2I, H]: the module's layout
+    gate_up_host = gate_up.transpose(1, 2).contiguous()  # [E, H, 2I]
+    down = torch.randn(experts, width, hidden).to(torch.bfloat16)  # [E, I, H]: the host's layout
+    out = []
+    for m in rows:
+        x = torch.randn(experts, m, hidden).to(torch.bfloat16)
+        a = torch.randn(experts, m, width).to(torch.bfloat16)
+        for name, fn, nbytes in (("gate_up", lambda: torch.bmm(x, gate_up.transpose(1, 2)), gate_up.nbytes),
+                                 ("gate_up_host", lambda: torch.bmm(x, gate_up_host), gate_up.nbytes),
+                                 ("down", lambda: torch.bmm(a, down), down.nbytes)):
+            ms = _ms(fn, 8)
+            out.append({"case": "bmm", "proj": name, "rows": m, "ms": round(ms, 3),
+                        "gbps": round(nbytes / ms / 1e6, 1), "threads": torch.get_num_threads()})
+    return out
+
+
+def host_part(part: _Part, tokens: tuple[int, ...], pads: tuple[int, ...], threads: tuple[int, ...]) -> list[dict]:
+    out = []
+    default = expert_math.PAD_ROWS
+    try:
+        for t in tokens:
+            calls = part.calls(t, 6)
+            touched = statistics.mean(b for _, b, _ in calls) / part.per_expert
+            for pad in pads:
+                expert_math.PAD_ROWS = pad
+                ms = statistics.median(_ms(run, 1) for run, _, _ in calls)  # each routing run twice, timed once
+                out.append({"case": "host_rows", "tokens": t, "pad": pad, "ms": round(ms, 3),
+                            "touched": round(touched, 1),
+                            "touched_gbps": round(touched * part.per_expert / ms / 1e6, 1),
+                            "threads": torch.get_num_threads()})
+        expert_math.PAD_ROWS = default
+        mine = torch.get_num_threads()
+        calls = part.calls(32, 6)
+        for n in threads:
+            torch.set_num_threads(n)
+            ms = statistics.median(_ms(run, 1) for run, _, _ in calls)
+            out.append({"case": "threads", "tokens": 32, "threads": n, "ms": round(ms, 3)})
+        torch.set_num_threads(mine)
+    finally:
+        expert_math.PAD_ROWS = default
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help="tiny shapes (the tests' smoke run)")
+    args = ap.parse_args(argv)
+
+    def probe() -> list[dict]:
+        if args.small:
+            return bmm_rows(4, 64, 32, (1, 7)) + host_part(_Part(8, 16, 64, 32), (8,), (1, 16), (1,))
+        cores = torch.get_num_threads()
+        return (bmm_rows(PART, HIDDEN, WIDTH, ROWS)
+                + host_part(_Part(PART, EXPERTS, HIDDEN, WIDTH), (32, 64), PADS,
+                            tuple(sorted({cores, max(1, cores * 3 // 4), max(1, cores // 2)}))))
+
+    rows = _on_host_thread(probe) if torch.cuda.is_available() else probe()
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
