@@ -15,7 +15,10 @@ On the backend's host thread (``HostWorker``, every CPU but one), rows:
 - ``host_rows``: calibrate's host part (64 of 128 experts) at 32 and 64 tokens with the padded pass's rows rounded
   up to a multiple of ``PAD`` (``runtime.expert_math.PAD_ROWS``), ms a call (median of 6 routings, each timed on its
   second call);
-- ``threads``: the same host part at 32 tokens on fewer threads.
+- ``threads``: the same host part at 32 tokens on fewer threads;
+- ``loop``: the 64 experts one at a time at M rows each (gate/up, the gate, down): ``plain`` with torch's linear on
+  the weights as they are (oneDNN packs a weight into its blocked layout at every call), ``packed`` on weights
+  packed once (``torch.ops.mkldnn._reorder_linear_weight``, what inductor's CPU freezing does), GB/s of weights.
 """
 
 from __future__ import annotations
@@ -65,6 +68,33 @@ def bmm_rows(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> li
     return out
 
 
+def expert_loop(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> list[dict]:
+    gate_up = [torch.randn(2 * width, hidden).to(torch.bfloat16) for _ in range(experts)]
+    down = [torch.randn(hidden, width).to(torch.bfloat16) for _ in range(experts)]  # nn.Linear's [out, in]
+    nbytes = sum(w.nbytes for w in gate_up + down)
+    out = []
+    for m in rows:
+        packed_up = [torch.ops.mkldnn._reorder_linear_weight(w, m) for w in gate_up]
+        packed_down = [torch.ops.mkldnn._reorder_linear_weight(w, m) for w in down]
+        x = [torch.randn(m, hidden).to(torch.bfloat16) for _ in range(experts)]
+
+        def plain() -> None:
+            for e in range(experts):
+                g, u = torch.nn.functional.linear(x[e], gate_up[e]).chunk(2, dim=-1)
+                torch.nn.functional.linear(torch.nn.functional.silu(g) * u, down[e])
+
+        def packed() -> None:
+            for e in range(experts):
+                g, u = torch.ops.mkldnn._linear_pointwise(x[e], packed_up[e], None, "none", [], "").chunk(2, dim=-1)
+                torch.ops.mkldnn._linear_pointwise(torch.nn.functional.silu(g) * u, packed_down[e], None, "none", [], "")
+
+        for name, fn in (("plain", plain), ("packed", packed)):
+            ms = _ms(fn, 4)
+            out.append({"case": "loop", "kernel": name, "rows": m, "ms": round(ms, 3),
+                        "gbps": round(nbytes / ms / 1e6, 1), "threads": torch.get_num_threads()})
+    return out
+
+
 def host_part(part: _Part, tokens: tuple[int, ...], pads: tuple[int, ...], threads: tuple[int, ...]) -> list[dict]:
     out = []
     default = expert_math.PAD_ROWS
@@ -99,11 +129,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def probe() -> list[dict]:
         if args.small:
-            return bmm_rows(4, 64, 32, (1, 7)) + host_part(_Part(8, 16, 64, 32), (8,), (1, 16), (1,))
+            return (bmm_rows(4, 64, 32, (1, 7)) + host_part(_Part(8, 16, 64, 32), (8,), (1, 16), (1,))
+                    + expert_loop(4, 64, 32, (2,)))
         cores = torch.get_num_threads()
         return (bmm_rows(PART, HIDDEN, WIDTH, ROWS)
                 + host_part(_Part(PART, EXPERTS, HIDDEN, WIDTH), (32, 64), PADS,
-                            tuple(sorted({cores, max(1, cores * 3 // 4), max(1, cores // 2)}))))
+                            tuple(sorted({cores, max(1, cores * 3 // 4), max(1, cores // 2)})))
+                + expert_loop(PART, HIDDEN, WIDTH, (1, 2, 4, 8)))
 
     rows = _on_host_thread(probe) if torch.cuda.is_available() else probe()
     for row in rows:
