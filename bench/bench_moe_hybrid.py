@@ -114,6 +114,7 @@ class Bench:
         self.host_shares = getattr(args, "host_share", None) or []
         self.host_threads = getattr(args, "host_threads", None) or []
         self.host_pages = getattr(args, "host_pages", None) or []
+        self.host_in_out = getattr(args, "host_in_out", None) or []
         self.switch_intervals = getattr(args, "switch_interval", None) or []
         self.host_guards = getattr(args, "host_guard", None) or []
         self.own_host_figures = getattr(args, "own_host_figures", False)
@@ -372,6 +373,12 @@ class Bench:
                 for label in ("uva", "auto decode32") if round_ == 0 else ("auto decode32",):
                     with setting(pinned, "HUGE_PAGES", pages == "huge"):
                         self.measure(kind, f"{label}, pages {pages}", dict(plans)[label], model, config, cases[:1])
+        for round_ in range(2 if self.host_in_out else 0):  # the host's weights in either layout, twice
+            for names in self.host_in_out:
+                stored = frozenset(n for n in names.split(",") if n)
+                with setting(expert_math, "HOST_IN_OUT", stored):
+                    self.measure(kind, f"auto decode32, host stores [in, out]: {names or 'none'}",
+                                 dict(plans)["auto decode32"], model, config, cases[:1])
         for round_ in range(2 if self.host_guards else 0):  # the host plans with the guard on and off, twice
             for guard in self.host_guards:  # and auto's with its host on fewer threads (a host slower than planned)
                 runs = [(label, None) for label in ("hybrid", "auto decode32")]
@@ -558,6 +565,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-pages", choices=["4k", "huge"], action="append", help="also measure the uva plan and "
                     "auto's decode-32 plan applied with their pinned arenas on 4 KiB pages or advised huge pages "
                     "(runtime.pinned.HUGE_PAGES), side by side (auto's twice)")
+    ap.add_argument("--host-in-out", action="append", help="also measure auto's decode-32 plan with the host "
+                    "storing these of its weights [E, in, out] (comma-separated names, '' for none: "
+                    "runtime.expert_math.HOST_IN_OUT), side by side, twice; 'down_proj' is the host's layout before "
+                    "2026-12-03")
     ap.add_argument("--switch-interval", type=float, action="append", help="also measure auto's decode-32 plan with "
                     "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
                     "issuing thread and the host's thread take turns at the GIL between torch calls")

@@ -10,8 +10,9 @@ less time (bench/probe_host_runs.py, 2026-12-02). Does oneDNN's batched kernel s
 On the backend's host thread (``HostWorker``, every CPU but one), rows:
 
 - ``bmm``: each projection alone over 64 experts (gate/up in the module's layout read transposed, as the runtime
-  holds it; ``gate_up_host``: the same weights stored [E, H, 2I]; down in the host's layout [E, I, H]) at M rows
-  an expert, GB/s of weights;
+  holds it; ``gate_up_host``: the same weights stored [E, H, 2I]; ``down``: [E, H, I] read transposed, the host's
+  layout since this probe; ``down_in_out``: [E, I, H], the host's layout before it) at M rows an expert, GB/s of
+  weights;
 - ``host_rows``: calibrate's host part (64 of 128 experts) at 32 and 64 tokens with the padded pass's rows rounded
   up to a multiple of ``PAD`` (``runtime.expert_math.PAD_ROWS``), ms a call (median of 6 routings, each timed on its
   second call);
@@ -54,14 +55,16 @@ def _ms(fn, repeat: int) -> float:
 def bmm_rows(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> list[dict]:
     gate_up = torch.randn(experts, 2 * width, hidden).to(torch.bfloat16)  # [E, 2I, H]: the module's layout
     gate_up_host = gate_up.transpose(1, 2).contiguous()  # [E, H, 2I]
-    down = torch.randn(experts, width, hidden).to(torch.bfloat16)  # [E, I, H]: the host's layout
+    down = torch.randn(experts, hidden, width).to(torch.bfloat16)  # [E, H, I]: the module's and the host's layout
+    down_in_out = down.transpose(1, 2).contiguous()  # [E, I, H]: the host's layout until 2026-12-03
     out = []
     for m in rows:
         x = torch.randn(experts, m, hidden).to(torch.bfloat16)
         a = torch.randn(experts, m, width).to(torch.bfloat16)
         for name, fn, nbytes in (("gate_up", lambda: torch.bmm(x, gate_up.transpose(1, 2)), gate_up.nbytes),
                                  ("gate_up_host", lambda: torch.bmm(x, gate_up_host), gate_up.nbytes),
-                                 ("down", lambda: torch.bmm(a, down), down.nbytes)):
+                                 ("down", lambda: torch.bmm(a, down.transpose(1, 2)), down.nbytes),
+                                 ("down_in_out", lambda: torch.bmm(a, down_in_out), down.nbytes)):
             ms = _ms(fn, 8)
             out.append({"case": "bmm", "proj": name, "rows": m, "ms": round(ms, 3),
                         "gbps": round(nbytes / ms / 1e6, 1), "threads": torch.get_num_threads()})
@@ -125,17 +128,26 @@ def host_part(part: _Part, tokens: tuple[int, ...], pads: tuple[int, ...], threa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="tiny shapes (the tests' smoke run)")
+    ap.add_argument("--only", choices=["bmm", "host_rows", "loop"], action="append",
+                    help="measure these cases only (host_rows brings threads)")
+    ap.add_argument("--rows", type=int, action="append", help="the rows an expert sees in bmm (default: 1-32)")
     args = ap.parse_args(argv)
+    only = set(args.only or ["bmm", "host_rows", "loop"])
+    small = args.small
+    experts, hidden, width = (4, 64, 32) if small else (PART, HIDDEN, WIDTH)
 
     def probe() -> list[dict]:
-        if args.small:
-            return (bmm_rows(4, 64, 32, (1, 7)) + host_part(_Part(8, 16, 64, 32), (8,), (1, 16), (1,))
-                    + expert_loop(4, 64, 32, (2,)))
-        cores = torch.get_num_threads()
-        return (bmm_rows(PART, HIDDEN, WIDTH, ROWS)
-                + host_part(_Part(PART, EXPERTS, HIDDEN, WIDTH), (32, 64), PADS,
-                            tuple(sorted({cores, max(1, cores * 3 // 4), max(1, cores // 2)})))
-                + expert_loop(PART, HIDDEN, WIDTH, (1, 2, 4, 8)))
+        rows: list[dict] = []
+        if "bmm" in only:
+            rows += bmm_rows(experts, hidden, width, tuple(args.rows or ((1, 7) if small else ROWS)))
+        if "host_rows" in only:
+            cores = torch.get_num_threads()
+            rows += (host_part(_Part(8, 16, 64, 32), (8,), (1, 16), (1,)) if small else host_part(
+                _Part(PART, EXPERTS, HIDDEN, WIDTH), (32, 64), PADS,
+                tuple(sorted({cores, max(1, cores * 3 // 4), max(1, cores // 2)}))))
+        if "loop" in only:
+            rows += expert_loop(experts, hidden, width, (2,) if small else (1, 2, 4, 8))
+        return rows
 
     rows = _on_host_thread(probe) if torch.cuda.is_available() else probe()
     for row in rows:

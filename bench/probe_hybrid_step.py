@@ -98,7 +98,7 @@ def kernels(dev, busy):
     stub = Stub()
     for n in (48, 64):
         gu = (torch.randn(n, 2 * I, H, generator=g) / 40).to(torch.bfloat16)
-        dn = (torch.randn(n, I, H, generator=g) / 40).to(torch.bfloat16)  # the host's layout [n, I, H]
+        dn = (torch.randn(n, I, H, generator=g) / 40).to(torch.bfloat16)  # the host's layout until 2026-12-03, [n, I, H]
         w = {"gate_up_proj": gu, "down_proj": dn}
         layout = Layout("gate_up_proj", True, False, False, True, False)
         table = torch.full((E,), n, dtype=torch.long)
@@ -224,8 +224,9 @@ def layer(dev):
     cpu_ids, uva_ids = list(range(0, E, 8)) + list(range(1, E, 8)) + list(range(2, E, 8)), None
     cpu_ids = sorted(cpu_ids)[:48]
     uva_ids = [e for e in range(E) if e not in cpu_ids]
-    hc = {"gate_up_proj": gu[cpu_ids].cpu().pin_memory(),
-          "down_proj": dn[cpu_ids].transpose(-2, -1).contiguous().cpu().pin_memory()}
+    flip = full.flipped(full.for_host())  # the weights the host stores transposed
+    hc = {name: (w[cpu_ids].transpose(-2, -1).contiguous() if name in flip else w[cpu_ids]).cpu().pin_memory()
+          for name, w in (("gate_up_proj", gu), ("down_proj", dn))}
     hu = {"gate_up_proj": gu[uva_ids].cpu().pin_memory(), "down_proj": dn[uva_ids].cpu().pin_memory()}
     uva = _Part({k: device_view(v, dev) for k, v in hu.items()}, _table(uva_ids, E, dev), full)
     host = _Part(hc, _table(cpu_ids, E, torch.device("cpu")), full.for_host())

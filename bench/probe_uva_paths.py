@@ -11,8 +11,8 @@ top-8), weights resident and then read through UVA (pinned host memory), at each
 routing: each path's time (CUDA events, median of 5), the bytes read once at the UVA rate measured on the same
 weights, and the two paths' outputs compared (they must agree to the rounding of the grouped kernel).
 
-A third path: the runtime's with the host's layout (``Layout.for_host``: down weights stored [E, I, H], read
-untransposed), which a split layer's cpu experts keep and which GPU kernels read through UVA above
+A third path: the runtime's with the host's layout (``Layout.for_host``: until 2026-12-03 down weights stored
+[E, I, H], read untransposed), which a split layer's cpu experts keep and which GPU kernels read through UVA above
 ``cpu_max_tokens``. On 2026-12-02 (17:21, bench/results/predict-h200-2026-12-02o) such layers' prefills ran about
 1.5x faster than the cost model's UVA passes say, where layers read through transformers' module were predicted
 within 3%: is it the layout? (No: the three took the same time, bench/results/probes-h200-2026-12-02r/.)

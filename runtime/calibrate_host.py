@@ -36,6 +36,7 @@ from runtime.uva import device_view
 from schemas.hardware_profile import RatePoint
 
 HIDDEN, WIDTH, EXPERTS, PART, TOP_K = 2048, 768, 128, 64, 8
+MODULE_LAYOUT = Layout("gate_up_proj", True, False, False, False, False)  # Qwen3-MoE's experts module
 TOKENS = (1, 8, 32, 64)
 ROUTINGS = 6  # calls timed at each token count, each its own routing
 
@@ -57,14 +58,15 @@ class _Part:
 
     def __init__(self, experts: int, total: int, hidden: int, width: int, seed: int = 0) -> None:
         self.g = torch.Generator().manual_seed(seed)
-        self.weights = {"gate_up_proj": (torch.randn(experts, 2 * width, hidden, generator=self.g) / 40).to(
-            torch.bfloat16), "down_proj": (torch.randn(experts, width, hidden, generator=self.g) / 40).to(
-            torch.bfloat16)}  # the host's layout
+        self.module, self.layout = _Experts(), MODULE_LAYOUT.for_host()
+        up = (torch.randn(experts, 2 * width, hidden, generator=self.g) / 40).to(torch.bfloat16)  # [E, out, in]
+        down = (torch.randn(experts, hidden, width, generator=self.g) / 40).to(torch.bfloat16)
+        self.weights = {name: w.transpose(-2, -1).contiguous() if name in MODULE_LAYOUT.flipped(self.layout) else w
+                        for name, w in (("gate_up_proj", up), ("down_proj", down))}  # the host's layout
         self.per_expert = (2 * width * hidden + width * hidden) * 2
         self.experts, self.total, self.hidden = experts, total, hidden
         self.table = torch.full((total,), experts, dtype=torch.long)
         self.table[:experts] = torch.arange(experts)
-        self.module, self.layout = _Experts(), Layout("gate_up_proj", True, False, False, True, False)
 
     def calls(self, tokens: int, count: int) -> list[tuple[Callable[[], object], int, float]]:
         """``count`` calls at ``tokens`` tokens: (the call, the bytes of the experts it touches, rows a touched

@@ -504,7 +504,7 @@ class ExpertSplits:
         module = model.get_submodule(f"{layer.name}.{parent}" if parent else layer.name)
         ids = {"gpu": list(split.gpu), "uva": list(split.uva), "cpu": list(split.cpu)}
         layout = Layout.of(module)
-        flip = layout.flipped(layout.for_host())  # the host's down weights, [n, I, H]
+        flip = layout.flipped(layout.for_host())  # the weights the host stores transposed
         made = []
         for rel, attr in zip(split.params, attrs):
             ref = resolve(model, layer.name, rel)

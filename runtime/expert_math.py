@@ -30,6 +30,15 @@ from torch import nn
 from schemas.grouped_tiles import padded_rows
 
 
+HOST_IN_OUT: frozenset[str] = frozenset()
+"""The per-expert weights the host stores [E, in, out]; the others it stores [E, out, in]. oneDNN's batched kernel
+(brgemm on AMX, torch.bmm's bf16 path on the H200's host) reads a weight stored [out, in] about twice as fast as one
+stored [in, out] at the rows a decode step gives an expert: 64 Qwen3-MoE experts' gate and up projections at 2 rows
+57 GB/s against 27, the down projections [in, out] 29-38 (bench/probe_host_rows_m.py, 2026-12-03). Until then the
+host stored its down weights [in, out]; the knob stays for measuring the two side by side (bench_moe_hybrid.py
+``--host-in-out``)."""
+
+
 @dataclass(frozen=True)
 class Layout:
     """What an experts module's params are and how its forward combines them."""
@@ -49,13 +58,15 @@ class Layout:
                    transposed, transposed, bool(getattr(module, "has_post_expert_norm", False)))
 
     def for_host(self) -> Layout:
-        """The layout the host keeps its experts in: down weights [E, I, H], so that every expert's down
-        projection is one matmul over [E·I, H] (the dense pass, ``host_rows``)."""
-        return Layout(self.up, self.has_gate, self.has_bias, self.up_t, True, self.post_norm)
+        """The layout the host keeps its experts in: each weight [E, out, in] (nn.Linear's order) but those named in
+        ``HOST_IN_OUT``."""
+        return Layout(self.up, self.has_gate, self.has_bias, self.up in HOST_IN_OUT, "down_proj" in HOST_IN_OUT,
+                      self.post_norm)
 
     def flipped(self, other: Layout) -> set[str]:
         """The weights stored transposed in ``other`` relative to this layout."""
-        return {"down_proj"} if other.down_t != self.down_t else set()
+        return {name for name, mine, theirs in ((self.up, self.up_t, other.up_t),
+                                                ("down_proj", self.down_t, other.down_t)) if mine != theirs}
 
     @property
     def names(self) -> tuple[str, ...]:

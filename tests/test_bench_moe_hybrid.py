@@ -60,23 +60,25 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     """--host-pages measures the uva plan and auto's decode-32 plan on each kind of page (auto's twice), with the
     setting put back; --switch-interval likewise with Python's switch interval; --host-guard the host plans with the
     levels on and off; --own-host-figures auto's plan from the profile beside one from this run's host figures, twice;
-    --host-share auto's plan made at another host_link_share, its split in a row of its own;
-    --host-load names its processes in the first row."""
+    --host-share auto's plan made at another host_link_share, its split in a row of its own; --host-in-out auto's
+    plan with the host's weights in each layout, twice, the layout put back; --host-load names its processes in the
+    first row."""
     import torch
 
     import bench_moe_hybrid
-    from runtime import pinned
+    from runtime import expert_math, pinned
 
     threads, interval = torch.get_num_threads(), sys.getswitchinterval()
     try:
         assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--host-pages", "4k",
                                       "--host-pages", "huge", "--switch-interval", "0.001",
                                       "--host-guard", "on", "--host-guard", "off", "--host-load", "1",
-                                      "--own-host-figures", "--host-share", "1.1",
+                                      "--own-host-figures", "--host-share", "1.1", "--host-in-out", "",
+                                      "--host-in-out", "down_proj",
                                       "--out", str(tmp_path / "rows.jsonl")]) == 0
     finally:
         torch.set_num_threads(threads)
-    assert pinned.HUGE_PAGES is True and sys.getswitchinterval() == interval
+    assert pinned.HUGE_PAGES is True and sys.getswitchinterval() == interval and expert_math.HOST_IN_OUT == frozenset()
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert rows[0]["host_load_processes"] == 1
     labels = [r["plan"] for r in rows if "measured_ms" in r]
@@ -85,6 +87,8 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     assert labels.count("auto decode32, switch interval 0.001") == 1
     assert labels.count("auto decode32, profile") == labels.count("auto decode32, this run's host figures") == 2
     assert labels.count("auto decode32, host_link_share 1.1") == 1
+    assert labels.count("auto decode32, host stores [in, out]: none") == 2
+    assert labels.count("auto decode32, host stores [in, out]: down_proj") == 2
     assert [r for r in rows if r.get("plan") == "auto decode32, host_link_share 1.1" and "splits" in r]
     guarded = [r for r in rows if ", guard " in r.get("plan", "") and "measured_ms" in r]
     assert len(guarded) == 8 and {r["host_guard"] for r in guarded} == {True, False}
