@@ -235,6 +235,7 @@ class Bench:
                                                "now": sum(x["now"] for x in levels),
                                                "moved_calls": sum(x["moved_calls"] for x in levels),
                                                "all_uva_calls": sum(x["all_uva_calls"] for x in levels),
+                                               "more_calls": sum(x["more_calls"] for x in levels),
                                                "levels": [x["now"] for x in levels]}
                     if exact is not None and name == "decode32":
                         row["exactness"] = exact(model)

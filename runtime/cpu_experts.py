@@ -25,11 +25,14 @@ is replaced (an instance attribute, removed again by ``restore``) by ``SplitForw
    (so a layer holds what transformers' grouped module holds, however many parts run), and each token's k
    choices summed once.
 
-On a GPU each split layer with UVA experts has a ``HostGuard`` (runtime/host_guard.py): from the stream's wait for
-the host's rows, the layer's UVA reads and the host's own time it keeps the layer's *level*, how many of the plan's
-host experts the host computes; the GPU reads the others through UVA in a pass of its own (the route above
-``cpu_max_tokens``, over the same pinned memory: no copy). So a host slower than the plan's profile hands experts to
-the link until both sides finish together again (``ExpertSplits.host_levels`` reports each layer's).
+A split layer's experts in host memory (the plan's uva and cpu experts) are one array in pinned memory, the uva
+experts first, stored as the host reads them fastest (``Layout.for_host``: [E, out, in]); the host computes its
+last experts, GPU kernels read the others in place through UVA (``_Placement``). On a GPU each split layer with
+UVA experts has a ``HostGuard`` (runtime/host_guard.py): from the stream's wait for the host's rows, the layer's UVA
+reads and the host's own time it keeps the layer's *level*, how many of those experts the host computes, moving
+the cut in that array: a host slower than the plan's profile hands experts to the link, one faster takes experts
+from it, until both sides finish together (``ExpertSplits.host_levels`` reports each layer's). A call above
+``cpu_max_tokens`` has the GPU read them all (level 0).
 
 An error in the host's thread still raises the flag (the stream goes on with rows left zero) and is raised by the
 next call of any split layer of the plan.
@@ -70,7 +73,7 @@ from torch import nn
 from runtime.errors import ApplyError, ConcurrentForwardError
 from runtime.forward_gate import ForwardGate, callers
 from runtime.host_guard import CudaMarks, HostGuard, Marks
-from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, part_rows, parts_rows, rows_dtype
+from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, parts_rows, rows_dtype
 from runtime.pinned import HostArena, pack
 from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
 from runtime.tensors import TensorRef, resolve
@@ -203,45 +206,65 @@ def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
     return table.to(device)
 
 
-@dataclass(eq=False)
-class _HostLevels:
-    """A split layer's host experts cut at a level (runtime/host_guard.py): the host computes the first ``level``
-    of them, the GPU reads the others through UVA. A cut's weights are views of the same host memory and its GPU
-    table is made from the whole part's on the GPU, at the level's first use (1 KB a level visited; no copy)."""
-
-    ids: list[int]  # the host's experts, in the order of their slices
-    host: _Part  # every host expert, computed on the host
-    on_gpu: _Part | None  # every host expert, read through UVA (a prefill, or a level below the plan's)
-    cut: dict[int, tuple[_Part, _Part]] = field(default_factory=dict)
-
-    @property
-    def planned(self) -> int:
-        return len(self.ids)
-
-    def at(self, level: int) -> tuple[_Part | None, _Part | None]:
-        """(the host's part, the GPU's part) at ``level``."""
-        if level == len(self.ids):
-            return self.host, None
-        if level == 0:
-            return None, self.on_gpu
-        parts = self.cut.get(level)
-        if parts is None:
-            place = self.on_gpu.table  # [E]: place among the host's experts, or their count
-            rest = torch.where(place >= level, place - level, len(self.ids) - level)
-            first = _table(self.ids[:level], place.numel(), torch.device("cpu"))
-            parts = self.cut[level] = (
-                _Part({a: w[:level] for a, w in self.host.weights.items()}, first, self.host.layout),
-                _Part({a: w[level:] for a, w in self.on_gpu.weights.items()}, rest, self.on_gpu.layout))
-        return parts
-
-
 @dataclass(frozen=True)
 class _GpuParts:
-    """The experts GPU kernels compute (the UVA part's first, then those in GPU memory), in one pass
-    (``parts_rows``)."""
+    """The experts GPU kernels compute at one level: the host-memory experts the GPU reads through UVA first, then
+    those in GPU memory, in one pass (``parts_rows``)."""
 
     weights: list[dict[str, torch.Tensor]]
+    layouts: list[Layout]
     table: torch.Tensor  # [E]: place in the parts taken in order, or their total (the host's experts)
+
+
+@dataclass(eq=False)
+class _Placement:
+    """Where a split layer's experts are computed at each *level* (runtime/host_guard.py). Its experts in host memory
+    are one array, the plan's uva experts and then its cpu experts (``ids``, in the order of their slices); at level
+    L the host computes the last L of them and GPU kernels read the others through UVA, in one pass with the layer's
+    experts in GPU memory. The plan's split is level ``planned``; level 0 (a call above ``cpu_max_tokens``, or a
+    layer without cpu experts) has the GPU read them all. A level's parts are views of the same memory, made at the
+    level's first use (the plan's level and level 0 at apply), its GPU table from ``place`` on the GPU (no copy)."""
+
+    ids: list[int]  # the experts in host memory: the plan's uva experts, then its cpu experts
+    planned: int  # the plan's cpu experts: the host computes the last ``planned`` of ``ids``
+    host_layout: Layout  # the layout the host-memory array is stored in
+    layout: Layout  # the module's: the GPU-resident experts'
+    host: dict[str, torch.Tensor]  # the host-memory array, as the host reads it
+    uva: dict[str, torch.Tensor]  # the same, as GPU kernels read it (device views; the host's own on the CPU)
+    gpu: dict[str, torch.Tensor] | None  # the experts in GPU memory
+    gpu_count: int
+    place: torch.Tensor  # [E] on the compute device: place in ``ids``, else len(ids) + place among the GPU's
+    host_place: torch.Tensor  # the same on the CPU
+    cache: dict[int, tuple[_Part | None, _GpuParts | None]] = field(default_factory=dict)
+
+    @property
+    def most(self) -> int:
+        """The highest level: every host-memory expert on the host."""
+        return len(self.ids)
+
+    def at(self, level: int) -> tuple[_Part | None, _GpuParts | None]:
+        """(the host's part, the GPU's parts) at ``level``: the host computes ``ids[len(ids) - level:]``."""
+        parts = self.cache.get(level)
+        if parts is None:
+            parts = self.cache[level] = (self._host_part(level), self._gpu_parts(len(self.ids) - level))
+        return parts
+
+    def _host_part(self, level: int) -> _Part | None:
+        if not level:
+            return None
+        n = len(self.ids)
+        cut, place = n - level, self.host_place
+        table = torch.where((place >= cut) & (place < n), place - cut, level)
+        return _Part({a: w[cut:] for a, w in self.host.items()}, table, self.host_layout)
+
+    def _gpu_parts(self, cut: int) -> _GpuParts | None:
+        weights = ([{a: w[:cut] for a, w in self.uva.items()}] if cut else []) + ([self.gpu] if self.gpu else [])
+        if not weights:
+            return None
+        n, place = len(self.ids), self.place
+        table = torch.where(place < cut, place, torch.where(place >= n, place - n + cut, cut + self.gpu_count))
+        layouts = ([self.host_layout] if cut else []) + ([self.layout] if self.gpu else [])
+        return _GpuParts(weights, layouts, table)
 
 
 @dataclass(eq=False)
@@ -281,8 +304,7 @@ class SplitForward:
     module: nn.Module
     layout: Layout
     device: torch.device
-    gpu: _GpuParts | None  # None: every expert is the host's
-    levels: _HostLevels | None = None  # the experts the host computes, and the same read through UVA
+    placement: _Placement  # where its experts are computed at each level
     max_tokens: int | None = None
     worker: HostWorker | None = None  # the host's thread, where the stream can wait for it (step 3)
     flag: HostFlag | ThreadFlag | None = None  # raised by the host's thread when its rows are written
@@ -296,8 +318,7 @@ class SplitForward:
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                  *args, **kwargs) -> torch.Tensor:
         tokens = hidden_states.shape[0]
-        levels = self.levels
-        level = levels.planned if levels is not None and (self.max_tokens is None or tokens <= self.max_tokens) else 0
+        level = self.placement.planned if self.max_tokens is None or tokens <= self.max_tokens else 0
         if level and self.gate is not None:
             self.gate.check_owner()  # the layer called from another thread while a forward runs
         if level and self.guard is not None and not self._capturing():  # (a capture is refused by _to_host)
@@ -327,7 +348,7 @@ class SplitForward:
               level: int) -> torch.Tensor:
         """The layer's rows with ``level`` of the host's experts computed on the host (0: none, or no host part)."""
         tokens = hidden_states.shape[0]
-        host, moved = self.levels.at(level) if self.levels is not None else (None, None)
+        host, gpu = self.placement.at(level)
         staged = self._to_host(hidden_states, top_k_index, top_k_weights) if host is not None else None
         rows = None  # the parts' rows added in place: one [T·k, H] beside a part's own, however many parts run
         guard = self.guard if staged is not None and self.worker is not None else None
@@ -335,14 +356,9 @@ class SplitForward:
         if guard is not None:
             stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             guard.before_parts(stream)
-        if self.gpu is not None:
-            rows = parts_rows(self.module, self.layout, self.gpu.weights, self.gpu.table, hidden_states,
-                              top_k_index, top_k_weights)
-        if moved is not None:  # host experts through UVA: their own pass (their layout is the host's)
-            r = part_rows(self.module, moved.layout, moved.weights, moved.table, hidden_states, top_k_index,
-                          top_k_weights)
-            rows = r if rows is None else rows.add_(r)
-            del r
+        if gpu is not None:
+            rows = parts_rows(self.module, self.layout, gpu.weights, gpu.table, hidden_states, top_k_index,
+                              top_k_weights, gpu.layouts)
         if guard is not None:
             guard.after_parts(stream)
         if staged is not None:
@@ -504,68 +520,61 @@ class ExpertSplits:
         module = model.get_submodule(f"{layer.name}.{parent}" if parent else layer.name)
         ids = {"gpu": list(split.gpu), "uva": list(split.uva), "cpu": list(split.cpu)}
         layout = Layout.of(module)
-        flip = layout.flipped(layout.for_host())  # the weights the host stores transposed
-        made = []
+        host_ids = ids["uva"] + ids["cpu"]  # one array in host memory: the uva experts, then the cpu experts
+        flip = layout.flipped(layout.for_host()) if ids["cpu"] else set()  # the weights the host stores transposed
+        made, arrays = [], {}
         for rel, attr in zip(split.params, attrs):
             ref = resolve(model, layer.name, rel)
             t = ref.local.data
             slices = {}
             if ids["gpu"]:
                 slices["gpu"] = t[torch.tensor(ids["gpu"], device=t.device)].to(self.device)
-            host = [p for p in ("uva", "cpu") if ids[p]]
-            flipped = frozenset({"cpu"} if attr in flip else ())
-            taken = [t[torch.tensor(ids[p], device=t.device)] for p in host]
-            taken = [x.transpose(-2, -1).contiguous() if p in flipped else x for p, x in zip(host, taken)]
-            arena, views = pack(taken, pin)
-            self.arenas.append(arena)
-            slices |= dict(zip(host, views))
+            flipped = frozenset(p for p in ("uva", "cpu") if ids[p] and attr in flip)
+            if host_ids:
+                x = t[torch.tensor(host_ids, device=t.device)]
+                arena, (array,) = pack([x.transpose(-2, -1).contiguous() if flipped else x], pin)
+                self.arenas.append(arena)
+                arrays[attr] = array
+                slices |= {p: v for p, v in (("uva", array[:len(ids["uva"])]), ("cpu", array[len(ids["uva"]):]))
+                           if ids[p]}
             sp = _SplitParam(ref, t.shape, t.stride(), t.dtype, t.device, ids, slices, flipped)
             self.params.append(sp)
             made.append(sp)
         for sp in made:  # every slice is made: now the params give up their own storage
             sp.ref.local.data = torch.empty(0, dtype=sp.dtype, device=self.device)
             sp.swapped = True
-        self._install(module, layer, dict(zip(attrs, made)), ids, experts)
+        self._install(module, layer, dict(zip(attrs, made)), arrays, ids, experts)
 
     def _install(self, module: nn.Module, layer: PlanLayer, by_attr: dict[str, _SplitParam],
-                 ids: dict[str, list[int]], experts: int) -> None:
+                 arrays: dict[str, torch.Tensor], ids: dict[str, list[int]], experts: int) -> None:
         split = layer.experts
-
         layout = Layout.of(module)
-
-        same = lambda t: t  # noqa: E731
         cuda = self.device.type == "cuda"
-        uva_view = (lambda t: device_view(t, self.device)) if cuda else same
-
-        def weights(place: str, view: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
-            return {a: view(sp.slices[place]) for a, sp in by_attr.items()}
-
-        def part(place: str, view: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> _Part:
-            return _Part(weights(place, view), _table(ids[place], experts, device),
-                         layout.for_host() if place == "cpu" else layout)
-
-        on_gpu = [p for p in ("uva", "gpu") if ids[p]]  # the part that crosses the link first (parts_rows)
-        gpu = None
-        if on_gpu:
-            gpu = _GpuParts([weights(p, uva_view if p == "uva" else same) for p in on_gpu],
-                            _table([e for p in on_gpu for e in ids[p]], experts, self.device))
-        levels = guard = None
+        host_ids = ids["uva"] + ids["cpu"]
+        place = torch.full((experts,), -1, dtype=torch.long)
+        place[torch.tensor(host_ids, dtype=torch.long)] = torch.arange(len(host_ids))
+        place[torch.tensor(ids["gpu"], dtype=torch.long)] = len(host_ids) + torch.arange(len(ids["gpu"]))
+        uva = {a: device_view(w, self.device) for a, w in arrays.items()} if cuda else dict(arrays)
+        placement = _Placement(
+            host_ids, len(ids["cpu"]), layout.for_host() if ids["cpu"] else layout, layout, arrays, uva,
+            {a: sp.slices["gpu"] for a, sp in by_attr.items()} if ids["gpu"] else None, len(ids["gpu"]),
+            place.to(self.device), place)
+        for level in {0, placement.planned}:  # the levels a call takes without the guard: made here
+            placement.at(level)
+        guard = None
         worker = self._worker() if ids["cpu"] else None
         if ids["cpu"]:
             marks = new_marks(self.device) if worker is not None and ids["uva"] and self.guarded else None
             if marks is not None:
                 guard = HostGuard(layer.name, len(ids["cpu"]), len(ids["uva"]), marks)
                 self.guards.append(guard)
-            through_uva = split.cpu_max_tokens is not None or guard is not None
-            levels = _HostLevels(ids["cpu"], part("cpu", same, torch.device("cpu")),
-                                 part("cpu", uva_view, self.device) if through_uva else None)
         staging = _Staging(pin=cuda)
         self.stagings.append(staging)
-        forward = SplitForward(module, layout, self.device, gpu, levels, split.cpu_max_tokens, worker,
+        forward = SplitForward(module, layout, self.device, placement, split.cpu_max_tokens, worker,
                                new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
-        module.forward = torch.compiler.disable(forward) if levels is not None else forward
+        module.forward = torch.compiler.disable(forward) if ids["cpu"] else forward
 
     def restore(self) -> list[str]:
         """Every split param back in one tensor of its own shape, stride, dtype and device (bit-identical), the

@@ -150,8 +150,9 @@ def part_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor
 
 
 def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Tensor]], table: torch.Tensor,
-               hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
-    """``part_rows`` of several parts of one layer at once, the pairs sorted once (one sort, count, gather,
+               hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+               layouts: list[Layout] | None = None) -> torch.Tensor:
+    """``part_rows`` of several parts of one layer at once (``layouts``: each part's, default ``layout``), the pairs sorted once (one sort, count, gather,
     weighting and scatter a layer however many parts: at batch 1 the CPU's launches are the step). ``table``
     maps a global expert id to its place in the parts taken in order (part 0's experts first), or to the parts'
     total when no part holds it (those pairs' rows are 0).
@@ -180,12 +181,12 @@ def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Te
     x = hidden[order // k]
     o = None
     start = 0
-    for weights, n in zip(parts, sizes):
+    for weights, n, part_layout in zip(parts, sizes, layouts or [layout] * len(parts)):
         own = (ids - start).clamp(0, n - 1) if layout.has_bias else None  # bias rows only
         xin = x
         if x.requires_grad:  # the grouped kernel's backward leaves rows past the part's last expert undefined
             xin = torch.where(((ids >= start) & (ids < start + n)).unsqueeze(-1), x, x.new_zeros(()))
-        out = expert_outputs(module, layout, weights, xin, own, offs[start:start + n])
+        out = expert_outputs(module, part_layout, weights, xin, own, offs[start:start + n])
         if o is None:
             o = out
         else:  # in place where autograd need not see it (no third [T·k, H] held)

@@ -6,24 +6,25 @@ calibrate saw (on the H200 on 2026-12-03 one machine's host part took 2-3x as lo
 then ran 1.33x the step of reading every expert through UVA: docs/BENCHMARKS.md). The host's experts are in pinned
 host memory, so the GPU can read any of them through UVA as well (the route a call above ``cpu_max_tokens`` takes).
 
-``HostGuard`` keeps one split layer's *level*: how many of the plan's host experts the host computes (the first
-``level`` of them; the GPU reads the others through UVA in a pass of its own beside the layer's UVA part). It starts
-at the plan's split. In a measured call it reads (``Marks``: CUDA events on the stream, read a call later without a
-synchronize) how long the stream ran the layer's GPU parts (``gpu_ms``: its UVA experts and the host's experts
-moved to it) and how long it then waited for the host's rows (``wait_ms``), and the host's thread reports how long
-its part took (``host_done``). The host's time is the stream's view of it when the stream waited (``gpu_ms +
-wait_ms``: that includes the hand-off) and the thread's own figure when it did not. Per expert, the link's time is
-``gpu_ms`` over the experts the GPU read and the host's is its time over ``level``; the level at which both sides
-finish together is ``balanced``. When the two sides' times differ by more than ``DEADBAND`` of the longer and the
-balanced level is an expert or more away, in two measured calls in a row, the level moves halfway to the nearer of
-their two balanced levels (at least one expert). So one slow call moves nothing; a host that slows down hands
-experts to the link and one that recovers takes them back, never more than the plan gave it. A host so slow that
-its balanced level is below one expert sends all its experts through UVA for ``HOLD`` calls, doubling while it
-stays that slow (up to ``MAX_HOLD``), and is then tried again with one expert. While the level holds, one call in
-``SAMPLE`` is measured (three event records); while a move is asked for or made, every other call is (the call
-right after a move is not: its host part meets new shapes, as a layer's first call meets its first buffers).
-Both routes give an expert's rows within the backend's exactness tolerance (the GPU's are the resident model's
-kernels'), so a move changes rounding only. The plan and its prediction do not change.
+``HostGuard`` keeps one split layer's *level*: how many of its experts in host memory the host computes. Those
+experts are one array (runtime/cpu_experts.py ``_Placement``): the plan's uva experts, then its cpu experts; at level
+L the host computes the last L and GPU kernels read the others through UVA in the layer's one GPU pass. It starts at
+the plan's split (its cpu experts). In a measured call it reads (``Marks``: CUDA events on the stream, read a call
+later without a synchronize) how long the stream ran the layer's GPU parts (``gpu_ms``) and how long it then waited
+for the host's rows (``wait_ms``), and the host's thread reports how long its part took (``host_done``). The host's
+time is the stream's view of it when the stream waited (``gpu_ms + wait_ms``: that includes the hand-off, which is
+kept) and otherwise the thread's own figure plus the last hand-off seen. Per expert, the link's time is ``gpu_ms``
+over the experts the GPU read and the host's is its time over ``level``; the level at which both sides finish
+together is ``balanced``. When the two sides' times differ by more than ``DEADBAND`` of the longer and the balanced
+level is an expert or more away, in two measured calls in a row, the level moves halfway to the nearer of their two
+balanced levels (at least one expert). So one slow call moves nothing; a host slower than the plan's profile hands
+experts to the link, and one faster takes experts from it, up to every one but one (``top``: the GPU's side stays
+measured). A host so slow that its balanced level is below one expert sends all its experts through UVA for
+``HOLD`` calls, doubling while it stays that slow (up to ``MAX_HOLD``), and is then tried again with one expert.
+While the level holds, one call in ``SAMPLE`` is measured (three event records); while a move is asked for or made,
+every other call is (the call right after a move is not: its host part meets new shapes, as a layer's first call
+meets its first buffers). Both routes give an expert's rows within the backend's exactness tolerance (the GPU's are
+the resident model's kernels'), so a move changes rounding only. The plan and its prediction do not change.
 """
 
 from __future__ import annotations
@@ -98,12 +99,20 @@ class HostGuard:
     measuring: bool = False  # this call is measured
     measured_level: int = 0  # the level of the measured call
     host_ms: float | None = None  # the measured call's host part, written by the host's thread
+    handoff_ms: float = 0.0  # from the host's part ending to the stream seeing its rows, at the last wait measured
     moved_calls: int = 0  # calls whose host computed fewer experts than the plan's
+    more_calls: int = 0  # calls whose host computed more experts than the plan's
     all_uva_calls: int = 0  # of them, calls with every host expert through UVA
     moves: int = 0  # times the level moved
 
     def __post_init__(self) -> None:
         self.level = self.host
+
+    @property
+    def top(self) -> int:
+        """The highest level: every host-memory expert of the layer on the host but one (the GPU's side is then still
+        measured)."""
+        return self.host + self.link - 1
 
     def host_turn(self) -> int:
         """How many of the host's experts the host computes in this call (0: every one through UVA). Reads the last
@@ -124,6 +133,7 @@ class HostGuard:
         elif self.until_sample:
             self.until_sample -= 1
         self.moved_calls += self.level < self.host
+        self.more_calls += self.level > self.host
         return self.level
 
     def host_done(self, ms: float) -> None:
@@ -132,8 +142,12 @@ class HostGuard:
 
     def _judge(self, gpu_ms: float, wait_ms: float, host_ms: float) -> None:
         level = self.measured_level
-        host_ms = gpu_ms + wait_ms if wait_ms > WAITED * gpu_ms else host_ms
-        target = min(float(self.host), balanced(self.host, self.link, level, gpu_ms, host_ms))
+        if wait_ms > WAITED * gpu_ms:  # the stream waited: its view, and how long the rows took to reach it
+            self.handoff_ms = max(0.0, gpu_ms + wait_ms - host_ms)
+            host_ms = gpu_ms + wait_ms
+        else:  # the host's own figure, and the hand-off the last wait showed
+            host_ms += self.handoff_ms
+        target = min(float(self.top), balanced(self.host, self.link, level, gpu_ms, host_ms))
         if target >= 1:
             self.next_hold = HOLD
             if abs(host_ms - gpu_ms) <= DEADBAND * max(host_ms, gpu_ms) or abs(target - level) < 1:
@@ -151,17 +165,18 @@ class HostGuard:
             return
         step = GAIN * (target - level)
         new = level + (max(1, round(step)) if step > 0 else min(-1, round(step)))
-        self.level = max(1, min(self.host, new))
+        self.level = max(1, min(self.top, new))
         self._moved(level, self.level, gpu_ms, host_ms)
 
     def _moved(self, old: int, new: int, gpu_ms: float, host_ms: float) -> None:
         first = self.moves == 0
         self.moves += 1
-        (log.warning if first else log.info)(
-            "%s: the host took %.2f ms for %d of its %d experts where the GPU read %d through UVA in %.2f: the host "
-            "now computes %d%s (the host is slower than the plan's profile; see runtime/host_guard.py)", self.name,
+        slower = new < old
+        (log.warning if first and new < self.host else log.info)(
+            "%s: the host took %.2f ms for %d experts (the plan's: %d) where the GPU read %d through UVA in %.2f: the "
+            "host now computes %d%s (the host is %s than the plan's profile; see runtime/host_guard.py)", self.name,
             host_ms, old, self.host, self.link + self.host - old, gpu_ms, new,
-            f", all through UVA for the next {self.hold} calls" if new == 0 else "")
+            f", all through UVA for the next {self.hold} calls" if new == 0 else "", "slower" if slower else "faster")
 
     def before_parts(self, stream: object) -> None:
         if self.measuring:
@@ -177,6 +192,6 @@ class HostGuard:
             self.measuring, self.pending = False, True
 
     def summary(self) -> dict[str, int]:
-        """For ``Handle.stats()``: the plan's host experts, the host's now, and the calls below the plan."""
+        """For ``Handle.stats()``: the plan's host experts, the host's now, and the calls below and above the plan."""
         return {"planned": self.host, "now": 0 if self.hold else self.level, "moved_calls": self.moved_calls,
-                "all_uva_calls": self.all_uva_calls}
+                "all_uva_calls": self.all_uva_calls, "more_calls": self.more_calls}

@@ -182,9 +182,15 @@ def test_a_cuda_graph_capture_reaching_host_experts_is_refused(monkeypatch):
     model = make_moe("qwen3_moe")
     experts = model.model.layers[0].mlp.experts
     host = cpu_experts._Part({"gate_up_proj": torch.zeros(2, 1, 1)}, torch.zeros(8, dtype=torch.long), None)
+
+    class Placement:  # two host experts, the host's part at every level
+        planned = 2
+
+        def at(self, level):
+            return host, None
+
     guard = HostGuard("layers.0", 2, 6, ScriptedMarks())
-    forward = SplitForward(experts, None, torch.device("cuda"), None, cpu_experts._HostLevels([0, 1], host, None),
-                           guard=guard)
+    forward = SplitForward(experts, None, torch.device("cuda"), Placement(), guard=guard)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     h = torch.zeros(2, 128)
     with pytest.raises(HostExpertsCaptureError, match="cpu backend"):
@@ -290,9 +296,9 @@ def test_a_count_the_stream_writes_is_reached_across_the_wrap():
     assert not reached(0xFFFFFFFF, 2)  # far behind (the driver's signed difference), not far ahead
 
 
-def test_a_split_layer_holds_no_more_than_the_grouped_module_however_many_parts_run():
-    """A call over ``cpu_max_tokens`` runs three parts on the compute device (gpu, uva, and the host's experts read
-    in place): their rows are added in place and each part's own let go before the next runs, so the layer's
+def test_a_split_layer_holds_no_more_than_the_grouped_module_however_many_parts_run(monkeypatch):
+    """A call over ``cpu_max_tokens`` runs two parts on the compute device (the host-memory experts read in place, and
+    the GPU's own): their rows are added in place and each part's own let go before the next runs, so the layer's
     tensors alive at once stay those of transformers' grouped module (the plan's activations model that one:
     planner/memory/activations.py), not one [T·k, H] more a part. Counted on the CPU, tensor by tensor."""
     import sys
@@ -316,6 +322,11 @@ def test_a_split_layer_holds_no_more_than_the_grouped_module_however_many_parts_
         return mode.peak, out
 
     grouped, want = peak()
+    # every part through the grouped kernel, as on a GPU (on the CPU as the device, parts of many rows an expert take
+    # a matmul per expert instead, whose temporaries are the host's memory, not the GPU budget the plan holds to)
+    from runtime import expert_math
+
+    monkeypatch.setattr(expert_math, "HOST_LOOP_ROWS", 1 << 30)
     plan = split_plan(model, by_thirds, cpu_max_tokens=1, layers=(0,))
     with runtime.apply(plan, model, device="cpu"):
         split, got = peak()
@@ -414,15 +425,16 @@ def test_a_split_layer_hands_host_experts_to_uva_while_the_host_is_late(monkeypa
     model.set_experts_implementation("grouped_mm")
     monkeypatch.setattr(cpu_experts, "new_marks", lambda device: ScriptedMarks(10.0, 50.0 if late else 0.0))
     levels = []  # (the level asked for, the host's experts in the part it gets)
-    real = cpu_experts._HostLevels.at
+    real = cpu_experts._Placement.at
 
     def at(self, level):
         parts = real(self, level)
-        levels.append((level, self.planned, parts))
+        levels.append((level, self.planned, self.most, parts))
         return parts
 
-    monkeypatch.setattr(cpu_experts._HostLevels, "at", at)
+    monkeypatch.setattr(cpu_experts._Placement, "at", at)
     with runtime.apply(split_plan(model), model, device="cpu", host_threads=1) as handle:
+        levels.clear()  # the levels apply makes beforehand (0 and the plan's)
         splits = handle._splits
         layers = len(splits.guards)
         assert layers == len(model.model.layers)  # every split layer with UVA experts has a guard
@@ -431,16 +443,17 @@ def test_a_split_layer_hands_host_experts_to_uva_while_the_host_is_late(monkeypa
         assert handle.stats()["host_levels"] == summary
     assert all((out - ref).abs().max().item() <= tolerance for out in outs)  # every level: within the tolerance
     assert len(levels) == 12 * layers
-    for level, planned, (host, moved) in levels:  # the host computes ``level`` experts, the GPU's pass the rest
+    for level, planned, most, (host, gpu) in levels:  # the host computes ``level`` experts, the GPU's pass the rest
         n_host = 0 if host is None else next(iter(host.weights.values())).shape[0]
-        n_moved = 0 if moved is None else next(iter(moved.weights.values())).shape[0]
-        assert (n_host, n_moved) == (level, planned - level)
-    if late:
-        assert any(0 < level < planned for level, planned, _ in levels)  # cut between the host and the link
+        n_uva = next(iter(gpu.weights[0].values())).shape[0] if level < most else 0
+        assert (n_host, n_uva) == (level, most - level)
+    if late:  # the host 50 ms late: experts handed to the link
+        assert any(0 < level < planned for level, planned, _, _ in levels)  # cut between the host and the link
         assert all(s["moved_calls"] > 0 and s["now"] < s["planned"] for s in summary.values())
-    else:
-        assert all(level == planned for level, planned, _ in levels)
-        assert all(s["moved_calls"] == 0 and s["now"] == s["planned"] for s in summary.values())
+    else:  # the host's part well under the scripted 10 ms of the GPU's: experts taken from the link
+        assert all(level >= planned for level, planned, _, _ in levels)
+        assert any(level > planned for level, planned, _, _ in levels)
+        assert all(s["moved_calls"] == 0 and s["more_calls"] > 0 and s["now"] > s["planned"] for s in summary.values())
 
 
 def test_no_guard_off_a_gpu_worker_or_without_uva_experts(threaded, monkeypatch):
@@ -458,22 +471,32 @@ def test_no_guard_off_a_gpu_worker_or_without_uva_experts(threaded, monkeypatch)
             runtime.apply(split_plan(model), model, device="cpu", host_levels=bad)
 
 
-def test_every_level_cuts_the_host_experts_into_two_parts_that_hold_each_once():
-    ids, experts = [7, 2, 9, 4, 0], 12
-    weights = torch.arange(len(ids) * 3, dtype=torch.float32).view(len(ids), 3, 1)
-    host = cpu_experts._Part({"w": weights}, cpu_experts._table(ids, experts, torch.device("cpu")), None)
-    levels = cpu_experts._HostLevels(ids, host, cpu_experts._Part({"w": weights}, host.table, None))
+def test_every_level_cuts_the_host_memory_experts_between_the_host_and_the_gpus_pass():
+    """The host-memory array (the plan's uva experts, then its cpu experts) at each level: the host's part holds the
+    last ``level`` experts, the GPU's pass the others and then the GPU-resident ones, each expert once with its own
+    weights, the host-memory parts views of the one array."""
+    uva, cpu, on_gpu, experts = [5, 2], [6, 4, 0], [1, 3], 7
+    ids = uva + cpu
+    array = torch.arange(len(ids) * 3, dtype=torch.float32).view(len(ids), 3, 1)
+    resident = -torch.arange(1, len(on_gpu) * 3 + 1, dtype=torch.float32).view(len(on_gpu), 3, 1)
+    place = torch.full((experts,), -1, dtype=torch.long)
+    place[torch.tensor(ids)] = torch.arange(len(ids))
+    place[torch.tensor(on_gpu)] = len(ids) + torch.arange(len(on_gpu))
+    placement = cpu_experts._Placement(ids, len(cpu), None, None, {"w": array}, {"w": array}, {"w": resident},
+                                       len(on_gpu), place, place)
+    weight_of = {e: array[i] for i, e in enumerate(ids)} | {e: resident[i] for i, e in enumerate(on_gpu)}
     for level in range(len(ids) + 1):
-        first, rest = levels.at(level)
-        for part, own in ((first, ids[:level]), (rest, ids[level:])):
-            if part is None:
-                assert not own
-                continue
-            table, w = part.table.tolist(), part.weights["w"]
-            assert w.shape[0] == len(own)
-            for e in range(experts):  # each expert of the part at its place, with its own weights; others absent
-                if e in own:
-                    assert torch.equal(w[table[e]], weights[ids.index(e)])
-                else:
-                    assert table[e] == len(own)
-            assert w.data_ptr() == weights[ids.index(own[0])].data_ptr()  # a view: no copy
+        host, gpu = placement.at(level)
+        host_own, link_own = ids[len(ids) - level:], ids[:len(ids) - level] + on_gpu
+        if level:
+            table, w = host.table.tolist(), host.weights["w"]
+            assert w.shape[0] == level and w.data_ptr() == weight_of[host_own[0]].data_ptr()  # a view: no copy
+            for e in range(experts):
+                assert torch.equal(w[table[e]], weight_of[e]) if e in host_own else table[e] == level
+        else:
+            assert host is None
+        stacked = torch.cat([part["w"] for part in gpu.weights])
+        table = gpu.table.tolist()
+        for e in range(experts):  # the GPU's pass: its experts in the parts' order, the host's past the end
+            assert torch.equal(stacked[table[e]], weight_of[e]) if e in link_own else table[e] == len(link_own)
+        assert placement.at(level) is placement.at(level)
