@@ -86,6 +86,35 @@ def test_one_sort_gives_each_row_what_a_sort_a_part_gives(arch, tokens, host):
         assert torch.equal(one[missing], torch.zeros_like(one[missing]))
 
 
+@pytest.mark.parametrize("arch", (*ARCHITECTURES, "biased"))
+def test_a_part_stored_in_the_hosts_layout_gives_the_rows_of_the_modules(arch):
+    """A split layer's host-memory experts are stored as the host reads them (``Layout.for_host``), which the GPU's
+    pass reads beside its GPU-resident experts in the module's layout: each part with its own layout gives the rows
+    the module's layout gives (the same products, the weights only stored transposed)."""
+    module = _experts(arch)
+    layout = Layout.of(module)
+    host = layout.for_host()
+    flipped = layout.flipped(host)
+    assert flipped == ({layout.up, "down_proj"} if layout.up_t else set())  # [E, in, out] modules: both stored flipped
+    w = {n: getattr(module, n).data for n in layout.names}
+    experts, dtype = w[layout.up].shape[0], w[layout.up].dtype
+    g = torch.Generator().manual_seed(9)
+    k = min(4, experts)
+    index = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(16)])
+    weights = torch.rand(16, k, generator=g).to(dtype)
+    hidden = torch.randn(16, w[layout.up].shape[-1 if not layout.up_t else -2], generator=g).to(dtype)
+    ids = torch.randperm(experts, generator=g).tolist()
+    parts = [ids[: experts // 2], ids[experts // 2:]]
+    slices = [{n: t[torch.tensor(p)] for n, t in w.items()} for p in parts]
+    stored = {n: t.transpose(-2, -1).contiguous() if n in flipped else t for n, t in slices[0].items()}
+    table = _table(parts[0] + parts[1], experts)
+    with torch.no_grad():
+        want = parts_rows(module, layout, slices, table, hidden, index, weights)
+        got = parts_rows(module, layout, [stored, slices[1]], table, hidden, index, weights, [host, layout])
+    assert want.abs().sum() > 0
+    torch.testing.assert_close(got, want, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-5)
+
+
 def test_a_part_of_one_expert_counts_only_its_own_pairs():
     """With one expert in all the parts, the count's range is still [0, 1] (histc over min == max would read the
     data's own range back, and count every pair)."""
