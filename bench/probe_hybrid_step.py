@@ -31,8 +31,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from runtime import cpu_experts  # noqa: E402
-from runtime.cpu_experts import SplitForward, _Part, _table  # noqa: E402
+from runtime.cpu_experts import SplitForward, _Part  # noqa: E402
 from runtime.expert_math import Layout, host_rows, part_rows, rows_dtype  # noqa: E402
+from runtime.expert_math import part_table as _table  # noqa: E402
 from runtime.timing import wall_ms  # noqa: E402
 from runtime.uva import device_view  # noqa: E402
 

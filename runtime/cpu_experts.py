@@ -199,13 +199,6 @@ class _Part:
     layout: Layout
 
 
-def _table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
-    """[E]: each of ``ids``' place in it, the others ``len(ids)``."""
-    table = torch.full((experts,), len(ids), dtype=torch.long)
-    table[torch.tensor(ids, dtype=torch.long)] = torch.arange(len(ids))
-    return table.to(device)
-
-
 @dataclass(frozen=True)
 class _GpuParts:
     """The experts GPU kernels compute at one level: the host-memory experts the GPU reads through UVA first, then

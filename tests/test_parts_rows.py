@@ -15,8 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 from moe_models import ARCHITECTURES, make_moe  # noqa: E402
 from torch import nn  # noqa: E402
 
-from runtime.cpu_experts import _table as cpu_table  # noqa: E402
-from runtime.expert_math import Layout, part_rows, parts_rows  # noqa: E402
+from runtime.expert_math import Layout, part_rows, part_table, parts_rows  # noqa: E402
 
 
 class BiasedExperts(nn.Module):
@@ -48,7 +47,7 @@ def _experts(arch: str):
 
 
 def _table(places: list[int], experts: int) -> torch.Tensor:
-    return cpu_table(places, experts, torch.device("cpu"))
+    return part_table(places, experts, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("arch", (*ARCHITECTURES, "biased"))
