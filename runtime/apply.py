@@ -92,8 +92,8 @@ class Handle:
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s, and on CUDA the
         forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py); with host experts on a GPU, per split
-        layer the plan's host experts, how many the host computes now and the calls with fewer because the host was
-        slower than planned (``host_levels``, runtime/host_guard.py)."""
+        layer the plan's host experts, how many the host computes now, and the calls with fewer (the host slower than
+        planned) and with more (faster) (``host_levels``, runtime/host_guard.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]
@@ -168,8 +168,9 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     ``record_routing=True``: count, per MoE layer, the tokens each routed expert receives
     (``Handle.routing_stats()``, runtime/routing.py). ``host_threads``: the threads torch's host kernels use while a
     plan whose host computes experts is applied (default: every CPU this process may run on). ``host_levels``: on a
-    GPU, a split layer whose host is slower than the plan's profile hands some of its host experts to the link
-    (runtime/host_guard.py; ``Handle.stats()["host_levels"]``); False keeps the plan's split whatever the host does.
+    GPU, a split layer moves its split to the host's measured speed, handing experts to the link while the host is
+    slower than the plan's profile and taking experts from it while faster (runtime/host_guard.py;
+    ``Handle.stats()["host_levels"]``); False keeps the plan's split whatever the host does.
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
