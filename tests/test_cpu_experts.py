@@ -128,6 +128,36 @@ def test_remove_restores_bit_identically_and_state_dict_is_truthful():
     _assert_same(model, snap)
 
 
+@pytest.mark.parametrize("stored", [{"down_proj"}, {"gate_up_proj", "down_proj"}])
+def test_host_memory_experts_stored_transposed_compute_and_restore_the_same(monkeypatch, stored):
+    """With the host storing some weights [E, in, out] (``HOST_IN_OUT``: the host's layout before 2026-12-03, kept for
+    side-by-side runs; a module of [E, in, out] weights gets the like), the layer's host-memory array is stored so,
+    the GPU's pass reads it in that layout beside the GPU-resident experts in the module's, the logits are within the
+    backend's tolerance, state_dict is truthful, and remove restores every param bit for bit."""
+    from runtime import expert_math
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    snap = _snapshot(model)
+    ids = torch.randint(0, model.config.vocab_size, (4, 6), generator=torch.Generator().manual_seed(8))
+    ref, step = _logits(model, ids), _logits(model, ids[:, :1])
+    model.set_experts_implementation("eager")
+    tolerance = (_logits(model, ids) - ref).abs().max().item()
+    model.set_experts_implementation("grouped_mm")
+    monkeypatch.setattr(expert_math, "HOST_IN_OUT", frozenset(stored))
+    with runtime.apply(split_plan(model, cpu_max_tokens=16), model, device="cpu", host_threads=1) as handle:
+        placement = handle._splits.forwards[0][2].placement
+        first = placement.ids[0]
+        for name, array in placement.host.items():  # each weight [E, in, out] where stored so, else the module's
+            own = snap[f"model.layers.0.mlp.experts.{name}"][0][first]
+            assert torch.equal(array[0], own.T if name in stored else own), name
+        assert (_logits(model, ids) - ref).abs().max().item() <= tolerance  # 24 tokens: the GPU's pass reads them all
+        assert (_logits(model, ids[:, :1]) - step).abs().max().item() <= tolerance  # 4 tokens: the host computes
+        live = model.state_dict()
+        assert all(torch.equal(live[k], v) for k, (v, _, _) in snap.items())
+        handle.remove()
+    _assert_same(model, snap)
+
+
 def test_only_host_experts_and_a_layer_left_whole():
     model = make_moe("mixtral", implementation="grouped_mm")
     ids = torch.randint(0, 512, (4, 9))
