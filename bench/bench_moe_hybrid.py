@@ -574,8 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                     "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
                     "issuing thread and the host's thread take turns at the GIL between torch calls")
     ap.add_argument("--host-guard", choices=["on", "off"], action="append", help="also measure the hybrid plan and "
-                    "auto's decode-32 plan applied with host_levels on or off (while the host is slower "
-                    "than planned, some of its experts go through UVA: runtime/host_guard.py), side by side, twice; "
+                    "auto's decode-32 plan applied with host_levels on or off (each split layer moves its "
+                    "split to the host's measured speed, either way: runtime/host_guard.py), side by side, twice; "
                     "with --host-threads, auto's plan also with its host on that many threads (a slower host)")
     ap.add_argument("--own-host-figures", action="store_true", help="also plan auto for decode 32 with the host's "
                     "figures measured at the start of this run in place of the profile's, and measure it beside "
