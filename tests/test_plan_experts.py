@@ -148,7 +148,8 @@ def test_auto_lets_the_host_share_the_experts_where_that_is_faster():
     hybrid = planner.plan(spec, gpu_budget=3 * 10**9, workload=_decode(32))
     split = [layer.experts for layer in hybrid.layers if layer.experts is not None]
     assert split and all(s.cpu and s.uva for s in split)  # the host and the link at once
-    assert any(note.startswith("cpu backend: of the 128 experts") for note in hybrid.summary.notes)
+    assert any(note.startswith("cpu backend: of the 128 experts") and "moves it to the host's measured speed" in note
+               for note in hybrid.summary.notes)  # the plan says the split moves at run time
     uva = planner.plan(spec, gpu_budget=3 * 10**9, workload=_decode(32), backends={"routed_experts": "uva"})
     assert hybrid.predictions.weighted_step_ms < 0.97 * uva.predictions.weighted_step_ms
 
