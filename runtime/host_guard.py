@@ -87,8 +87,8 @@ class HostGuard:
     """One split layer's level (module docstring). Used by the issuing thread, but ``host_done`` (the host's)."""
 
     name: str
-    host: int  # the plan's host experts
-    link: int  # experts the GPU reads through UVA in the layer's UVA part
+    host: int  # the plan's host experts (its cpu experts)
+    link: int  # the plan's uva experts: the rest of the layer's experts in host memory
     marks: Marks
     level: int = field(init=False)  # host experts the host computes now (the plan's at first)
     hold: int = 0  # calls left with every host expert through UVA
@@ -101,8 +101,8 @@ class HostGuard:
     host_ms: float | None = None  # the measured call's host part, written by the host's thread
     handoff_ms: float = 0.0  # from the host's part ending to the stream seeing its rows, at the last wait measured
     moved_calls: int = 0  # calls whose host computed fewer experts than the plan's
-    more_calls: int = 0  # calls whose host computed more experts than the plan's
     all_uva_calls: int = 0  # of them, calls with every host expert through UVA
+    more_calls: int = 0  # calls whose host computed more experts than the plan's
     moves: int = 0  # times the level moved
 
     def __post_init__(self) -> None:
@@ -115,8 +115,8 @@ class HostGuard:
         return self.host + self.link - 1
 
     def host_turn(self) -> int:
-        """How many of the host's experts the host computes in this call (0: every one through UVA). Reads the last
-        measured call's marks where the stream has passed them."""
+        """How many of the layer's host-memory experts the host computes in this call (0: every one through UVA).
+        Reads the last measured call's marks where the stream has passed them."""
         if self.pending and self.marks.ready():
             self.pending = False
             if self.host_ms is not None:  # None: the host's part failed; its error is raised elsewhere
@@ -169,14 +169,14 @@ class HostGuard:
         self._moved(level, self.level, gpu_ms, host_ms)
 
     def _moved(self, old: int, new: int, gpu_ms: float, host_ms: float) -> None:
-        first = self.moves == 0
         self.moves += 1
-        slower = new < old
-        (log.warning if first and new < self.host else log.info)(
+        below = new < self.host
+        # a warning the first time the host falls below the plan (no call below it yet); other moves at INFO
+        (log.warning if below and self.moved_calls == 0 else log.info)(
             "%s: the host took %.2f ms for %d experts (the plan's: %d) where the GPU read %d through UVA in %.2f: the "
             "host now computes %d%s (the host is %s than the plan's profile; see runtime/host_guard.py)", self.name,
             host_ms, old, self.host, self.link + self.host - old, gpu_ms, new,
-            f", all through UVA for the next {self.hold} calls" if new == 0 else "", "slower" if slower else "faster")
+            f", all through UVA for the next {self.hold} calls" if new == 0 else "", "slower" if below else "faster")
 
     def before_parts(self, stream: object) -> None:
         if self.measuring:

@@ -119,6 +119,23 @@ def test_a_host_that_recovers_takes_its_experts_back_and_more_but_leaves_the_lin
     assert levels[-1] == max(levels) == guard.top == 127
 
 
+def test_a_host_that_first_takes_more_warns_once_when_it_falls_below_the_plan(caplog):
+    """The warning names the first fall below the plan's split, whatever moves came before it."""
+    guard = guard_of()
+    machine = Machine(link_ms=0.128, host_ms=0.1)
+    with caplog.at_level(logging.INFO, logger="runtime"):
+        for _ in range(100):
+            machine.call(guard)
+        assert guard.level > 50 and not [r for r in caplog.records if r.levelno == logging.WARNING]
+        machine.host_ms = 0.6
+        for _ in range(200):
+            machine.call(guard)
+    assert guard.level < 50
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "slower" in warnings[0].getMessage()
+    assert any("faster" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)  # the moves up
+
+
 def test_a_host_slower_than_the_link_for_one_expert_is_bypassed_with_a_growing_hold():
     guard = guard_of()
     machine = Machine(link_ms=0.128, host_ms=200.0)  # one expert on the host outlasts the whole layer on the link
