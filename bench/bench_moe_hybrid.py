@@ -76,6 +76,7 @@ from schemas.routing import RoutingRef  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
 GB = 10**9
+HOST_LEVEL_KEYS = ("planned", "now", "moved_calls", "all_uva_calls", "more_calls")  # HostGuard.summary's, summed
 SETTLE = 40  # forwards before a guarded host plan is timed: its levels move a call after each measured one
 QWEN = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=32,
             num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
@@ -231,12 +232,8 @@ class Bench:
                         row["join_waste"] = waste
                         levels = handle._splits.host_levels().values()
                         row["host_guard"] = host_levels
-                        row["host_experts"] = {"planned": sum(x["planned"] for x in levels),
-                                               "now": sum(x["now"] for x in levels),
-                                               "moved_calls": sum(x["moved_calls"] for x in levels),
-                                               "all_uva_calls": sum(x["all_uva_calls"] for x in levels),
-                                               "more_calls": sum(x["more_calls"] for x in levels),
-                                               "levels": [x["now"] for x in levels]}
+                        row["host_experts"] = {key: sum(x[key] for x in levels) for key in HOST_LEVEL_KEYS}
+                        row["host_experts"]["levels"] = [x["now"] for x in levels]
                     if exact is not None and name == "decode32":
                         row["exactness"] = exact(model)
                     self.emit(**row)

@@ -225,7 +225,6 @@ class _Placement:
     host: dict[str, torch.Tensor]  # the host-memory array, as the host reads it
     uva: dict[str, torch.Tensor]  # the same, as GPU kernels read it (device views; the host's own on the CPU)
     gpu: dict[str, torch.Tensor] | None  # the experts in GPU memory
-    gpu_count: int
     place: torch.Tensor  # [E] on the compute device: place in ``ids``, else len(ids) + place among the GPU's
     host_place: torch.Tensor  # the same on the CPU
     cache: dict[int, tuple[_Part | None, _GpuParts | None]] = field(default_factory=dict)
@@ -255,7 +254,8 @@ class _Placement:
         if not weights:
             return None
         n, place = len(self.ids), self.place
-        table = torch.where(place < cut, place, torch.where(place >= n, place - n + cut, cut + self.gpu_count))
+        on_gpu = place.numel() - n  # every expert is in one place: those not in host memory are in GPU memory
+        table = torch.where(place < cut, place, torch.where(place >= n, place - n + cut, cut + on_gpu))
         layouts = ([self.host_layout] if cut else []) + ([self.layout] if self.gpu else [])
         return _GpuParts(weights, layouts, table)
 
@@ -304,7 +304,7 @@ class SplitForward:
     staged: HostFlag | None = None  # written by the stream when the routed tokens are on the host (a GPU's worker)
     staging: _Staging = field(default_factory=lambda: _Staging(pin=False))
     gate: ForwardGate | None = None  # the applied plan's (``ExpertSplits.attach``): another thread's forward refused
-    guard: HostGuard | None = None  # the host's level while the host is slower than planned (a GPU's worker)
+    guard: HostGuard | None = None  # moves the host's level to the host's measured speed (a GPU's worker)
     busy: threading.Lock = field(default_factory=threading.Lock)  # held by a call using the layer's host buffers
     user: int | None = None  # the thread holding ``busy``
 
@@ -315,7 +315,7 @@ class SplitForward:
         if level and self.gate is not None:
             self.gate.check_owner()  # the layer called from another thread while a forward runs
         if level and self.guard is not None and not self._capturing():  # (a capture is refused by _to_host)
-            level = self.guard.host_turn()  # fewer while the host is slower than planned (runtime/host_guard.py)
+            level = self.guard.host_turn()  # the level the host's measured speed gives (runtime/host_guard.py)
         if not level:
             return self._rows(hidden_states, top_k_index, top_k_weights, 0)
         me = threading.get_ident()
@@ -550,8 +550,7 @@ class ExpertSplits:
         uva = {a: device_view(w, self.device) for a, w in arrays.items()} if cuda else dict(arrays)
         placement = _Placement(
             host_ids, len(ids["cpu"]), layout.for_host() if ids["cpu"] else layout, layout, arrays, uva,
-            {a: sp.slices["gpu"] for a, sp in by_attr.items()} if ids["gpu"] else None, len(ids["gpu"]),
-            place.to(self.device), place)
+            {a: sp.slices["gpu"] for a, sp in by_attr.items()} if ids["gpu"] else None, place.to(self.device), place)
         for level in {0, placement.planned}:  # the levels a call takes without the guard: made here
             placement.at(level)
         guard = None

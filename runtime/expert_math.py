@@ -32,11 +32,12 @@ from schemas.grouped_tiles import padded_rows
 
 HOST_IN_OUT: frozenset[str] = frozenset()
 """The per-expert weights the host stores [E, in, out]; the others it stores [E, out, in]. oneDNN's batched kernel
-(brgemm on AMX, torch.bmm's bf16 path on the H200's host) reads a weight stored [out, in] about twice as fast as one
-stored [in, out] at the rows a decode step gives an expert: 64 Qwen3-MoE experts' gate and up projections at 2 rows
-57 GB/s against 27, the down projections [in, out] 29-38 (bench/probe_host_rows_m.py, 2026-12-03). Until then the
-host stored its down weights [in, out]; the knob stays for measuring the two side by side (bench_moe_hybrid.py
-``--host-in-out``)."""
+(brgemm on AMX, torch.bmm's bf16 path on the H200's host) read 64 Qwen3-MoE experts' gate and up projections stored
+[out, in] about twice as fast as stored [in, out] at the rows a decode step gives an expert (57 against 27 GB/s at 2
+rows, 49-60 against 32 in a second run); for the down projections the two runs disagreed (the [out, in] order faster
+at 4 and 8 rows, slower at 2), and a whole forward did not tell the two apart (bench/probe_host_rows_m.py,
+bench_moe_hybrid.py ``--host-in-out``, 2026-12-03). Until then the host stored its down weights [in, out]; the knob
+stays for measuring the two side by side."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,8 @@ def part_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor
 def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Tensor]], table: torch.Tensor,
                hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                layouts: list[Layout] | None = None) -> torch.Tensor:
-    """``part_rows`` of several parts of one layer at once (``layouts``: each part's, default ``layout``), the pairs sorted once (one sort, count, gather,
+    """``part_rows`` of several parts of one layer at once (``layouts``: each part's, default ``layout``), the pairs
+    sorted once (one sort, count, gather,
     weighting and scatter a layer however many parts: at batch 1 the CPU's launches are the step). ``table``
     maps a global expert id to its place in the parts taken in order (part 0's experts first), or to the parts'
     total when no part holds it (those pairs' rows are 0).
@@ -242,7 +244,8 @@ same bit for bit). 0 keeps every run apart."""
 
 PAD_ROWS = 1
 """The padded pass pads each expert's rows up to a multiple of this (at least the most any touched expert sees):
-1 pads to that most only."""
+1 pads to that most only. No multiple was faster at both 32 and 64 tokens on the H200's host
+(bench/probe_host_rows_m.py, 2026-12-03), so it stays 1; the probe sets it."""
 
 
 def _runs(counts: list[int], waste: float | None = None) -> list[tuple[int, int]]:

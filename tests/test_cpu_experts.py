@@ -512,8 +512,8 @@ def test_every_level_cuts_the_host_memory_experts_between_the_host_and_the_gpus_
     place = torch.full((experts,), -1, dtype=torch.long)
     place[torch.tensor(ids)] = torch.arange(len(ids))
     place[torch.tensor(on_gpu)] = len(ids) + torch.arange(len(on_gpu))
-    placement = cpu_experts._Placement(ids, len(cpu), None, None, {"w": array}, {"w": array}, {"w": resident},
-                                       len(on_gpu), place, place)
+    placement = cpu_experts._Placement(ids, len(cpu), None, None, {"w": array}, {"w": array}, {"w": resident}, place,
+                                       place)
     weight_of = {e: array[i] for i, e in enumerate(ids)} | {e: resident[i] for i, e in enumerate(on_gpu)}
     for level in range(len(ids) + 1):
         host, gpu = placement.at(level)
