@@ -28,7 +28,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -37,19 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runtime import expert_math  # noqa: E402
 from runtime.calibrate_host import EXPERTS, HIDDEN, PART, WIDTH, _on_host_thread, _Part  # noqa: E402
+from runtime.timing import wall_ms  # noqa: E402
 
 ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)
 PADS = (1, 4, 8, 16, 32)
-
-
-def _ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def bmm_rows(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> list[dict]:
@@ -65,7 +55,7 @@ def bmm_rows(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> li
                                  ("gate_up_host", lambda: torch.bmm(x, gate_up_host), gate_up.nbytes),
                                  ("down", lambda: torch.bmm(a, down.transpose(1, 2)), down.nbytes),
                                  ("down_in_out", lambda: torch.bmm(a, down_in_out), down.nbytes)):
-            ms = _ms(fn, 8)
+            ms = wall_ms(fn, 8)
             out.append({"case": "bmm", "proj": name, "rows": m, "ms": round(ms, 3),
                         "gbps": round(nbytes / ms / 1e6, 1), "threads": torch.get_num_threads()})
     return out
@@ -92,7 +82,7 @@ def expert_loop(experts: int, hidden: int, width: int, rows: tuple[int, ...]) ->
                 torch.ops.mkldnn._linear_pointwise(torch.nn.functional.silu(g) * u, packed_down[e], None, "none", [], "")
 
         for name, fn in (("plain", plain), ("packed", packed)):
-            ms = _ms(fn, 4)
+            ms = wall_ms(fn, 4)
             out.append({"case": "loop", "kernel": name, "rows": m, "ms": round(ms, 3),
                         "gbps": round(nbytes / ms / 1e6, 1), "threads": torch.get_num_threads()})
     return out
@@ -107,7 +97,7 @@ def host_part(part: _Part, tokens: tuple[int, ...], pads: tuple[int, ...], threa
             touched = statistics.mean(b for _, b, _ in calls) / part.per_expert
             for pad in pads:
                 expert_math.PAD_ROWS = pad
-                ms = statistics.median(_ms(run, 1) for run, _, _ in calls)  # each routing run twice, timed once
+                ms = statistics.median(wall_ms(run, 1) for run, _, _ in calls)  # each routing run twice, timed once
                 out.append({"case": "host_rows", "tokens": t, "pad": pad, "ms": round(ms, 3),
                             "touched": round(touched, 1),
                             "touched_gbps": round(touched * part.per_expert / ms / 1e6, 1),
@@ -117,7 +107,7 @@ def host_part(part: _Part, tokens: tuple[int, ...], pads: tuple[int, ...], threa
         calls = part.calls(32, 6)
         for n in threads:
             torch.set_num_threads(n)
-            ms = statistics.median(_ms(run, 1) for run, _, _ in calls)
+            ms = statistics.median(wall_ms(run, 1) for run, _, _ in calls)
             out.append({"case": "threads", "tokens": 32, "threads": n, "ms": round(ms, 3)})
         torch.set_num_threads(mine)
     finally:
