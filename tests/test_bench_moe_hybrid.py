@@ -93,3 +93,29 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     guarded = [r for r in rows if ", guard " in r.get("plan", "") and "measured_ms" in r]
     assert len(guarded) == 8 and {r["host_guard"] for r in guarded} == {True, False}
     assert all(r["host_experts"]["moved_calls"] == 0 for r in guarded)  # no guard off a GPU
+
+
+def test_the_exactness_at_each_level(tmp_path):
+    """--exact-levels applies the hybrid plan with every split layer held at one level (none of its host-memory
+    experts on the host, half the plan's, the plan's, every one) and compares the logits with the resident model's
+    at each: the host computes as many experts as the level says, level "none" is the GPU's kernel bit for bit (on
+    the CPU: the host's own kernel, so within the tolerance), and each row names the positions compared."""
+    import torch
+
+    import bench_moe_hybrid
+
+    threads = torch.get_num_threads()
+    try:
+        assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--exact-levels",
+                                      "--out", str(tmp_path / "rows.jsonl")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    levels = {r["level"]: r for r in rows if "level" in r}
+    assert list(levels) == ["none", "half", "plan", "all"]
+    held = [levels[name]["host_experts"] for name in levels]
+    assert held[0] == 0 < held[2] <= held[3] and held[1] <= held[2]  # (the tiny plan may put all on the host)
+    for row in levels.values():
+        exact = row["exactness"]
+        assert exact["positions"] == 32 and len(exact["batch_max_abs_diff"]) == 1
+        assert exact["max_abs_diff"] <= exact["tolerance"] + 1e-6 and exact["top1_agree"] >= 0.99
