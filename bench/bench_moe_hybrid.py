@@ -265,16 +265,20 @@ class Bench:
         """The resident model's logits at decode batch 32 on ``EXACT_SEEDS`` inputs (before apply), and how far
         transformers' per-expert loop is from its grouped kernel on the same inputs; returns what compares an
         applied model's logits with them. Both sides take the max over every position (the issue's tolerance: two
-        GPU implementations of the same experts), and each batch's max is kept to show their spread."""
+        GPU implementations of the same experts), and each batch's max is kept to show their spread; the two kernels'
+        top-1 agreement is kept beside the plan's (random weights leave near ties that either rounding flips)."""
         batches = [self.ids((32, 1), config.vocab_size, seed=s) for s in (EXACT_SEEDS[:1] if self.dry else EXACT_SEEDS)]
         with torch.inference_mode():
             refs = [model(ids, use_cache=False).logits.float() for ids in batches]
-            pair = None
+            pair = pair_top1 = None
             if hasattr(model, "set_experts_implementation"):
                 model.set_experts_implementation("eager")
-                pair = [(model(ids, use_cache=False).logits.float() - ref).abs().max().item()
-                        for ids, ref in zip(batches, refs)]
+                loops = [model(ids, use_cache=False).logits.float() for ids in batches]
                 model.set_experts_implementation("grouped_mm")
+                pair = [(loop - ref).abs().max().item() for loop, ref in zip(loops, refs)]
+                pair_top1 = statistics.mean((loop.argmax(-1) == ref.argmax(-1)).float().mean().item()
+                                            for loop, ref in zip(loops, refs))
+                del loops
 
         def compare(applied) -> dict:
             diffs, agree = [], []
@@ -285,6 +289,7 @@ class Bench:
                     agree.append((out.argmax(-1) == ref.argmax(-1)).float().mean().item())
             return {"max_abs_diff": round(max(diffs), 5), "tolerance": round(max(pair), 5) if pair else None,
                     "top1_agree": round(statistics.mean(agree), 4), "positions": 32 * len(batches),
+                    "tolerance_top1_agree": round(pair_top1, 4) if pair else None,
                     "batch_max_abs_diff": [round(d, 5) for d in diffs],
                     "batch_tolerance": [round(d, 5) for d in pair] if pair else None}
 
