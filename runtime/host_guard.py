@@ -19,8 +19,10 @@ together is ``balanced``. When the two sides' times differ by more than ``DEADBA
 level is an expert or more away, in two measured calls in a row, the level moves halfway to the nearer of their two
 balanced levels (at least one expert). So one slow call moves nothing; a host slower than the plan's profile hands
 experts to the link, and one faster takes experts from it, up to every one but one (``top``: the GPU's side stays
-measured). A host so slow that its balanced level is below one expert sends all its experts through UVA for
-``HOLD`` calls, doubling while it stays that slow (up to ``MAX_HOLD``), and is then tried again with one expert.
+measured). A host so slow that its balanced level is below one expert, or whose part took longer than the GPU
+would take to read every one of the layer's host-memory experts (at a few rows a call the host's fixed costs, the
+hand-off among them, outweigh the experts it saves the link: a decode at batch 1), sends all its experts through UVA
+for ``HOLD`` calls, doubling while it stays that slow (up to ``MAX_HOLD``), and is then tried again with one expert.
 While the level holds, one call in ``SAMPLE`` is measured (three event records); while a move is asked for or made,
 every other call is (the call right after a move is not: its host part meets new shapes, as a layer's first call
 meets its first buffers). Both routes give an expert's rows within the backend's exactness tolerance (the GPU's are
@@ -147,7 +149,10 @@ class HostGuard:
             host_ms = gpu_ms + wait_ms
         else:  # the host's own figure, and the hand-off the last wait showed
             host_ms += self.handoff_ms
-        target = min(float(self.top), balanced(self.host, self.link, level, gpu_ms, host_ms))
+        every_ms = gpu_ms / (self.link + self.host - level) * (self.link + self.host)  # the GPU reading them all
+        # a host part that outlasts the GPU reading every one of them (its fixed costs at few rows): none on the host
+        target = 0.0 if host_ms > every_ms else min(float(self.top), balanced(self.host, self.link, level, gpu_ms,
+                                                                                host_ms))
         if target >= 1:
             self.next_hold = HOLD
             if abs(host_ms - gpu_ms) <= DEADBAND * max(host_ms, gpu_ms) or abs(target - level) < 1:

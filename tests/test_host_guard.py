@@ -210,3 +210,34 @@ def test_one_slow_call_moves_nothing():
     for _ in range(40):
         measured_call(guard, 10.0)  # then on time (both sides 10 ms)
     assert guard.moves == 0 and guard.level == 50
+
+
+def test_a_host_slower_than_the_link_reading_every_expert_is_bypassed():
+    """A decode at batch 1: the host's part is mostly its fixed cost (the hand-off), so it takes longer than the GPU
+    would to read every host-memory expert, though the level where both sides balance is still many experts. Its
+    experts all go through UVA after two measured calls (not halfway at a time), and the layer's time is then the
+    link's for all of them, less than at any level the host keeps."""
+    guard = guard_of()
+    machine = Machine(link_ms=0.017, host_ms=0.03, handoff_ms=3.0)  # the GPU reads all 128 in 2.2 ms
+    at_plan = machine.step_ms(guard, 50)
+    assert balanced(50, 78, 50, gpu_ms=0.017 * 78, host_ms=3.0 + 0.03 * 50) > 10  # balance alone moves slowly
+    levels = [machine.call(guard) for _ in range(12)]
+    assert levels[-1] == 0 and guard.hold > 0
+    assert machine.step_ms(guard, 0) < min(at_plan, min(machine.step_ms(guard, k) for k in range(1, 128)))
+    while guard.hold:
+        machine.call(guard)
+    tried = []
+    while not guard.hold and len(tried) < 12:  # tried again with one expert: still slower than the link for all
+        tried.append(machine.call(guard))
+    assert set(tried[:-1]) == {1} and tried[-1] == 0  # held again, longer (the call that judged is the hold's first)
+    assert guard.hold == 2 * HOLD - 1 and guard.next_hold == 4 * HOLD
+
+
+def test_a_host_whose_part_fits_beside_the_link_is_not_bypassed():
+    """The same rule leaves a host alone when its part, hand-off included, is shorter than the GPU's read of every
+    host-memory expert: the balanced level, as before."""
+    guard = guard_of()
+    machine = Machine(link_ms=0.128, host_ms=0.3, handoff_ms=0.5)  # at 50: host 15.5 ms, all 128 on the link 16.4
+    for _ in range(200):
+        machine.call(guard)
+    assert guard.hold == 0 and 20 < guard.level < 50
