@@ -8,7 +8,10 @@ Qwen3-MoE experts (128, hidden 2048, width 768, top-8, bf16). One JSON line per 
 - ``matmul``: the bare matmuls of the dense pass at 32 tokens, down in either layout;
 - ``wait_value``: whether a stream can wait on a 32-bit flag in pinned host memory (cuStreamWaitValue32, through
   ctypes) that a host thread sets, and what the host thread wrote is then read right;
-- ``layer``: the cpu backend's SplitForward on one layer split 48 host / 80 UVA, with the time of its phases.
+
+Its ``layer`` part (one layer's SplitForward and the time of its phases, docs/BENCHMARKS.md 2026-12-01) was removed
+on 2026-12-03: it built a SplitForward several versions old. A split layer's host and GPU times in a forward are now
+in bench/bench_moe_hybrid.py's rows (``host_ms_per_layer``) and in the host guard's marks (runtime/host_guard.py).
 
     PYTHONPATH=. python bench/probe_hybrid_step.py --out $OUT/probe.jsonl
 """
@@ -31,9 +34,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from runtime import cpu_experts  # noqa: E402
-from runtime.cpu_experts import SplitForward, _Part  # noqa: E402
-from runtime.expert_math import Layout, host_rows, part_rows, rows_dtype  # noqa: E402
-from runtime.expert_math import part_table as _table  # noqa: E402
+from runtime.expert_math import Layout, host_rows, rows_dtype  # noqa: E402
 from runtime.timing import wall_ms  # noqa: E402
 from runtime.uva import device_view  # noqa: E402
 
@@ -216,86 +217,6 @@ def wait_value(dev):
     return True
 
 
-def layer(dev):
-    g = torch.Generator(device=dev).manual_seed(1)
-    gu = (torch.randn(E, 2 * I, H, device=dev, generator=g) / 40).to(torch.bfloat16)
-    dn = (torch.randn(E, H, I, device=dev, generator=g) / 40).to(torch.bfloat16)
-    stub = Stub()
-    full = Layout.of(stub)
-    cpu_ids, uva_ids = list(range(0, E, 8)) + list(range(1, E, 8)) + list(range(2, E, 8)), None
-    cpu_ids = sorted(cpu_ids)[:48]
-    uva_ids = [e for e in range(E) if e not in cpu_ids]
-    flip = full.flipped(full.for_host())  # the weights the host stores transposed
-    hc = {name: (w[cpu_ids].transpose(-2, -1).contiguous() if name in flip else w[cpu_ids]).cpu().pin_memory()
-          for name, w in (("gate_up_proj", gu), ("down_proj", dn))}
-    hu = {"gate_up_proj": gu[uva_ids].cpu().pin_memory(), "down_proj": dn[uva_ids].cpu().pin_memory()}
-    uva = _Part({k: device_view(v, dev) for k, v in hu.items()}, _table(uva_ids, E, dev), full)
-    host = _Part(hc, _table(cpu_ids, E, torch.device("cpu")), full.for_host())
-    whole = _Part({"gate_up_proj": gu, "down_proj": dn}, torch.arange(E, device=dev), full)
-    fwd = SplitForward(stub, full, dev, [uva], host)
-    gen = torch.Generator().manual_seed(2)
-    for tokens in (32, 8, 1):
-        idx, rw = routing(tokens, gen)
-        idx, rw = idx.to(dev), rw.to(dev)
-        hid = torch.randn(tokens, H, device=dev).to(torch.bfloat16)
-        ref = part_rows(stub, full, whole.weights, whole.table, hid, idx, rw).view(tokens, K, H).sum(1)
-        phases = {"wait": [], "compute": []}
-        real = SplitForward._host_rows
-
-        def timed(self, hidden, index, weights, event):
-            t0 = time.perf_counter()
-            event.synchronize()
-            t1 = time.perf_counter()
-            r = real(self, hidden, index, weights, None)
-            phases["wait"].append((t1 - t0) * 1e3)
-            phases["compute"].append((time.perf_counter() - t1) * 1e3)
-            return r
-
-        def step():
-            fwd(hid, idx, rw)
-            torch.cuda.synchronize()
-
-        for kernel in ("padded", "grouped"):
-            cpu_experts_kernel(kernel)
-            SplitForward._host_rows = timed
-            phases = {"wait": [], "compute": []}
-            try:
-                ms = wall(step, reps=9)
-            finally:
-                SplitForward._host_rows = real
-            out = fwd(hid, idx, rw).float()
-            s, e_ = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-            def uva_only():
-                part_rows(stub, full, uva.weights, uva.table, hid, idx, rw)
-
-            uva_only()
-            s.record()
-            for _ in range(5):
-                uva_only()
-            e_.record()
-            torch.cuda.synchronize()
-            hidden_c, idx_c, rw_c = hid.cpu(), idx.cpu(), rw.cpu()
-            o = torch.zeros(tokens * K, H, dtype=rows_dtype(hidden_c, rw_c))
-            host_ms = wall(lambda: host_rows(stub, host.layout, host.weights, host.table, hidden_c, idx_c, rw_c, o))
-            emit(what="layer", tokens=tokens, kernel=kernel, step_ms=round(ms, 3),
-                 wait_ms=round(statistics.median(phases["wait"]), 3),
-                 host_compute_ms=round(statistics.median(phases["compute"]), 3),
-                 uva_part_alone_ms=round(s.elapsed_time(e_) / 5, 3), host_part_alone_ms=round(host_ms, 3),
-                 max_diff_vs_resident=round((out - ref.float()).abs().max().item(), 4),
-                 ref_max=round(ref.float().abs().max().item(), 3))
-        cpu_experts_kernel(None)
-
-
-def cpu_experts_kernel(kernel):
-    """Force the host kernel of host_rows (None: the rule)."""
-    import runtime.expert_math as em
-
-    if not hasattr(em, "_rule"):
-        em._rule = em._kernel
-    em._kernel = em._rule if kernel is None else (lambda *a, k=kernel: k)
-
-
 THREADS = 16
 
 
@@ -313,7 +234,6 @@ def main():
     busy = Busy(dev)
     kernels(dev, busy)
     del busy
-    layer(dev)
     wait_value(dev)  # last: a stream that never sees its flag stays blocked
     emit(what="total", s=round(time.perf_counter() - t0, 1))
     OUT.close()
