@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -640,13 +641,30 @@ def host_load(processes: int, numel: int):
             p.wait()
 
 
+def host_cpu() -> dict:
+    """The host's CPU as Linux describes it: its model, the CPUs this process may run on, and the physical cores
+    under them (two hyperthreads of one core share its AMX unit; machines of one kind have differed in their host's
+    speed in a forward by 2x)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
+        except OSError:
+            cores.add(("?", str(cpu)))
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), None) if Path("/proc/cpuinfo").exists() else None
+    return {"model": model, "cpus": len(cpus), "cores": len(cores)}
+
+
 def run(args) -> int:
     bench = Bench(args)
     only = set(args.only or ("qwen3_moe", "phimoe", "skewed"))
     t0 = time.perf_counter()
     bench.emit(torch=torch.__version__, device=torch.cuda.get_device_name(bench.device)
                if bench.device.type == "cuda" else "cpu", profile=bench.hw.name, dry_run=bench.dry,
-               date=time.strftime("%Y-%m-%d"), host_load_processes=args.host_load)
+               date=time.strftime("%Y-%m-%d"), host_load_processes=args.host_load, host_cpu=host_cpu())
     bench.calibrate_host()
     for kind in ("qwen3_moe", "phimoe"):
         if kind in only:

@@ -81,6 +81,7 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     assert pinned.HUGE_PAGES is True and sys.getswitchinterval() == interval and expert_math.HOST_IN_OUT == frozenset()
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert rows[0]["host_load_processes"] == 1
+    assert rows[0]["host_cpu"]["cpus"] >= rows[0]["host_cpu"]["cores"] >= 1  # hyperthreads under physical cores
     labels = [r["plan"] for r in rows if "measured_ms" in r]
     assert labels.count("auto decode32, pages 4k") == labels.count("auto decode32, pages huge") == 2
     assert labels.count("uva, pages 4k") == labels.count("uva, pages huge") == 1
