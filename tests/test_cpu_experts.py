@@ -445,15 +445,20 @@ def test_a_forward_from_a_hook_inside_a_split_layer_is_refused_and_the_model_sta
 # -- the host guard (runtime/host_guard.py) in the backend: on the CPU the host's own thread runs as on a GPU whose
 # streams wait on host flags, and the guard's marks are scripted (tests/test_host_guard.py)
 
-@pytest.mark.parametrize("late", [False, True])
-def test_a_split_layer_hands_host_experts_to_uva_while_the_host_is_late(monkeypatch, threaded, late):
+@pytest.mark.parametrize("wait_ms", [0.0, 5.0, 50.0])
+def test_a_split_layer_hands_host_experts_to_uva_while_the_host_is_late(monkeypatch, threaded, wait_ms):
+    """The stream waits ``wait_ms`` for the host's rows after 10 ms of GPU parts: on time the host takes experts
+    from the link; 5 ms late it hands some to the link (a level between the two); 50 ms late (longer than the GPU's
+    read of every host-memory expert) it hands them all to the link for a while. Every level's logits are within
+    the backend's tolerance."""
+    late = wait_ms > 0
     model = make_moe("qwen3_moe", implementation="grouped_mm")
     ids = torch.randint(0, model.config.vocab_size, (4, 1), generator=torch.Generator().manual_seed(3))
     ref = _logits(model, ids)
     model.set_experts_implementation("eager")
     tolerance = (_logits(model, ids) - ref).abs().max().item()
     model.set_experts_implementation("grouped_mm")
-    monkeypatch.setattr(cpu_experts, "new_marks", lambda device: ScriptedMarks(10.0, 5.0 if late else 0.0))
+    monkeypatch.setattr(cpu_experts, "new_marks", lambda device: ScriptedMarks(10.0, wait_ms))
     levels = []  # (the level asked for, the host's experts in the part it gets)
     real = cpu_experts._Placement.at
 
@@ -477,9 +482,13 @@ def test_a_split_layer_hands_host_experts_to_uva_while_the_host_is_late(monkeypa
         n_host = 0 if host is None else next(iter(host.weights.values())).shape[0]
         n_uva = next(iter(gpu.weights[0].values())).shape[0] if level < most else 0
         assert (n_host, n_uva) == (level, most - level)
-    if late:  # the host 5 ms late (not as late as the GPU's read of them all): experts handed to the link
+    if wait_ms > 10.0:  # later than the GPU's read of them all: every one through UVA, held
+        assert any(level == 0 for level, _, _, _ in levels)
+        assert all(s["all_uva_calls"] > 0 for s in summary.values()), summary
+    elif late:  # the host 5 ms late (not as late as the GPU's read of them all): experts handed to the link
         assert any(0 < level < planned for level, planned, _, _ in levels)  # cut between the host and the link
         assert all(s["moved_calls"] > 0 and s["now"] < s["planned"] for s in summary.values())
+        assert all(s["all_uva_calls"] == 0 for s in summary.values())
     else:  # the host's part well under the scripted 10 ms of the GPU's: experts taken from the link
         assert all(level >= planned for level, planned, _, _ in levels)
         assert any(level > planned for level, planned, _, _ in levels)
