@@ -78,6 +78,7 @@ from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
 GB = 10**9
 HOST_LEVEL_KEYS = ("planned", "now", "moved_calls", "all_uva_calls", "more_calls")  # HostGuard.summary's, summed
+HOST_JUDGED_KEYS = ("gpu_ms", "host_ms", "handoff_ms")  # HostGuard.summary's, the median layer's
 EXACT_SEEDS = tuple(range(5, 13))  # decode-32 inputs the logits are compared on: 256 positions
 SETTLE = 40  # forwards before a guarded host plan is timed: its levels move a call after each measured one
 QWEN = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=32,
@@ -237,6 +238,9 @@ class Bench:
                         row["host_guard"] = host_levels
                         row["host_experts"] = {key: sum(x[key] for x in levels) for key in HOST_LEVEL_KEYS}
                         row["host_experts"]["levels"] = [x["now"] for x in levels]
+                        row["host_experts"]["judged_ms"] = {  # the median layer's last judged call (HostGuard.summary)
+                            key: round(statistics.median(x[key] for x in levels), 3) if levels else None
+                            for key in HOST_JUDGED_KEYS}
                     if exact is not None and name == "decode32":
                         row["exactness"] = exact(model)
                     self.emit(**row)

@@ -106,6 +106,7 @@ class HostGuard:
     all_uva_calls: int = 0  # of them, calls with every host expert through UVA
     more_calls: int = 0  # calls whose host computed more experts than the plan's
     moves: int = 0  # times the level moved
+    judged: tuple[float, float] = (0.0, 0.0)  # the last judged call's GPU parts and host part, ms (the host's as judged)
 
     def __post_init__(self) -> None:
         self.level = self.host
@@ -149,6 +150,7 @@ class HostGuard:
             host_ms = gpu_ms + wait_ms
         else:  # the host's own figure, and the hand-off the last wait showed
             host_ms += self.handoff_ms
+        self.judged = (gpu_ms, host_ms)
         every_ms = gpu_ms / (self.link + self.host - level) * (self.link + self.host)  # the GPU reading them all
         # a host part that outlasts the GPU reading every one of them (its fixed costs at few rows): none on the host
         target = 0.0 if host_ms > every_ms else min(float(self.top), balanced(self.host, self.link, level, gpu_ms,
@@ -196,7 +198,11 @@ class HostGuard:
             self.marks.record("b", stream)
             self.measuring, self.pending = False, True
 
-    def summary(self) -> dict[str, int]:
-        """For ``Handle.stats()``: the plan's host experts, the host's now, and the calls below and above the plan."""
+    def summary(self) -> dict[str, int | float]:
+        """For ``Handle.stats()``: the plan's host experts, the host's now, and the calls below and above the plan; the
+        last judged call's GPU parts and host part (hand-off included) and the last hand-off seen, in ms (0 before
+        any; the cost model's host part leaves the hand-off out)."""
+        gpu_ms, host_ms = self.judged
         return {"planned": self.host, "now": 0 if self.hold else self.level, "moved_calls": self.moved_calls,
-                "all_uva_calls": self.all_uva_calls, "more_calls": self.more_calls}
+                "all_uva_calls": self.all_uva_calls, "more_calls": self.more_calls, "gpu_ms": round(gpu_ms, 3),
+                "host_ms": round(host_ms, 3), "handoff_ms": round(self.handoff_ms, 3)}

@@ -94,6 +94,7 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     guarded = [r for r in rows if ", guard " in r.get("plan", "") and "measured_ms" in r]
     assert len(guarded) == 8 and {r["host_guard"] for r in guarded} == {True, False}
     assert all(r["host_experts"]["moved_calls"] == 0 for r in guarded)  # no guard off a GPU
+    assert all(set(r["host_experts"]["judged_ms"]) == set(bench_moe_hybrid.HOST_JUDGED_KEYS) for r in guarded)
 
 
 def test_the_exactness_at_each_level(tmp_path):

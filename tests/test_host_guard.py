@@ -81,7 +81,11 @@ def test_a_host_on_time_keeps_the_plan_and_is_sampled():
     assert guard.moves == 0 and guard.moved_calls == 0
     assert guard.marks.recorded.count("s") == 100 // SAMPLE  # one call in SAMPLE measured, three marks each
     assert len(guard.marks.recorded) == 3 * (100 // SAMPLE)
-    assert guard.summary() == {"planned": 50, "now": 50, "moved_calls": 0, "all_uva_calls": 0, "more_calls": 0}
+    summary = guard.summary()
+    assert {k: summary[k] for k in ("planned", "now", "moved_calls", "all_uva_calls", "more_calls")} == \
+        {"planned": 50, "now": 50, "moved_calls": 0, "all_uva_calls": 0, "more_calls": 0}
+    assert summary["gpu_ms"] == pytest.approx(0.128 * 78, abs=1e-3)  # the last judged call, as the guard saw it
+    assert summary["host_ms"] == pytest.approx(0.128 * 78, abs=1e-3) and summary["handoff_ms"] == 0.0
 
 
 @pytest.mark.parametrize("host_ms", [0.03, 0.1, 0.15, 0.25, 0.5, 1.0])
@@ -103,6 +107,7 @@ def test_the_level_moves_until_both_sides_finish_together(caplog, host_ms):
     if host_ms > 0.2:
         assert levels[-1] < 50 and guard.more_calls == 0
         assert len(warnings) == 1 and "layers.3" in warnings[0].getMessage()  # once; later moves at INFO
+        assert guard.summary()["handoff_ms"] == pytest.approx(0.3, abs=1e-3)  # the stream waited: its view of it
     else:
         assert 50 < levels[-1] <= guard.top and guard.moved_calls == 0
         assert not warnings  # a faster host is no warning
