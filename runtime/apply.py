@@ -92,8 +92,9 @@ class Handle:
     def stats(self) -> dict:
         """Per forward (the last 100): bytes copied host->GPU, copy time, stall, GB/s, and on CUDA the
         forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py); with host experts on a GPU, per split
-        layer the plan's host experts, how many the host computes now, and the calls with fewer (the host slower than
-        planned) and with more (faster) (``host_levels``, runtime/host_guard.py)."""
+        layer the plan's host experts, how many the host computes now, the calls with fewer (the host slower than
+        planned) and with more (faster), and the last measured call's GPU part, host part and hand-off in ms
+        (``host_levels``, runtime/host_guard.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]

@@ -209,6 +209,15 @@ class _GpuParts:
     table: torch.Tensor  # [E]: place in the parts taken in order, or their total (the host's experts)
 
 
+def expert_places(host_ids: list[int], gpu_ids: list[int], experts: int) -> torch.Tensor:
+    """[E] on the CPU: each expert's place in the host-memory array (``host_ids``' order), or the array's length
+    plus its place among the GPU-resident experts (``gpu_ids``' order); -1 for an expert in neither."""
+    place = torch.full((experts,), -1, dtype=torch.long)
+    place[torch.tensor(host_ids, dtype=torch.long)] = torch.arange(len(host_ids))
+    place[torch.tensor(gpu_ids, dtype=torch.long)] = len(host_ids) + torch.arange(len(gpu_ids))
+    return place
+
+
 @dataclass(eq=False)
 class _Placement:
     """Where a split layer's experts are computed at each *level* (runtime/host_guard.py). Its experts in host memory
@@ -514,7 +523,8 @@ class ExpertSplits:
         ids = {"gpu": list(split.gpu), "uva": list(split.uva), "cpu": list(split.cpu)}
         layout = Layout.of(module)
         host_ids = ids["uva"] + ids["cpu"]  # one array in host memory: the uva experts, then the cpu experts
-        flip = layout.flipped(layout.for_host()) if ids["cpu"] else set()  # the weights the host stores transposed
+        host_layout = layout.for_host() if ids["cpu"] else layout  # the array's: as the host reads it, if it computes
+        flip = layout.flipped(host_layout)  # the weights the array stores transposed
         made, arrays = [], {}
         for rel, attr in zip(split.params, attrs):
             ref = resolve(model, layer.name, rel)
@@ -536,21 +546,16 @@ class ExpertSplits:
         for sp in made:  # every slice is made: now the params give up their own storage
             sp.ref.local.data = torch.empty(0, dtype=sp.dtype, device=self.device)
             sp.swapped = True
-        self._install(module, layer, dict(zip(attrs, made)), arrays, ids, experts)
+        place = expert_places(host_ids, ids["gpu"], experts)
+        uva = {a: device_view(w, self.device) for a, w in arrays.items()} if self.device.type == "cuda" else dict(arrays)
+        gpu = {a: sp.slices["gpu"] for a, sp in zip(attrs, made)} if ids["gpu"] else None
+        placement = _Placement(host_ids, len(ids["cpu"]), host_layout, layout, arrays, uva, gpu, place.to(self.device),
+                               place)
+        self._install(module, layer, placement, ids)
 
-    def _install(self, module: nn.Module, layer: PlanLayer, by_attr: dict[str, _SplitParam],
-                 arrays: dict[str, torch.Tensor], ids: dict[str, list[int]], experts: int) -> None:
+    def _install(self, module: nn.Module, layer: PlanLayer, placement: _Placement, ids: dict[str, list[int]]) -> None:
         split = layer.experts
-        layout = Layout.of(module)
         cuda = self.device.type == "cuda"
-        host_ids = ids["uva"] + ids["cpu"]
-        place = torch.full((experts,), -1, dtype=torch.long)
-        place[torch.tensor(host_ids, dtype=torch.long)] = torch.arange(len(host_ids))
-        place[torch.tensor(ids["gpu"], dtype=torch.long)] = len(host_ids) + torch.arange(len(ids["gpu"]))
-        uva = {a: device_view(w, self.device) for a, w in arrays.items()} if cuda else dict(arrays)
-        placement = _Placement(
-            host_ids, len(ids["cpu"]), layout.for_host() if ids["cpu"] else layout, layout, arrays, uva,
-            {a: sp.slices["gpu"] for a, sp in by_attr.items()} if ids["gpu"] else None, place.to(self.device), place)
         for level in {0, placement.planned}:  # the levels a call takes without the guard: made here
             placement.at(level)
         guard = None
@@ -562,7 +567,7 @@ class ExpertSplits:
                 self.guards.append(guard)
         staging = _Staging(pin=cuda)
         self.stagings.append(staging)
-        forward = SplitForward(module, layout, self.device, placement, split.cpu_max_tokens, worker,
+        forward = SplitForward(module, placement.layout, self.device, placement, split.cpu_max_tokens, worker,
                                new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))

@@ -162,8 +162,8 @@ def parts_rows(module: nn.Module, layout: Layout, parts: list[dict[str, torch.Te
                hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                layouts: list[Layout] | None = None) -> torch.Tensor:
     """``part_rows`` of several parts of one layer at once (``layouts``: each part's, default ``layout``), the pairs
-    sorted once (one sort, count, gather,
-    weighting and scatter a layer however many parts: at batch 1 the CPU's launches are the step). ``table``
+    sorted once (one sort, count, gather, weighting and scatter a layer however many parts: at batch 1 the CPU's
+    launches are the step). ``table``
     maps a global expert id to its place in the parts taken in order (part 0's experts first), or to the parts'
     total when no part holds it (those pairs' rows are 0).
 

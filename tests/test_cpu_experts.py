@@ -518,9 +518,7 @@ def test_every_level_cuts_the_host_memory_experts_between_the_host_and_the_gpus_
     ids = uva + cpu
     array = torch.arange(len(ids) * 3, dtype=torch.float32).view(len(ids), 3, 1)
     resident = -torch.arange(1, len(on_gpu) * 3 + 1, dtype=torch.float32).view(len(on_gpu), 3, 1)
-    place = torch.full((experts,), -1, dtype=torch.long)
-    place[torch.tensor(ids)] = torch.arange(len(ids))
-    place[torch.tensor(on_gpu)] = len(ids) + torch.arange(len(on_gpu))
+    place = cpu_experts.expert_places(ids, on_gpu, experts)
     placement = cpu_experts._Placement(ids, len(cpu), None, None, {"w": array}, {"w": array}, {"w": resident}, place,
                                        place)
     weight_of = {e: array[i] for i, e in enumerate(ids)} | {e: resident[i] for i, e in enumerate(on_gpu)}
