@@ -189,7 +189,8 @@ class Bench:
         self.emit(model=kind, own_cpu={k: v for k, v in row.items() if k != "type"})
 
     def measure(self, model_name: str, label: str, plan, model, config, cases, shares=None, graph: bool = False,
-                link: dict | None = None, host_threads: int | None = None, host_levels: bool = True) -> None:
+                link: dict | None = None, host_threads: int | None = None, host_levels: bool = True,
+                expert_graphs: bool = True) -> None:
         """Apply ``plan``, time each case (name, input shape), remove."""
         cases = [c for c in cases if c[0] in self.cases]
         if not cases:
@@ -198,7 +199,7 @@ class Bench:
         exact = self.exactness(model, config) if hybrid and any(c[0] == "decode32" for c in cases) else None
         t0 = time.perf_counter()
         handle = runtime.apply(plan, model, device=str(self.device), host_threads=1 if self.dry else host_threads,
-                               host_levels=host_levels)
+                               host_levels=host_levels, expert_graphs=expert_graphs)
         applied_s = time.perf_counter() - t0
         try:
             for name, shape in cases:
@@ -229,6 +230,8 @@ class Bench:
                                        shares={layer: [round(x, 7) for x in q] for layer, q in routed.items()})
                     if own is not None and mode == "eager":
                         row.update(predicted_model_cpu_ms=own, ratio_model_cpu=round(own / ms, 4))
+                    if mode == "eager" and handle._splits is not None:  # runtime/shape_graphs.py
+                        row["expert_graphs"] = handle.stats().get("expert_graphs", expert_graphs)
                     if link is not None:
                         row["link_bytes_per_step"] = self.link_bytes(plan, recorded, link)
                     if hybrid and mode == "eager":
@@ -472,6 +475,9 @@ class Bench:
                       gpu_budget=budget, routing=plan.summary.routing)
             self.measure(f"{kind} skewed", label, plan, model, config, [("decode1", (1, 1))], shares=measured,
                          graph=label != "hot+cpu", link=per_expert)
+            if label == "hot":  # the eager step without the split layers' CUDA graphs (runtime/shape_graphs.py)
+                self.measure(f"{kind} skewed", "hot, expert_graphs off", plan, model, config, [("decode1", (1, 1))],
+                             shares=measured, link=per_expert, expert_graphs=False)
         del sample, model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -94,7 +94,8 @@ class Handle:
         forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py); with host experts on a GPU, per split
         layer the plan's host experts, how many the host computes now, the calls with fewer (the host slower than
         planned) and with more (faster), and the last measured call's GPU part, host part and hand-off in ms
-        (``host_levels``, runtime/host_guard.py)."""
+        (``host_levels``, runtime/host_guard.py); with split layers replaying CUDA graphs, their count, the graphs
+        held and the captures failed (``expert_graphs``, runtime/shape_graphs.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]
@@ -103,6 +104,8 @@ class Handle:
         out = {"backend": self.offloader.name, "forwards": forwards, "pinned_host_bytes": self._placement.host_bytes}
         if self._splits is not None and self._splits.guards:
             out["host_levels"] = self._splits.host_levels()
+        if self._splits is not None and self._splits.graphed_calls()["layers"]:
+            out["expert_graphs"] = self._splits.graphed_calls()
         return out
 
     def routing_stats(self, source: str = ""):
@@ -144,7 +147,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
           spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
           read_only_buffers: bool = False, record_routing: bool = False, host_threads: int | None = None,
-          host_levels: bool = True) -> Handle:
+          host_levels: bool = True, expert_graphs: bool = True) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -171,7 +174,10 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     plan whose host computes experts is applied (default: every CPU this process may run on). ``host_levels``: on a
     GPU, a split layer moves its split to the host's measured speed, handing experts to the link while the host is
     slower than the plan's profile and taking experts from it while faster (runtime/host_guard.py;
-    ``Handle.stats()["host_levels"]``); False keeps the plan's split whatever the host does.
+    ``Handle.stats()["host_levels"]``); False keeps the plan's split whatever the host does. ``expert_graphs``: on a
+    GPU, a split layer's eager calls of at most 64 tokens whose experts GPU kernels compute (no host part) replay a
+    CUDA graph per input shape, captured at the shape's second call (runtime/shape_graphs.py: the eager decode's
+    launches; ``Handle.stats()["expert_graphs"]``); False runs them as launched.
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -185,12 +191,12 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     with torch.inference_mode(False):  # buffers and host copies made here are used outside inference mode too
         return _apply(plan, loaded, who, model, device, stats=stats, progress=progress, unplanned=unplanned,
                       spec=spec, read_only_buffers=read_only_buffers, record_routing=record_routing,
-                      host_threads=host_threads, host_levels=host_levels)
+                      host_threads=host_threads, host_levels=host_levels, expert_graphs=expert_graphs)
 
 
 def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.device, *, stats: bool,
            progress: bool | None, unplanned: Unplanned, spec: SpecFile | None, read_only_buffers: bool,
-           record_routing: bool, host_threads: int | None, host_levels: bool) -> Handle:
+           record_routing: bool, host_threads: int | None, host_levels: bool, expert_graphs: bool) -> Handle:
     device = _device(device)
     meta = meta_tensors(model)
     if meta:
@@ -211,7 +217,9 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         raise ApplyError(f"host_threads={host_threads!r}: expected a whole number of threads, 1 or more")
     if type(host_levels) is not bool:
         raise ApplyError(f"host_levels={host_levels!r}: expected True or False")
-    splits = ExpertSplits(device, host_threads=host_threads, guarded=host_levels)
+    if type(expert_graphs) is not bool:
+        raise ApplyError(f"expert_graphs={expert_graphs!r}: expected True or False")
+    splits = ExpertSplits(device, host_threads=host_threads, guarded=host_levels, graphed=expert_graphs)
     tall = UvaExperts()
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)

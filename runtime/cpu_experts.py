@@ -75,6 +75,7 @@ from runtime.forward_gate import ForwardGate, callers
 from runtime.host_guard import CudaMarks, HostGuard, Marks
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, parts_rows, rows_dtype
 from runtime.pinned import HostArena, pack
+from runtime.shape_graphs import GraphPool, ShapeGraphs, graphs_here
 from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
 from runtime.tensors import TensorRef, resolve
 from runtime.uva import UvaOffloader, device_view
@@ -314,6 +315,7 @@ class SplitForward:
     staging: _Staging = field(default_factory=lambda: _Staging(pin=False))
     gate: ForwardGate | None = None  # the applied plan's (``ExpertSplits.attach``): another thread's forward refused
     guard: HostGuard | None = None  # moves the host's level to the host's measured speed (a GPU's worker)
+    graphs: ShapeGraphs | None = None  # level 0's eager calls at decode shapes, from CUDA graphs (runtime/shape_graphs.py)
     busy: threading.Lock = field(default_factory=threading.Lock)  # held by a call using the layer's host buffers
     user: int | None = None  # the thread holding ``busy``
 
@@ -326,7 +328,7 @@ class SplitForward:
         if level and self.guard is not None and not self._capturing():  # (a capture is refused by _to_host)
             level = self.guard.host_turn()  # the level the host's measured speed gives (runtime/host_guard.py)
         if not level:
-            return self._rows(hidden_states, top_k_index, top_k_weights, 0)
+            return (self.graphs or self.gpu_rows)(hidden_states, top_k_index, top_k_weights)
         me = threading.get_ident()
         if not self.busy.acquire(blocking=False):  # its host buffers are in use by another call
             if self.user == me:
@@ -345,6 +347,11 @@ class SplitForward:
 
     def _capturing(self) -> bool:
         return self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+    def gpu_rows(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+                 ) -> torch.Tensor:
+        """The layer's rows at level 0: every expert computed by GPU kernels, nothing read back."""
+        return self._rows(hidden_states, top_k_index, top_k_weights, 0)
 
     def _rows(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
               level: int) -> torch.Tensor:
@@ -488,9 +495,19 @@ class ExpertSplits:
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
     guarded: bool = True  # on a GPU, split layers get a HostGuard (apply's host_levels; runtime/host_guard.py)
+    graphed: bool = True  # on a GPU, level 0's eager decode calls replay CUDA graphs (apply's expert_graphs)
+    pool: GraphPool | None = None  # the memory those graphs share (runtime/shape_graphs.py)
     worker: HostWorker | None = None
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
     guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
+    replaced: list[SplitForward] = field(default_factory=list)  # forwards taken away by ``restore``, graphs held
+
+    def graphed_calls(self) -> dict[str, int]:
+        """How many split layers replay CUDA graphs at level 0, the graphs they hold, and those whose capture
+        failed (``runtime/shape_graphs.py``)."""
+        held = [f.graphs for _, _, f in self.forwards if f.graphs is not None]
+        return {"layers": len(held), "graphs": sum(len(g.graphs) for g in held),
+                "failed": sum(g.failed is not None for g in held)}
 
     def host_levels(self) -> dict[str, dict[str, int]]:
         """Per split layer with a guard: the plan's host experts, the host's now, and the calls with fewer
@@ -570,6 +587,10 @@ class ExpertSplits:
         forward = SplitForward(module, placement.layout, self.device, placement, split.cpu_max_tokens, worker,
                                new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
+        if self.graphed and graphs_here(self.device) and not _offloaded_beside(layer):
+            if self.pool is None:
+                self.pool = GraphPool(self.device)
+            forward.graphs = ShapeGraphs(forward.gpu_rows, f"{layer.name}'s experts", self.pool)
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
         module.forward = torch.compiler.disable(forward) if ids["cpu"] else forward
 
@@ -581,7 +602,8 @@ class ExpertSplits:
             self.worker.close()
             self.worker = None
         while self.forwards:
-            module, previous, _ = self.forwards.pop()
+            module, previous, forward = self.forwards.pop()
+            self.replaced.append(forward)  # its graphs are let go once the device is done with them (below)
             if previous is _ABSENT:
                 module.__dict__.pop("forward", None)
             else:
@@ -598,6 +620,11 @@ class ExpertSplits:
             return problems
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        for forward in self.replaced:
+            if forward.graphs is not None:
+                forward.graphs.close()
+        self.replaced.clear()
+        self.pool = None
         while self.stagings:
             self.stagings.pop().release()
         self.guards.clear()
@@ -617,6 +644,15 @@ class ExpertSplits:
     def true_values(self) -> dict[int, Callable[[], torch.Tensor]]:
         """id(param) -> a function assembling its value in host memory (for state_dict while applied)."""
         return {id(sp.ref.tensor): (lambda sp=sp: sp.assemble(torch.device("cpu"))) for sp in self.params if sp.swapped}
+
+
+def _offloaded_beside(layer: PlanLayer) -> bool:
+    """Whether the plan offloads a tensor of ``layer``'s experts module besides its split params (a norm's
+    weight, say): one whose place may move between calls, which a graph of the module's arithmetic must not read."""
+    split = layer.experts
+    parent, _ = _module_path(split.params)
+    prefix = f"{parent}." if parent else ""
+    return any(rel.startswith(prefix) and rel not in split.params for rel in layer.offloaded)
 
 
 def split_gpu_bytes(plan: Plan) -> int:

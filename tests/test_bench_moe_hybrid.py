@@ -44,7 +44,9 @@ def test_the_dry_run_writes_every_row(tmp_path):
     assert set(own) == {"qwen3_moe", "phimoe"} and all(o["figure"] == "moe_block_cpu_us" for o in own.values())
     assert all(r["predicted_model_cpu_ms"] > 0 for r in measured if r["mode"] == "eager")
     skewed = [r for r in measured if r["model"] == "qwen3_moe skewed"]
-    assert {r["plan"] for r in skewed} == {"resident", "uva", "hot", "hot+cpu"}  # the resident model: the floor
+    # the resident model: the floor; the hot plan also without its split layers' CUDA graphs (none on the CPU)
+    assert {r["plan"] for r in skewed} == {"resident", "uva", "hot", "hot, expert_graphs off", "hot+cpu"}
+    assert {r["expert_graphs"] for r in skewed if r["plan"].startswith("hot")} == {True, False}
     link = {r["plan"]: r["link_bytes_per_step"] for r in skewed if r["plan"] != "resident"}
     assert link["hot"] < link["uva"]  # the most used experts stay on the GPU
     tried = [r["hot_share_of_choices"] for r in rows if "bias" in r]  # the bias search: a ladder, then halvings

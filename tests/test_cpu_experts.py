@@ -537,3 +537,50 @@ def test_every_level_cuts_the_host_memory_experts_between_the_host_and_the_gpus_
         for e in range(experts):  # the GPU's pass: its experts in the parts' order, the host's past the end
             assert torch.equal(stacked[table[e]], weight_of[e]) if e in link_own else table[e] == len(link_own)
         assert placement.at(level) is placement.at(level)
+
+def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
+    """The wiring of runtime/shape_graphs.py into split layers, on the CPU with a stand-in graph (its replay re-runs
+    the function on the static inputs): a layer whose experts the GPU's kernels compute (gpu and uva, level 0)
+    routes its calls through its ShapeGraphs, which captures each decode shape at its second call; the logits are
+    those of the same plan applied with ``expert_graphs=False`` bit for bit at every call, ``stats()`` counts the
+    graphs, and remove() lets them go. On a CPU device no graphs are made at all; a bad value is refused."""
+    from runtime import shape_graphs
+    from test_shape_graphs import _stand_in
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    places = lambda n: {"gpu": list(range(0, n, 3)), "uva": [e for e in range(n) if e % 3]}  # noqa: E731
+    steps = [torch.randint(0, model.config.vocab_size, (b, 1), generator=torch.Generator().manual_seed(i))
+             for i, b in enumerate((2, 2, 1, 2, 1, 1))]  # two decode shapes, each called more than twice
+    with runtime.apply(split_plan(model, places), model, device="cpu") as handle:
+        assert all(f.graphs is None for _, _, f in handle._splits.forwards)
+        assert "expert_graphs" not in handle.stats()
+        want = [_logits(model, x) for x in steps]
+    monkeypatch.setattr(cpu_experts, "graphs_here", lambda device: True)
+    monkeypatch.setattr(shape_graphs, "graphs_here", lambda device: True)
+    monkeypatch.setattr(shape_graphs.ShapeGraphs, "_captured", _stand_in)
+    with runtime.apply(split_plan(model, places), model, device="cpu", expert_graphs=False) as handle:
+        assert all(f.graphs is None for _, _, f in handle._splits.forwards)
+    with runtime.apply(split_plan(model, places), model, device="cpu") as handle:
+        forwards = [f for _, _, f in handle._splits.forwards]
+        assert forwards and all(f.graphs is not None for f in forwards)
+        got = [_logits(model, x) for x in steps]
+        assert handle.stats()["expert_graphs"] == {"layers": len(forwards), "graphs": 2 * len(forwards), "failed": 0}
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert all(not f.graphs.graphs for f in forwards)  # let go at remove()
+    for bad in (1, "yes", None):
+        with pytest.raises(runtime.ApplyError, match="expert_graphs="):
+            runtime.apply(split_plan(model, places), model, device="cpu", expert_graphs=bad)
+
+
+def test_a_layer_whose_experts_module_offloads_more_than_its_split_is_not_graphed():
+    from runtime.cpu_experts import _offloaded_beside
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    plan = split_plan(model, lambda n: {"gpu": [0], "uva": list(range(1, n))})
+    layer = next(layer for layer in plan.layers if layer.experts is not None)
+    assert not _offloaded_beside(layer)
+    parent = layer.experts.params[0].rpartition(".")[0]
+    beside = layer.model_copy(update={"offloaded": [*layer.offloaded, f"{parent}.norm.weight"]})
+    assert _offloaded_beside(beside)
+    elsewhere = layer.model_copy(update={"offloaded": [*layer.offloaded, "self_attn.q_proj.weight"]})
+    assert not _offloaded_beside(elsewhere)

@@ -197,3 +197,57 @@ def test_generate_with_a_host_that_slows_down(monkeypatch, cache):
         logits = model(out, use_cache=False).logits.float()[:, 7:-1]  # the resident model's scores of each pick
     picked = logits.gather(-1, out[:, 8:].unsqueeze(-1)).squeeze(-1)
     assert (logits.max(-1).values - picked).max().item() < 0.1
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral", "olmoe"])
+def test_eager_decode_calls_replay_expert_graphs_bit_for_bit(arch):
+    """runtime/shape_graphs.py on the GPU: eager decode steps (4 and 1 tokens, each shape more than twice, under
+    inference_mode and no_grad in turn) of a plan splitting the experts between GPU memory and UVA give the logits of
+    the same plan applied with ``expert_graphs=False``, and of the resident model, bit for bit; every split layer
+    holds one graph a shape and none failed; a forward with autograd on captures nothing; a whole-model capture while
+    applied replays the logits the same capture gives without the layer graphs; greedy ``generate()`` picks the
+    resident model's tokens; remove() lets the graphs go."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import runtime
+    from moe_models import make_moe, split_plan
+
+    model = make_moe(arch, implementation="grouped_mm").cuda()
+    vocab = model.config.vocab_size
+    steps = [torch.randint(0, vocab, (b, 1), generator=torch.Generator().manual_seed(i)).cuda()
+             for i, b in enumerate((4, 4, 1, 4, 1, 1, 4))]
+    prompt = torch.randint(0, vocab, (2, 6), generator=torch.Generator().manual_seed(9)).cuda()
+    places = lambda n: {"gpu": list(range(0, n, 3)), "uva": [e for e in range(n) if e % 3]}  # noqa: E731
+    plan = split_plan(model, places)
+
+    def run():
+        out = []
+        for i, x in enumerate(steps):
+            with torch.no_grad() if i % 2 else torch.inference_mode():
+                out.append(model(x, use_cache=False).logits.clone())
+        return out
+
+    want = run()
+    with torch.inference_mode():
+        tokens = model.generate(prompt, max_new_tokens=8, do_sample=False, min_new_tokens=8)
+    with runtime.apply(plan, model, device="cuda", expert_graphs=False):
+        plain = run()
+        with torch.inference_mode():
+            plain_replayed = _replayed(model, steps[0])
+    with runtime.apply(plan, model, device="cuda") as handle:
+        got = run()
+        stats = handle.stats()["expert_graphs"]
+        model(steps[2], use_cache=False)  # autograd on: nothing captured, nothing replayed
+        model(steps[2], use_cache=False)
+        model(steps[0][:3], use_cache=False)
+        assert handle.stats()["expert_graphs"] == stats
+        with torch.inference_mode():
+            replayed = _replayed(model, steps[0])
+            generated = model.generate(prompt, max_new_tokens=8, do_sample=False, min_new_tokens=8)
+        forwards = [f for _, _, f in handle._splits.forwards]
+    layers = len(forwards)
+    assert layers and stats == {"layers": layers, "graphs": 2 * layers, "failed": 0}, stats
+    for g, p, w in zip(got, plain, want):
+        assert torch.equal(g, p) and torch.equal(g, w)
+    assert torch.equal(replayed, plain_replayed)
+    assert torch.equal(generated, tokens)
+    assert all(not f.graphs.graphs for f in forwards)

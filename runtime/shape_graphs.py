@@ -1,0 +1,144 @@
+"""A function of a few tensors replayed from CUDA graphs, one per input shape: the eager path without its launches.
+
+At decode shapes an eager forward is the host's Python and kernel launches, not the GPU's work: on the H200 the
+Qwen3-MoE shape with hot experts resident and the rest read through UVA took 29.5 ms a batch-1 step eager and 13.6
+in graph replay (docs/BENCHMARKS.md, 2026-12-03), the resident model itself 29.5 eager. A split layer's GPU experts
+(``runtime.expert_math.parts_rows``: sort, count, gather, two grouped matmuls a part, weighting, scatter) are some
+25 launches that read no value back, so an eager call of them can be one graph replay: ``ShapeGraphs`` wraps such a
+function and, at the second eager call with a given set of input shapes and dtypes (the first is its warm-up),
+captures it on a side stream into a graph whose inputs are static buffers; that call and every later one with those
+shapes copy the inputs in, replay on the caller's stream and return a copy of the output (one launch each: the
+graph's own output is rewritten at its next replay, and the caller may keep what it was given).
+
+What it holds to:
+- Only where capture can be right: a CUDA device, no autograd (``torch.is_grad_enabled()`` off, as in generate()),
+  not while dynamo traces (compiled code is its own business) and not inside another capture (a whole-model graph
+  captures the function's kernels itself). Otherwise, and above ``max_tokens`` rows (a prefill), the function runs
+  as it is. The wrapped function must read no value back and must take its other tensors (weights, tables) from
+  addresses that do not move while it is wrapped: a split layer's slices are made at apply and kept to remove.
+- Replays give the eager call's values bit for bit: the same kernels on the same shapes (tests/test_cpu_experts_gpu.py).
+- Memory: the graphs of one applied plan share one pool (``GraphPool``); each graph keeps its static inputs and its
+  output, the intermediates of one capture are reused by the next (replays run one after another on one stream).
+  At most ``max_shapes`` graphs a function: later shapes run eagerly. ``close`` lets go of every graph (after the
+  device is synchronized: ``ExpertSplits.restore``).
+- A capture that fails (an op CUDA graphs refuse) leaves the function eager from then on, with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+log = logging.getLogger(__name__)
+
+MAX_TOKENS = 64
+"""Calls of at most this many rows (tokens) are graphed: decode batches. A prefill's launches are few beside its work."""
+
+MAX_SHAPES = 8
+"""Graphs kept per function; calls of further shapes run eagerly."""
+
+def graphs_here(device: torch.device) -> bool:
+    """Whether calls on ``device`` can replay CUDA graphs."""
+    return device.type == "cuda"
+
+
+Key = tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+@dataclass(eq=False)
+class GraphPool:
+    """The memory pool and capture stream the graphs of one applied plan share, made at the first capture."""
+
+    device: torch.device
+    handle: object = None
+    stream: torch.cuda.Stream | None = None
+
+    def ready(self) -> tuple[object, torch.cuda.Stream]:
+        if self.handle is None:
+            self.handle = torch.cuda.graph_pool_handle()
+            self.stream = torch.cuda.Stream(self.device)
+        return self.handle, self.stream
+
+
+@dataclass(eq=False)
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    inputs: tuple[torch.Tensor, ...]
+    output: torch.Tensor
+
+
+@dataclass(eq=False)
+class ShapeGraphs:
+    """``fn(*tensors) -> tensor`` replayed from one CUDA graph per input shape (the module docstring)."""
+
+    fn: Callable[..., torch.Tensor]
+    name: str  # what the function is, for the warning when a capture fails
+    pool: GraphPool
+    max_tokens: int = MAX_TOKENS
+    max_shapes: int = MAX_SHAPES
+    graphs: dict[Key, _Graph] = field(default_factory=dict)
+    seen: set[Key] = field(default_factory=set)  # shapes called once (their warm-up done)
+    failed: str | None = None  # why a capture failed: the function is eager from then on
+
+    def applies(self, first: torch.Tensor) -> bool:
+        """Whether a call whose first input is ``first`` may replay a graph (the module docstring's conditions)."""
+        return (self.failed is None and graphs_here(first.device) and first.shape[0] <= self.max_tokens
+                and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+                and not (first.device.type == "cuda" and torch.cuda.is_current_stream_capturing()))
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+        if not self.applies(inputs[0]):
+            return self.fn(*inputs)
+        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        entry = self.graphs.get(key)
+        if entry is None:
+            if key not in self.seen or len(self.graphs) >= self.max_shapes:
+                self.seen.add(key)
+                return self.fn(*inputs)
+            entry = self._capture(key, inputs)
+            if entry is None:
+                return self.fn(*inputs)
+        for static, t in zip(entry.inputs, inputs):
+            static.copy_(t)
+        entry.graph.replay()
+        return entry.output.clone()
+
+    def _capture(self, key: Key, inputs: tuple[torch.Tensor, ...]) -> _Graph | None:
+        try:
+            entry = self._captured(inputs)
+        except Exception as exc:  # noqa: BLE001 - the function stays eager; this call runs it so
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("%s: not captured in a CUDA graph, runs eagerly from now on (%s)", self.name, self.failed)
+            return None
+        self.graphs[key] = entry
+        return entry
+
+    def _captured(self, inputs: tuple[torch.Tensor, ...]) -> _Graph:
+        """``fn`` captured on the pool's stream over static copies of ``inputs`` (after a warm-up there)."""
+        handle, stream = self.pool.ready()
+        caller = torch.cuda.current_stream(inputs[0].device)
+        with torch.inference_mode(False):  # plain tensors: written again under no_grad or inference_mode alike
+            static = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in inputs)
+        for s, t in zip(static, inputs):
+            s.copy_(t)
+        stream.wait_stream(caller)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.stream(stream), torch.no_grad():
+                self.fn(*static)  # the warm-up on the capturing stream (lazy handles, workspaces)
+                graph.capture_begin(pool=handle, capture_error_mode="thread_local")
+                try:
+                    output = self.fn(*static)
+                finally:
+                    graph.capture_end()
+        finally:
+            caller.wait_stream(stream)
+        return _Graph(graph, static, output)
+
+    def close(self) -> None:
+        """Let go of every graph (the device synchronized first: a replay may be running)."""
+        self.graphs.clear()
+        self.seen.clear()

@@ -1,0 +1,121 @@
+"""runtime/shape_graphs.py's decisions on the CPU: which calls run eagerly, when a shape is captured, what a replay
+returns, what a failed capture leaves. The capture itself is CUDA's: here a stand-in graph re-runs the function on
+the static inputs into the captured output, as a replay would (tests/test_cpu_experts_gpu.py runs the real one)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from runtime import shape_graphs  # noqa: E402
+from runtime.shape_graphs import GraphPool, ShapeGraphs, _Graph  # noqa: E402
+
+
+class _Replay:
+    def __init__(self, fn, static, output):
+        self.fn, self.static, self.output = fn, static, output
+
+    def replay(self):
+        self.output.copy_(self.fn(*self.static))
+
+
+def _stand_in(self, inputs):
+    static = tuple(t.clone() for t in inputs)
+    output = self.fn(*static)
+    return _Graph(_Replay(self.fn, static, output), static, output)
+
+
+@pytest.fixture
+def graphs(monkeypatch):
+    """A ShapeGraphs of (x, y) -> 2x + y whose calls are all allowed to replay, the calls of the function recorded."""
+    monkeypatch.setattr(ShapeGraphs, "applies", lambda self, first: self.failed is None
+                        and first.shape[0] <= self.max_tokens)
+    monkeypatch.setattr(ShapeGraphs, "_captured", _stand_in)
+    calls = []
+
+    def fn(x, y):
+        calls.append((x, y))
+        return 2 * x + y
+
+    g = ShapeGraphs(fn, "layer 0's experts", GraphPool(torch.device("cpu")), max_tokens=4, max_shapes=2)
+    return g, calls
+
+
+def _xy(tokens: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(tokens, 3, generator=gen), torch.randn(tokens, 3, generator=gen)
+
+
+def test_the_first_call_of_a_shape_runs_eagerly_and_the_second_is_captured(graphs):
+    g, calls = graphs
+    x, y = _xy(2, 0)
+    assert torch.equal(g(x, y), 2 * x + y)
+    assert not g.graphs and calls[-1][0] is x  # eager: the caller's own tensors
+    x2, y2 = _xy(2, 1)
+    out = g(x2, y2)
+    assert len(g.graphs) == 1 and torch.equal(out, 2 * x2 + y2)
+    entry = next(iter(g.graphs.values()))
+    assert out is not entry.output and out.data_ptr() != entry.output.data_ptr()  # a copy: the next replay rewrites
+    n = len(calls)
+    x3, y3 = _xy(2, 2)
+    kept = out.clone()
+    assert torch.equal(g(x3, y3), 2 * x3 + y3)  # the new inputs copied in, replayed
+    assert len(calls) == n + 1 and calls[-1][0] is entry.inputs[0]  # the replay read the static inputs
+    assert torch.equal(out, kept)  # what the caller was given earlier is its own
+
+
+def test_shapes_and_dtypes_each_get_their_graph_up_to_the_limit(graphs):
+    g, _ = graphs
+    for tokens in (1, 2, 3):
+        for seed in (0, 1):
+            x, y = _xy(tokens, seed)
+            assert torch.equal(g(x, y), 2 * x + y)
+    assert len(g.graphs) == 2  # max_shapes: the third shape stays eager
+    x, y = _xy(1, 5)
+    for _ in range(2):
+        assert torch.equal(g(x.double(), y.double()), 2 * x.double() + y.double())
+    assert len(g.graphs) == 2 and all(key[0][1] == torch.float32 for key in g.graphs)
+
+
+def test_calls_above_max_tokens_run_eagerly(graphs):
+    g, calls = graphs
+    x, y = _xy(5, 0)
+    for _ in range(3):
+        assert torch.equal(g(x, y), 2 * x + y)
+    assert not g.graphs and all(c[0] is x for c in calls)
+
+
+def test_a_failed_capture_leaves_the_function_eager_and_says_so(graphs, monkeypatch, caplog):
+    g, calls = graphs
+
+    def refuses(self, inputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(ShapeGraphs, "_captured", refuses)
+    x, y = _xy(2, 0)
+    with caplog.at_level(logging.WARNING, logger=shape_graphs.__name__):
+        outs = [g(x, y) for _ in range(4)]
+    assert all(torch.equal(o, 2 * x + y) for o in outs)
+    assert not g.graphs and g.failed is not None and "not permitted" in g.failed
+    assert "layer 0's experts" in caplog.text and "eagerly" in caplog.text
+    assert len(calls) == 4
+
+
+def test_close_lets_go_of_the_graphs(graphs):
+    g, _ = graphs
+    x, y = _xy(1, 0)
+    g(x, y), g(x, y)
+    assert g.graphs
+    g.close()
+    assert not g.graphs and not g.seen
+
+
+def test_the_real_conditions_refuse_the_cpu_and_autograd():
+    g = ShapeGraphs(lambda x: x, "f", GraphPool(torch.device("cpu")))
+    x = torch.ones(1, 2)
+    with torch.no_grad():
+        assert not g.applies(x)  # not a CUDA tensor
+    assert g(x) is x and not g.graphs and not g.seen
