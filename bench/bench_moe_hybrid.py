@@ -123,6 +123,8 @@ class Bench:
         self.host_guards = getattr(args, "host_guard", None) or []
         self.own_host_figures = getattr(args, "own_host_figures", False)
         self.levels_exactness = getattr(args, "exact_levels", False)
+        self.turn_rounds = getattr(args, "turn_rounds", None) or 5
+        self.skewed_turns_only = getattr(args, "skewed_turns_only", False)
         self.host_figures: dict = {}  # the host's figures measured in this run (``calibrate_host``)
         self.cpu_figures: dict[str, float] = {}  # the resident model's own CPU figures (``own_cpu``)
 
@@ -250,6 +252,83 @@ class Bench:
         finally:
             handle.remove()
             expert_math.JOIN_WASTE = self.default_waste
+
+    def in_turn(self, model_name: str, model, config, turns: list[tuple[str, object, dict]], rounds: int = 5) -> None:
+        """Eager decode steps at batch 1 of several applied plans in turn (each turn: apply ``(label, plan, apply
+        options)``, three steps, ``self.repeat`` timed, remove), ``rounds`` rounds: each turn's step GPU span (CUDA
+        events) and the issuing thread's time to return from the forward (its Python and launches), medians over
+        the rounds and each turn's ratio to the first's. Eager steps of one plan spread by 20-75% from one
+        measurement to the next on the H200's host (2026-12-03): only turns taken side by side compare. In the first
+        round's turns with split layers, also one split layer's experts call alone (``one_layer_call_us``)."""
+        if "decode1" not in self.cases:
+            return
+        ids = self.ids((1, 1), config.vocab_size)
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        taken: dict[str, list[dict]] = {label: [] for label, _, _ in turns}
+        row = {"model": model_name, "plan": "in turn: " + ", ".join(taken), "workload": "decode1", "mode": "eager"}
+        for r in range(1 if self.dry else rounds):
+            for label, plan, options in (turns if r % 2 == 0 else turns[::-1]):  # a drift favours no turn
+                handle = runtime.apply(plan, model, device=str(self.device), **options)
+                try:
+                    issue = []
+
+                    def step():
+                        t = time.perf_counter()
+                        model(ids, use_cache=False)
+                        issue.append((time.perf_counter() - t) * 1e3)
+
+                    with torch.inference_mode():
+                        step(), step(), step()  # a shape's second call captures its graphs
+                        sync()
+                    span = self.time_ms(step, 1)
+                    taken[label].append({"span_ms": round(span, 3),
+                                         "issue_ms": round(statistics.median(issue[-self.repeat:]), 3)})
+                    if r == 0 and handle._splits is not None and options.get("expert_graphs", True):
+                        row.setdefault("one_layer_call_us", self._one_layer(handle._splits.forwards[0][2], config,
+                                                                            sync))
+                finally:
+                    handle.remove()
+        first = turns[0][0]
+        for key in ("span_ms", "issue_ms"):
+            med = {label: statistics.median(t[key] for t in got) for label, got in taken.items()}
+            row[key] = {label: {"median": round(m, 3), f"/ {first}": round(m / med[first], 4)}
+                        for label, m in med.items()}
+        # each round's ratio to the first turn's (the two taken a few seconds apart), and their median
+        row["span_ratio_per_round"] = {label: [round(t["span_ms"] / f["span_ms"], 4) for t, f in zip(got, taken[first])]
+                                       for label, got in taken.items() if label != first}
+        row["span_ratio_median"] = {label: round(statistics.median(v), 4)
+                                    for label, v in row["span_ratio_per_round"].items()}
+        row["turns"] = taken
+        self.emit(**row)
+
+    def _one_layer(self, forward, config, sync) -> dict:
+        """Microseconds a call of one split layer's experts forward takes the issuing thread (200 calls, then the
+        device's sync), launched (``gpu_rows``) and from its graph (``graphs``), its tokens routed to experts in GPU
+        memory (no link reads: the call's own issue time)."""
+        placement = forward.placement
+        on_gpu = (placement.host_place >= len(placement.ids)).nonzero().flatten()
+        k = config.num_experts_per_tok
+        if on_gpu.numel() < k:
+            return {}
+        hidden = torch.randn(1, config.hidden_size, dtype=torch.bfloat16, device=self.device)
+        index = on_gpu[:k].view(1, k).to(self.device)
+        weights = torch.full((1, k), 1.0 / k, dtype=torch.bfloat16, device=self.device)
+        out = {}
+        for label, call in (("graph", forward.graphs), ("launched", forward.gpu_rows), ("graph again", forward.graphs)):
+            if call is None:
+                continue
+            with torch.inference_mode():
+                for _ in range(3):
+                    call(hidden, index, weights)
+                sync()
+                t = time.perf_counter()
+                for _ in range(200):
+                    call(hidden, index, weights)
+                issued = time.perf_counter() - t
+                sync()
+                done = time.perf_counter() - t
+            out[label] = {"issue_us": round(issued / 200 * 1e6, 1), "done_us": round(done / 200 * 1e6, 1)}
+        return out
 
     def resident(self, model_name: str, plan, model, config, shape: tuple[int, int]) -> None:
         """The model with no plan, eager and in graph replay, beside the plans: the floor of an eager decode (at batch
@@ -469,7 +548,13 @@ class Bench:
                  ("hot", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, **experts_only), stats.shares()),
                  ("hot+cpu", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, kinds=["routed_experts"],
                                        backends={"routed_experts": "cpu"}), stats.shares())]
-        self.resident(f"{kind} skewed", self.plan(spec, 2 * total, 1), model, config, (1, 1))
+        turns = [("uva", plans[0][1], {}), ("hot", plans[1][1], {}),
+                 ("hot, expert_graphs off", plans[1][1], {"expert_graphs": False})]
+        if self.skewed_turns_only:
+            self.in_turn(f"{kind} skewed", model, config, turns, rounds=self.turn_rounds)
+            plans = []
+        else:
+            self.resident(f"{kind} skewed", self.plan(spec, 2 * total, 1), model, config, (1, 1))
         for label, plan, measured in plans:
             self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
                       gpu_budget=budget, routing=plan.summary.routing)
@@ -478,6 +563,7 @@ class Bench:
             if label == "hot":  # the eager step without the split layers' CUDA graphs (runtime/shape_graphs.py)
                 self.measure(f"{kind} skewed", "hot, expert_graphs off", plan, model, config, [("decode1", (1, 1))],
                              shares=measured, link=per_expert, expert_graphs=False)
+                self.in_turn(f"{kind} skewed", model, config, turns, rounds=self.turn_rounds)
         del sample, model
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -627,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact-levels", action="store_true", help="also compare the hybrid plan's logits with the "
                     "resident model's with every split layer held at one level (none of the "
                     "experts in host memory on the host, half the plan's, the plan's, every one)")
+    ap.add_argument("--turn-rounds", type=int, help="rounds of the skewed part's side-by-side eager turns (all-UVA, "
+                    "hot, hot without the split layers' CUDA graphs; default 5)")
+    ap.add_argument("--skewed-turns-only", action="store_true", help="in the skewed part, measure only those turns")
     ap.add_argument("--host-load", type=int, default=0, help="run this many other processes for the whole run, each "
                     "summing a 1 GiB tensor on one thread over and over (another load on the machine: the host slower "
                     "than planned, as the levels of runtime/host_guard.py meet it)")

@@ -75,8 +75,8 @@ def cpu_table(fn, steps: int = 3) -> dict:
 
 
 class Probe(h.Bench):
-    def measure(self, model_name, label, plan, model, config, cases, shares=None, graph=False, link=None):
-        handle = runtime.apply(plan, model, device=str(self.device)) if plan is not None else None
+    def measure(self, model_name, label, plan, model, config, cases, shares=None, graph=False, link=None, **apply):
+        handle = runtime.apply(plan, model, device=str(self.device), **apply) if plan is not None else None
         try:
             ids = self.ids((1, 1), config.vocab_size)
             with torch.inference_mode():
@@ -93,13 +93,19 @@ class Probe(h.Bench):
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 
+    def in_turn(self, *args, **kwargs) -> None:  # bench_moe_hybrid's side-by-side turns: not this probe's table
+        return None
+
 
 class Interleave(h.Bench):
     """Collects the skewed part's plans instead of measuring them (``interleaved`` measures them)."""
 
-    def measure(self, model_name, label, plan, model, config, cases, shares=None, graph=False, link=None):
+    def measure(self, model_name, label, plan, model, config, cases, shares=None, graph=False, link=None, **apply):
         self.plans = getattr(self, "plans", {})
-        self.plans[label] = plan
+        self.plans.setdefault(label, plan)
+
+    def in_turn(self, *args, **kwargs) -> None:  # the plans are measured by ``interleaved``
+        return None
 
 
 def loop_ms(fn, steps: int = 10) -> float:

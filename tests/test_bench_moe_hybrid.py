@@ -47,6 +47,11 @@ def test_the_dry_run_writes_every_row(tmp_path):
     # the resident model: the floor; the hot plan also without its split layers' CUDA graphs (none on the CPU)
     assert {r["plan"] for r in skewed} == {"resident", "uva", "hot", "hot, expert_graphs off", "hot+cpu"}
     assert {r["expert_graphs"] for r in skewed if r["plan"].startswith("hot")} == {True, False}
+    ab = next(r for r in rows if r.get("plan", "").startswith("in turn"))
+    assert set(ab["turns"]) == {"uva", "hot", "hot, expert_graphs off"} and ab["span_ms"]["uva"]["/ uva"] == 1
+    assert all(ab[key][label]["median"] > 0 for key in ("span_ms", "issue_ms") for label in ab["turns"])
+    assert ab["one_layer_call_us"]["launched"]["done_us"] > 0  # no graphs on the CPU: the launched call alone
+    assert set(ab["span_ratio_median"]) == {"hot", "hot, expert_graphs off"}
     link = {r["plan"]: r["link_bytes_per_step"] for r in skewed if r["plan"] != "resident"}
     assert link["hot"] < link["uva"]  # the most used experts stay on the GPU
     tried = [r["hot_share_of_choices"] for r in rows if "bias" in r]  # the bias search: a ladder, then halvings
@@ -123,3 +128,23 @@ def test_the_exactness_at_each_level(tmp_path):
         exact = row["exactness"]
         assert exact["positions"] == 32 and len(exact["batch_max_abs_diff"]) == 1 and exact["tolerance_top1_agree"] > 0.9
         assert exact["max_abs_diff"] <= exact["tolerance"] + 1e-6 and exact["top1_agree"] >= 0.99
+
+
+def test_the_skewed_turns_alone(tmp_path):
+    """--skewed-turns-only --turn-rounds N: the skewed part measures only its side-by-side eager turns, N rounds on
+    the GPU (one in the dry run), each round's ratio to the all-UVA turn kept."""
+    import torch
+
+    import bench_moe_hybrid
+
+    threads = torch.get_num_threads()
+    try:
+        assert bench_moe_hybrid.main(["--dry-run", "--only", "skewed", "--skewed-turns-only", "--turn-rounds", "3",
+                                      "--out", str(tmp_path / "rows.jsonl")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert not [r for r in rows if "measured_ms" in r]
+    (turns,) = [r for r in rows if r.get("plan", "").startswith("in turn")]
+    assert all(len(v) == 1 for v in turns["span_ratio_per_round"].values())
+    assert list(turns["turns"]) == ["uva", "hot", "hot, expert_graphs off"]

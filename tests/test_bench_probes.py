@@ -59,7 +59,7 @@ def test_the_split_eager_probe_runs_its_plans_on_the_cpu(tmp_path, interleave):
         assert all(t > 0 for ts in row["eager_ms"].values() for t in ts)
     else:
         plans = [r["plan"] for r in rows if "issue_ms" in r]
-        assert plans == ["resident", "uva", "hot", "hot+cpu"]
+        assert plans == ["resident", "uva", "hot", "hot, expert_graphs off", "hot+cpu"]
         assert all(r["top_self_cpu_us"] for r in rows if "issue_ms" in r)
 
 
