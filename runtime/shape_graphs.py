@@ -22,11 +22,15 @@ What it holds to:
   At most ``max_shapes`` graphs a function: later shapes run eagerly. ``close`` lets go of every graph (after the
   device is synchronized: ``ExpertSplits.restore``).
 - A capture that fails (an op CUDA graphs refuse) leaves the function eager from then on, with a warning naming it.
+- Replays of one pool's graphs run one after another (``GraphPool``: they share intermediates and rewrite their
+  own inputs and output): a second thread meanwhile runs its call as launched, and a replay on another stream than
+  the pool's last waits for that stream first.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,17 +54,31 @@ Key = tuple[tuple[tuple[int, ...], torch.dtype], ...]
 
 @dataclass(eq=False)
 class GraphPool:
-    """The memory pool and capture stream the graphs of one applied plan share, made at the first capture."""
+    """The memory pool and capture stream the graphs of one applied plan share, made at the first capture, and
+    what keeps their replays one after another: graphs captured into one pool reuse each other's intermediates, and
+    each graph rewrites its own static inputs and output, so a replay must not run beside another replay of the
+    pool's. ``turn`` is taken around a call's copies, replay and output copy (a thread finding it taken runs its
+    call as launched instead), and ``order`` makes the caller's stream wait for the stream of the pool's last
+    replay when they differ (two streams of one thread, or two threads on their own streams)."""
 
     device: torch.device
     handle: object = None
     stream: torch.cuda.Stream | None = None
+    turn: threading.Lock = field(default_factory=threading.Lock)
+    last: torch.cuda.Stream | None = None  # the stream of the pool's last replay or capture
 
     def ready(self) -> tuple[object, torch.cuda.Stream]:
         if self.handle is None:
             self.handle = torch.cuda.graph_pool_handle()
             self.stream = torch.cuda.Stream(self.device)
         return self.handle, self.stream
+
+    def order(self) -> None:
+        """The caller's stream after the pool's last replay (held ``turn``)."""
+        current = torch.cuda.current_stream(self.device)
+        if self.last is not None and self.last != current:
+            current.wait_stream(self.last)
+        self.last = current
 
 
 @dataclass(eq=False)
@@ -94,17 +112,23 @@ class ShapeGraphs:
             return self.fn(*inputs)
         key = tuple((tuple(t.shape), t.dtype) for t in inputs)
         entry = self.graphs.get(key)
-        if entry is None:
-            if key not in self.seen or len(self.graphs) >= self.max_shapes:
-                self.seen.add(key)
-                return self.fn(*inputs)
-            entry = self._capture(key, inputs)
+        if entry is None and (key not in self.seen or len(self.graphs) >= self.max_shapes):
+            self.seen.add(key)
+            return self.fn(*inputs)
+        if not self.pool.turn.acquire(blocking=False):  # another thread is replaying one of the pool's graphs
+            return self.fn(*inputs)
+        try:
+            self.pool.order()
             if entry is None:
-                return self.fn(*inputs)
-        for static, t in zip(entry.inputs, inputs):
-            static.copy_(t)
-        entry.graph.replay()
-        return entry.output.clone()
+                entry = self._capture(key, inputs)
+                if entry is None:
+                    return self.fn(*inputs)
+            for static, t in zip(entry.inputs, inputs):
+                static.copy_(t)
+            entry.graph.replay()
+            return entry.output.clone()
+        finally:
+            self.pool.turn.release()
 
     def _capture(self, key: Key, inputs: tuple[torch.Tensor, ...]) -> _Graph | None:
         try:

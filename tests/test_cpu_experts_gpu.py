@@ -251,3 +251,32 @@ def test_eager_decode_calls_replay_expert_graphs_bit_for_bit(arch):
     assert torch.equal(replayed, plain_replayed)
     assert torch.equal(generated, tokens)
     assert all(not f.graphs.graphs for f in forwards)
+
+
+def test_a_replay_on_another_stream_waits_for_the_pools_last_replay():
+    """Two eager decode steps of different inputs on two streams, the first held back on the GPU (a sleep queued
+    before it): each step's logits are its own inputs' (runtime/shape_graphs.py ``GraphPool.order``: the second
+    stream's copies into the layer graphs' static inputs wait for the first stream's replays)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import runtime
+    from moe_models import make_moe, split_plan
+
+    model = make_moe("qwen3_moe", implementation="grouped_mm").cuda()
+    a, b = (torch.randint(0, model.config.vocab_size, (2, 1), generator=torch.Generator().manual_seed(s)).cuda()
+            for s in (11, 12))
+    with torch.inference_mode():
+        want = [model(x, use_cache=False).logits.clone() for x in (a, b)]
+    places = lambda n: {"gpu": list(range(0, n, 3)), "uva": [e for e in range(n) if e % 3]}  # noqa: E731
+    with runtime.apply(split_plan(model, places), model, device="cuda") as handle, torch.inference_mode():
+        model(a, use_cache=False), model(a, use_cache=False)  # the shape's graphs captured
+        assert handle.stats()["expert_graphs"]["graphs"] > 0
+        first, second = torch.cuda.Stream(), torch.cuda.Stream()
+        for s in (first, second):
+            s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(first):
+            torch.cuda._sleep(500_000_000)  # the first step runs a good while after it is issued
+            got_a = model(a, use_cache=False).logits
+        with torch.cuda.stream(second):
+            got_b = model(b, use_cache=False).logits
+        torch.cuda.synchronize()
+    assert torch.equal(got_a, want[0]) and torch.equal(got_b, want[1])

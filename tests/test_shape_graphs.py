@@ -5,6 +5,7 @@ the static inputs into the captured output, as a replay would (tests/test_cpu_ex
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
@@ -28,12 +29,17 @@ def _stand_in(self, inputs):
     return _Graph(_Replay(self.fn, static, output), static, output)
 
 
+ORDERED: list = []
+
+
 @pytest.fixture
 def graphs(monkeypatch):
     """A ShapeGraphs of (x, y) -> 2x + y whose calls are all allowed to replay, the calls of the function recorded."""
     monkeypatch.setattr(ShapeGraphs, "applies", lambda self, first: self.failed is None
                         and first.shape[0] <= self.max_tokens)
     monkeypatch.setattr(ShapeGraphs, "_captured", _stand_in)
+    monkeypatch.setattr(GraphPool, "order", lambda self: ORDERED.append(self))  # the stream's wait: CUDA's
+    ORDERED.clear()
     calls = []
 
     def fn(x, y):
@@ -119,3 +125,36 @@ def test_the_real_conditions_refuse_the_cpu_and_autograd():
     with torch.no_grad():
         assert not g.applies(x)  # not a CUDA tensor
     assert g(x) is x and not g.graphs and not g.seen
+
+
+def test_replays_take_the_pools_turn_and_a_second_thread_runs_its_call_as_launched(graphs):
+    """Every capture and replay orders the caller's stream after the pool's last replay (``GraphPool.order``); while
+    another thread holds the pool's turn a call runs the function on its own inputs, captures nothing and leaves
+    the graphs' static inputs alone."""
+    g, calls = graphs
+    x, y = _xy(2, 0)
+    g(x, y), g(x, y), g(x, y)
+    assert len(ORDERED) == 2 and all(p is g.pool for p in ORDERED)  # the capture's call and the replay
+    entry = next(iter(g.graphs.values()))
+    static = entry.inputs[0].clone()
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with g.pool.turn:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    try:
+        x2, y2 = _xy(2, 1)
+        x3, y3 = _xy(3, 1)
+        assert torch.equal(g(x2, y2), 2 * x2 + y2) and calls[-1][0] is x2  # launched, on the caller's tensors
+        g(x3, y3), g(x3, y3)  # a new shape's second call: not captured while the turn is taken
+        assert len(g.graphs) == 1 and torch.equal(entry.inputs[0], static) and len(ORDERED) == 2
+    finally:
+        release.set()
+        t.join()
+    g(x3, y3)
+    assert len(g.graphs) == 2
