@@ -80,7 +80,7 @@ from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
 from runtime.tensors import TensorRef, resolve
 from runtime.uva import UvaOffloader, device_view
 from schemas import Plan, PlanLayer
-from schemas.plan_experts import host_bytes
+from schemas.plan_experts import experts_module, host_bytes, offloaded_beside
 
 log = logging.getLogger("runtime")
 
@@ -147,8 +147,7 @@ class HostWorker:
 
 def _module_path(split_params: list[str]) -> tuple[str, list[str]]:
     """(the module holding the split params, relative to the layer; their attribute names)."""
-    parents = {rel.rpartition(".")[0] for rel in split_params}
-    return (parents.pop() if len(parents) == 1 else ""), [rel.rpartition(".")[2] for rel in split_params]
+    return experts_module(split_params), [rel.rpartition(".")[2] for rel in split_params]
 
 
 def split_problems(plan: Plan, model: nn.Module) -> list[str]:
@@ -587,7 +586,7 @@ class ExpertSplits:
         forward = SplitForward(module, placement.layout, self.device, placement, split.cpu_max_tokens, worker,
                                new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
-        if self.graphed and graphs_here(self.device) and not _offloaded_beside(layer):
+        if self.graphed and graphs_here(self.device) and not offloaded_beside(layer):
             if self.pool is None:
                 self.pool = GraphPool(self.device)
             forward.graphs = ShapeGraphs(forward.gpu_rows, f"{layer.name}'s experts", self.pool)
@@ -644,15 +643,6 @@ class ExpertSplits:
     def true_values(self) -> dict[int, Callable[[], torch.Tensor]]:
         """id(param) -> a function assembling its value in host memory (for state_dict while applied)."""
         return {id(sp.ref.tensor): (lambda sp=sp: sp.assemble(torch.device("cpu"))) for sp in self.params if sp.swapped}
-
-
-def _offloaded_beside(layer: PlanLayer) -> bool:
-    """Whether the plan offloads a tensor of ``layer``'s experts module besides its split params (a norm's
-    weight, say): one whose place may move between calls, which a graph of the module's arithmetic must not read."""
-    split = layer.experts
-    parent, _ = _module_path(split.params)
-    prefix = f"{parent}." if parent else ""
-    return any(rel.startswith(prefix) and rel not in split.params for rel in layer.offloaded)
 
 
 def split_gpu_bytes(plan: Plan) -> int:

@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from schemas.plan_experts import GRAPHED_MAX_TOKENS
+
 log = logging.getLogger(__name__)
 
-MAX_TOKENS = 64
-"""Calls of at most this many rows (tokens) are graphed: decode batches. A prefill's launches are few beside its work."""
+MAX_TOKENS = GRAPHED_MAX_TOKENS  # calls of at most this many rows (tokens) are graphed (the planner prices them)
 
 MAX_SHAPES = 8
 """Graphs kept per function; calls of further shapes run eagerly."""

@@ -574,7 +574,7 @@ def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
 
 
 def test_a_layer_whose_experts_module_offloads_more_than_its_split_is_not_graphed():
-    from runtime.cpu_experts import _offloaded_beside
+    from schemas.plan_experts import offloaded_beside as _offloaded_beside
 
     model = make_moe("qwen3_moe", implementation="grouped_mm")
     plan = split_plan(model, lambda n: {"gpu": [0], "uva": list(range(1, n))})

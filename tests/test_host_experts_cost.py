@@ -40,21 +40,46 @@ def test_hot_experts_that_take_the_tokens_cut_the_link_time():
 
 
 def test_a_split_layer_costs_the_cpu_the_launches_its_parts_add():
-    """GPU parts share one pass (3 launches a part after the first), the host's part adds its hand-off, and the
-    host's experts read through UVA above cpu_max_tokens a pass of their own (planner/cost/host_experts.py)."""
-    from planner.cost.host_experts import GPU_PART_LAUNCHES, HOST_PART_LAUNCHES, OWN_PASS_LAUNCHES
+    """Launched (above GRAPHED_MAX_TOKENS): GPU parts share one pass (3 launches a part after the first), the host's
+    part adds its hand-off, and the host's experts read through UVA above cpu_max_tokens a pass of their own
+    (planner/cost/host_experts.py). At most GRAPHED_MAX_TOKENS with no host part, the experts call is replayed from
+    a CUDA graph: the module's call and the parts' launches are replaced by the graph's few, in eager mode only."""
+    from planner.cost.host_experts import (EXPERTS_CALL_LAUNCHES, GPU_PART_LAUNCHES, GRAPH_CALL_LAUNCHES,
+                                           HOST_PART_LAUNCHES, OWN_PASS_LAUNCHES)
+    from planner.cost.layer import profile_for
+    from schemas.plan_experts import GRAPHED_MAX_TOKENS
 
     block = HW.moe_block_cpu_us / 1e3
     launch = HW.launch_us / 1e3
-    assert split_work(layer(uva=list(range(E))), 1, HW).cpu_ms == pytest.approx(block)
-    assert split_work(layer(gpu=list(range(26)), uva=list(range(26, E))), 1, HW).cpu_ms == pytest.approx(
-        block + GPU_PART_LAUNCHES * launch)
+    launched = GRAPHED_MAX_TOKENS + 1
+    two = layer(gpu=list(range(26)), uva=list(range(26, E)))
+    assert split_work(layer(uva=list(range(E))), launched, HW).cpu_ms == pytest.approx(block)
+    assert split_work(two, launched, HW).cpu_ms == pytest.approx(block + GPU_PART_LAUNCHES * launch)
     three = dict(gpu=list(range(26)), uva=list(range(26, 64)), cpu=list(range(64, E)))
     assert split_work(layer(**three), 1, HW).cpu_ms == pytest.approx(
-        block + (GPU_PART_LAUNCHES + HOST_PART_LAUNCHES) * launch)
+        block + (GPU_PART_LAUNCHES + HOST_PART_LAUNCHES) * launch)  # the host's part: not graphed
     beyond = layer(**three, cpu_max_tokens=16)
-    assert split_work(beyond, 64, HW).cpu_ms == pytest.approx(
+    assert split_work(beyond, launched, HW).cpu_ms == pytest.approx(
         block + (GPU_PART_LAUNCHES + OWN_PASS_LAUNCHES) * launch)
+    graphed_ms = block + (GRAPH_CALL_LAUNCHES - EXPERTS_CALL_LAUNCHES) * launch
+    for split, tokens in ((two, 1), (two, GRAPHED_MAX_TOKENS), (layer(uva=list(range(E))), 8), (beyond, 32)):
+        assert split_work(split, tokens, HW).cpu_ms == pytest.approx(graphed_ms)
+    assert 0 < graphed_ms < block
+    assert split_work(two, 1, profile_for(HW, "graph")).cpu_ms == 0  # replayed whole: no issue time at all
+
+
+def test_a_split_layer_whose_experts_module_offloads_more_is_priced_launched():
+    """The runtime does not graph a layer whose experts module has another tensor offloaded (its place may move
+    between calls): the planner prices it launched, by the same rule (schemas.plan_experts.graphed)."""
+    from planner.cost.host_experts import GPU_PART_LAUNCHES
+    from schemas.plan_experts import graphed
+
+    two = layer(gpu=list(range(26)), uva=list(range(26, E)))
+    parent = two.experts.params[0].rpartition(".")[0]
+    beside = two.model_copy(update={"offloaded": [*two.offloaded, f"{parent}.norm.weight"]})
+    assert graphed(two, 1) and not graphed(beside, 1)
+    assert split_work(beside, 1, HW).cpu_ms == pytest.approx((HW.moe_block_cpu_us + GPU_PART_LAUNCHES *
+                                                                HW.launch_us) / 1e3)
 
 
 def test_the_host_part_runs_beside_the_gpu_parts_and_joins():

@@ -21,6 +21,10 @@ host and the GPU's parts finish together. Above ``cpu_max_tokens`` tokens the cp
 by the GPU instead. Routing is uniform (each expert picked by a token with chance k/E) unless measured routing
 gives each expert its own chance (``shares``: planner/strategy/experts.py, schemas/routing.py).
 
+In an eager call of at most ``GRAPHED_MAX_TOKENS`` tokens whose experts GPU kernels compute all (no host part), the
+runtime replays the experts from a CUDA graph (runtime/shape_graphs.py): the layer issues ``GRAPH_CALL_LAUNCHES``
+where the module's call and its parts' extra launches were (``schemas.plan_experts.graphed``).
+
 CUDA graph replay cannot capture the host's part: a workload in mode graph is predicted as if the host part
 ran between captured graphs (torch.compile without CUDA graphs); the runtime refuses the capture.
 """
@@ -36,7 +40,7 @@ from planner.cost.expert_reads import touched_by, uva_passes
 from planner.cost.layer import LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
-from schemas.plan_experts import ExpertSplit
+from schemas.plan_experts import ExpertSplit, graphed
 from schemas.spec_layers import moe_shape
 
 # kernels a split forward issues beyond transformers' own grouped experts kernel (in the MoE block's CPU figure), as
@@ -50,6 +54,15 @@ from schemas.spec_layers import moe_shape
 GPU_PART_LAUNCHES = 3
 OWN_PASS_LAUNCHES = 21
 HOST_PART_LAUNCHES = 24
+# an eager experts call replayed from its CUDA graph (runtime/shape_graphs.py; schemas.plan_experts.graphed): the
+# launches it no longer issues (transformers' grouped experts call in the MoE block's CPU figure, and the parts beyond
+# it, which the graph holds too) and those it issues instead (its inputs' copies, the replay, the output's copy), as
+# launch-equivalents of the profile's ``launch_us``. Measured on the H200 (docs/BENCHMARKS.md 2026-12-03 13:41 UTC)
+# on a host whose resident eager step is the bundled profile's (50.7 ms against 53.0 predicted): a split layer's two
+# GPU parts 460.5 us a call launched (49 of the profile's 9.34-us launches, of which GPU_PART_LAUNCHES for the
+# second part), 38.1 from the graph (4)
+EXPERTS_CALL_LAUNCHES = 46
+GRAPH_CALL_LAUNCHES = 4
 MAX_TOKENS_SEARCHED = 1 << 20
 
 
@@ -181,7 +194,9 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES
     if q["cpu"]:
         launches += HOST_PART_LAUNCHES if on_host else OWN_PASS_LAUNCHES
-    issue_ms = (hw.moe_block_cpu_us + launches * hw.launch_us) / 1e3
+    if not on_host and graphed(layer, tokens):  # the parts' launches are in the graph, and the module's call is
+        launches = GRAPH_CALL_LAUNCHES - EXPERTS_CALL_LAUNCHES
+    issue_ms = max(0.0, hw.moe_block_cpu_us + launches * hw.launch_us) / 1e3
     if not on_host:
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
