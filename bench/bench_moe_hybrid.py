@@ -53,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -125,6 +126,7 @@ class Bench:
         self.levels_exactness = getattr(args, "exact_levels", False)
         self.turn_rounds = getattr(args, "turn_rounds", None) or 5
         self.skewed_turns_only = getattr(args, "skewed_turns_only", False)
+        self.references: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> ``exactness``'s compare
         self.host_figures: dict = {}  # the host's figures measured in this run (``calibrate_host``)
         self.cpu_figures: dict[str, float] = {}  # the resident model's own CPU figures (``own_cpu``)
 
@@ -353,7 +355,11 @@ class Bench:
         transformers' per-expert loop is from its grouped kernel on the same inputs; returns what compares an
         applied model's logits with them. Both sides take the max over every position (the issue's tolerance: two
         GPU implementations of the same experts), and each batch's max is kept to show their spread; the two kernels'
-        top-1 agreement is kept beside the plan's (random weights leave near ties that either rounding flips)."""
+        top-1 agreement is kept beside the plan's (random weights leave near ties that either rounding flips). Made once a
+        model (``remove()`` gives its weights back bit for bit, so later plans compare with the same references)."""
+        made = self.references.get(model)
+        if made is not None:
+            return made
         batches = [self.ids((32, 1), config.vocab_size, seed=s) for s in (EXACT_SEEDS[:1] if self.dry else EXACT_SEEDS)]
         with torch.inference_mode():
             refs = [model(ids, use_cache=False).logits.float() for ids in batches]
@@ -380,6 +386,7 @@ class Bench:
                     "batch_max_abs_diff": [round(d, 5) for d in diffs],
                     "batch_tolerance": [round(d, 5) for d in pair] if pair else None}
 
+        self.references[model] = compare
         return compare
 
     def exact_levels(self, kind: str, plan, model, config) -> None:
