@@ -585,3 +585,32 @@ def test_a_layer_whose_experts_module_offloads_more_than_its_split_is_not_graphe
     assert _offloaded_beside(beside)
     elsewhere = layer.model_copy(update={"offloaded": [*layer.offloaded, "self_attn.q_proj.weight"]})
     assert not _offloaded_beside(elsewhere)
+
+
+def test_the_runtime_graphs_the_calls_the_planner_prices_as_graphed(monkeypatch):
+    """One rule for both (schemas.plan_experts.graphed): on a plan with host experts and ``cpu_max_tokens`` 16, the
+    calls a split layer replays from a graph (stand-in capture on the CPU) are those the planner prices as graphed:
+    none while the host computes (at most 16 tokens), those above it up to GRAPHED_MAX_TOKENS, none beyond."""
+    from runtime import shape_graphs
+    from schemas.plan_experts import GRAPHED_MAX_TOKENS, graphed
+    from test_shape_graphs import _stand_in
+
+    monkeypatch.setattr(cpu_experts, "graphs_here", lambda device: True)
+    monkeypatch.setattr(shape_graphs, "graphs_here", lambda device: True)
+    monkeypatch.setattr(shape_graphs.ShapeGraphs, "_captured", _stand_in)
+    monkeypatch.setattr(shape_graphs.GraphPool, "order", lambda self: None)
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    plan = split_plan(model, cpu_max_tokens=16)
+    layers = {layer.name: layer for layer in plan.layers if layer.experts is not None}
+    sizes = (1, 16, 17, GRAPHED_MAX_TOKENS, GRAPHED_MAX_TOKENS + 1)
+    with runtime.apply(plan, model, device="cpu", host_threads=1) as handle:
+        for tokens in sizes:
+            ids = torch.randint(0, model.config.vocab_size, (tokens, 1), generator=torch.Generator().manual_seed(tokens))
+            _logits(model, ids), _logits(model, ids)
+        forwards = [f for _, _, f in handle._splits.forwards]
+        replayed = {tokens: [any(key[0][0][0] == tokens for key in f.graphs.graphs) for f in forwards]
+                    for tokens in sizes}
+    priced = {tokens: [graphed(layer, tokens) for layer in layers.values()] for tokens in sizes}
+    assert len(forwards) == len(layers) > 0
+    assert replayed == priced
+    assert priced[17] == [True] * len(layers) and priced[1] == [False] * len(layers)
