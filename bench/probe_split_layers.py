@@ -120,7 +120,8 @@ def measure(args) -> None:
 def predicted(rows: list[dict]) -> None:
     """The rows' layers beside the cost model's experts time for each (the profile of ``--profile``)."""
     from planner.cost.expert_reads import touched_by
-    from planner.cost.host_experts import ExpertShape, chances, gpu_parts_ms, host_computes, host_part_ms
+    from planner.cost.host_experts import ExpertShape, chances, gpu_parts_ms, host_part_ms
+    from schemas.plan_experts import host_computes
     from planner.cost.layer import param_time
     import bench_predict_h200 as bench
     from schemas.hardware import load_hardware
@@ -146,7 +147,7 @@ def predicted(rows: list[dict]) -> None:
                 shape = ExpertShape.of(layer)
                 q = chances(layer.experts, shape, s)
                 split = layer.experts
-                on_host = host_computes(split, q, t)
+                on_host = host_computes(split, t)
                 gpu = gpu_parts_ms(q, on_host, t, shape, hw)  # as planner/cost/host_experts.py's split_work
                 host = host_part_ms(q["cpu"], t, shape, hw, bool(q["uva"])) if on_host else 0.0
                 pred = max(gpu, host)

@@ -104,8 +104,9 @@ class Handle:
         out = {"backend": self.offloader.name, "forwards": forwards, "pinned_host_bytes": self._placement.host_bytes}
         if self._splits is not None and self._splits.guards:
             out["host_levels"] = self._splits.host_levels()
-        if self._splits is not None and self._splits.graphed_calls()["layers"]:
-            out["expert_graphs"] = self._splits.graphed_calls()
+        graphed = self._splits.graphed_calls() if self._splits is not None else None
+        if graphed is not None:
+            out["expert_graphs"] = graphed
         return out
 
     def routing_stats(self, source: str = ""):

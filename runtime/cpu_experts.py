@@ -499,14 +499,11 @@ class ExpertSplits:
     worker: HostWorker | None = None
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
     guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
-    replaced: list[SplitForward] = field(default_factory=list)  # forwards taken away by ``restore``, graphs held
 
-    def graphed_calls(self) -> dict[str, int]:
+    def graphed_calls(self) -> dict[str, int] | None:
         """How many split layers replay CUDA graphs at level 0, the graphs they hold, and those whose capture
-        failed (``runtime/shape_graphs.py``)."""
-        held = [f.graphs for _, _, f in self.forwards if f.graphs is not None]
-        return {"layers": len(held), "graphs": sum(len(g.graphs) for g in held),
-                "failed": sum(g.failed is not None for g in held)}
+        failed (``runtime/shape_graphs.py``); None without any."""
+        return self.pool.counts() if self.pool is not None else None
 
     def host_levels(self) -> dict[str, dict[str, int]]:
         """Per split layer with a guard: the plan's host experts, the host's now, and the calls with fewer
@@ -589,7 +586,7 @@ class ExpertSplits:
         if self.graphed and graphs_here(self.device) and not offloaded_beside(layer):
             if self.pool is None:
                 self.pool = GraphPool(self.device)
-            forward.graphs = ShapeGraphs(forward.gpu_rows, f"{layer.name}'s experts", self.pool)
+            forward.graphs = self.pool.wrap(forward.gpu_rows, f"{layer.name}'s experts")
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
         module.forward = torch.compiler.disable(forward) if ids["cpu"] else forward
 
@@ -601,8 +598,7 @@ class ExpertSplits:
             self.worker.close()
             self.worker = None
         while self.forwards:
-            module, previous, forward = self.forwards.pop()
-            self.replaced.append(forward)  # its graphs are let go once the device is done with them (below)
+            module, previous, _ = self.forwards.pop()  # (their graphs are the pool's: let go below)
             if previous is _ABSENT:
                 module.__dict__.pop("forward", None)
             else:
@@ -619,11 +615,9 @@ class ExpertSplits:
             return problems
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        for forward in self.replaced:
-            if forward.graphs is not None:
-                forward.graphs.close()
-        self.replaced.clear()
-        self.pool = None
+        if self.pool is not None:  # the device is done with the graphs now
+            self.pool.close()
+            self.pool = None
         while self.stagings:
             self.stagings.pop().release()
         self.guards.clear()

@@ -143,14 +143,6 @@ def expert_outputs(module: nn.Module, layout: Layout, weights: dict[str, torch.T
     return o
 
 
-def part_table(ids: list[int], experts: int, device: torch.device) -> torch.Tensor:
-    """[E]: the ``table`` of ``part_rows`` for a part holding ``ids`` in that order (each one's place in it, the other
-    experts ``len(ids)``)."""
-    table = torch.full((experts,), len(ids), dtype=torch.long)
-    table[torch.tensor(ids, dtype=torch.long)] = torch.arange(len(ids))
-    return table.to(device)
-
-
 def part_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], table: torch.Tensor,
               hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
     """[T·k, H]: each pair's weighted output if its expert is in the part, else 0. ``table`` maps a global

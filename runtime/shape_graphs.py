@@ -71,6 +71,23 @@ class GraphPool:
     stream: torch.cuda.Stream | None = None
     turn: threading.Lock = field(default_factory=threading.Lock)
     last: torch.cuda.Stream | None = None  # the stream of the pool's last replay or capture
+    members: list[ShapeGraphs] = field(default_factory=list)  # the functions wrapped with this pool (``wrap``)
+
+    def wrap(self, fn: Callable[..., torch.Tensor], name: str) -> ShapeGraphs:
+        """``fn`` replayed from graphs of this pool (``ShapeGraphs``)."""
+        graphs = ShapeGraphs(fn, name, self)
+        self.members.append(graphs)
+        return graphs
+
+    def counts(self) -> dict[str, int]:
+        """The functions wrapped, the graphs they hold, and those whose capture failed."""
+        return {"layers": len(self.members), "graphs": sum(len(g.graphs) for g in self.members),
+                "failed": sum(g.failed is not None for g in self.members)}
+
+    def close(self) -> None:
+        """Let go of every graph of the pool (the device synchronized first: a replay may be running)."""
+        for graphs in self.members:
+            graphs.close()
 
     def ready(self) -> tuple[object, torch.cuda.Stream]:
         if self.handle is None:

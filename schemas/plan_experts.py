@@ -197,15 +197,19 @@ def offloaded_beside(layer: PlanLayer) -> bool:
     return any(rel.startswith(prefix) and rel not in split.params for rel in layer.offloaded)
 
 
+def host_computes(split: ExpertSplit, tokens: float) -> bool:
+    """Whether the host computes ``split``'s cpu experts at a call of ``tokens`` tokens: it has some and the call is
+    no larger than ``cpu_max_tokens``; else GPU kernels read them through UVA."""
+    return bool(split.cpu) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
+
+
 def graphed(layer: PlanLayer, tokens: float) -> bool:
     """Whether the runtime replays ``layer``'s eager experts call of ``tokens`` tokens from a CUDA graph: a split
     layer, at most ``GRAPHED_MAX_TOKENS``, whose experts GPU kernels compute all at that call (no cpu experts, or a
     call above ``cpu_max_tokens``), nothing else of its experts module offloaded."""
     split = layer.experts
-    if split is None or tokens > GRAPHED_MAX_TOKENS:
-        return False
-    if split.cpu and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens):
-        return False  # the host computes some: its part is not captured
+    if split is None or tokens > GRAPHED_MAX_TOKENS or host_computes(split, tokens):
+        return False  # (the host's part is not captured)
     return not offloaded_beside(layer)
 
 

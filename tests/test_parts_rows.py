@@ -15,7 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 from moe_models import ARCHITECTURES, make_moe  # noqa: E402
 from torch import nn  # noqa: E402
 
-from runtime.expert_math import Layout, part_rows, part_table, parts_rows  # noqa: E402
+from runtime.expert_math import Layout, part_rows, parts_rows  # noqa: E402
 
 
 class BiasedExperts(nn.Module):
@@ -47,7 +47,11 @@ def _experts(arch: str):
 
 
 def _table(places: list[int], experts: int) -> torch.Tensor:
-    return part_table(places, experts, torch.device("cpu"))
+    """[E]: the ``table`` of ``part_rows`` for a part holding ``places`` in that order (each one's place in it, the
+    other experts ``len(places)``)."""
+    table = torch.full((experts,), len(places), dtype=torch.long)
+    table[torch.tensor(places, dtype=torch.long)] = torch.arange(len(places))
+    return table
 
 
 @pytest.mark.parametrize("arch", (*ARCHITECTURES, "biased"))

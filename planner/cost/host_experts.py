@@ -40,7 +40,7 @@ from planner.cost.expert_reads import touched_by, uva_passes
 from planner.cost.layer import LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
-from schemas.plan_experts import ExpertSplit, graphed
+from schemas.plan_experts import ExpertSplit, graphed, host_computes
 from schemas.spec_layers import moe_shape
 
 # kernels a split forward issues beyond transformers' own grouped experts kernel (in the MoE block's CPU figure), as
@@ -141,12 +141,6 @@ def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     return fixed + max(flops / (tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 
 
-def host_computes(split: ExpertSplit, q: dict[str, list[float]], tokens: int) -> bool:
-    """Whether the host computes ``split``'s cpu experts at a call of ``tokens`` (``q``: ``chances``): it has some and
-    the call is no larger than ``cpu_max_tokens``; else the GPU reads them through UVA."""
-    return bool(q["cpu"]) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
-
-
 def gpu_parts_ms(q: dict[str, list[float]], on_host: bool, tokens: int, shape: ExpertShape,
                  hw: HardwareProfile) -> float:
     """The GPU's parts of a split layer's experts (``q``: ``chances``): its gpu and uva experts, and where the host
@@ -188,7 +182,7 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
         "offloaded": [r for r in layer.offloaded if r not in by_expert], "experts": None, "moe": None})
     base = layer_work(rest, tokens, hw, seqs, block_moe=moe_shape(layer.moe))  # an MoE block's floor
     q = chances(split, shape, shares)
-    on_host = host_computes(split, q, tokens)
+    on_host = host_computes(split, tokens)
     parts_ms = gpu_parts_ms(q, on_host, tokens, shape, hw)
     gpu_parts = sum(1 for x in (q["gpu"], q["uva"]) if x)
     launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES
