@@ -15,18 +15,25 @@ from conftest import ROOT  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def test_the_dry_run_writes_every_row(tmp_path):
+def _dry_run(tmp_path, *args: str) -> list[dict]:
+    """The rows of ``bench_moe_hybrid.py --dry-run ARGS`` (torch's thread count, which the dry run sets, put back)."""
     import torch
 
     import bench_moe_hybrid
-    from schemas.io import load_routing
 
     threads = torch.get_num_threads()
     try:
-        assert bench_moe_hybrid.main(["--dry-run", "--out", str(tmp_path / "rows.jsonl")]) == 0
+        assert bench_moe_hybrid.main(["--dry-run", *args, "--out", str(tmp_path / "rows.jsonl")]) == 0
     finally:
         torch.set_num_threads(threads)
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+
+
+def test_the_dry_run_writes_every_row(tmp_path):
+    import bench_moe_hybrid
+    from schemas.io import load_routing
+
+    rows = _dry_run(tmp_path)
     measured = [r for r in rows if "measured_ms" in r]
     plans = {(r["model"], r["plan"]) for r in measured}
     for model in ("qwen3_moe", "phimoe"):
@@ -70,23 +77,14 @@ def test_the_pages_and_switch_interval_rows(tmp_path):
     --host-share auto's plan made at another host_link_share, its split in a row of its own; --host-in-out auto's
     plan with the host's weights in each layout, twice, the layout put back; --host-load names its processes in the
     first row."""
-    import torch
-
     import bench_moe_hybrid
     from runtime import expert_math, pinned
 
-    threads, interval = torch.get_num_threads(), sys.getswitchinterval()
-    try:
-        assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--host-pages", "4k",
-                                      "--host-pages", "huge", "--switch-interval", "0.001",
-                                      "--host-guard", "on", "--host-guard", "off", "--host-load", "1",
-                                      "--own-host-figures", "--host-share", "1.1", "--host-in-out", "",
-                                      "--host-in-out", "down_proj",
-                                      "--out", str(tmp_path / "rows.jsonl")]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    interval = sys.getswitchinterval()
+    rows = _dry_run(tmp_path, "--only", "qwen3_moe", "--cases", "decode32", "--host-pages", "4k", "--host-pages", "huge",
+                    "--switch-interval", "0.001", "--host-guard", "on", "--host-guard", "off", "--host-load", "1",
+                    "--own-host-figures", "--host-share", "1.1", "--host-in-out", "", "--host-in-out", "down_proj")
     assert pinned.HUGE_PAGES is True and sys.getswitchinterval() == interval and expert_math.HOST_IN_OUT == frozenset()
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert rows[0]["host_load_processes"] == 1
     assert rows[0]["host_cpu"]["cpus"] >= rows[0]["host_cpu"]["cores"] >= 1  # hyperthreads under physical cores
     labels = [r["plan"] for r in rows if "measured_ms" in r]
@@ -109,17 +107,7 @@ def test_the_exactness_at_each_level(tmp_path):
     experts on the host, half the plan's, the plan's, every one) and compares the logits with the resident model's
     at each: the host computes as many experts as the level says, level "none" is the GPU's kernel bit for bit (on
     the CPU: the host's own kernel, so within the tolerance), and each row names the positions compared."""
-    import torch
-
-    import bench_moe_hybrid
-
-    threads = torch.get_num_threads()
-    try:
-        assert bench_moe_hybrid.main(["--dry-run", "--only", "qwen3_moe", "--cases", "decode32", "--exact-levels",
-                                      "--out", str(tmp_path / "rows.jsonl")]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    rows = _dry_run(tmp_path, "--only", "qwen3_moe", "--cases", "decode32", "--exact-levels")
     levels = {r["level"]: r for r in rows if "level" in r}
     assert list(levels) == ["none", "half", "plan", "all"]
     held = [levels[name]["host_experts"] for name in levels]
@@ -133,17 +121,7 @@ def test_the_exactness_at_each_level(tmp_path):
 def test_the_skewed_turns_alone(tmp_path):
     """--skewed-turns-only --turn-rounds N: the skewed part measures only its side-by-side eager turns, N rounds on
     the GPU (one in the dry run), each round's ratio to the all-UVA turn kept."""
-    import torch
-
-    import bench_moe_hybrid
-
-    threads = torch.get_num_threads()
-    try:
-        assert bench_moe_hybrid.main(["--dry-run", "--only", "skewed", "--skewed-turns-only", "--turn-rounds", "3",
-                                      "--out", str(tmp_path / "rows.jsonl")]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    rows = _dry_run(tmp_path, "--only", "skewed", "--skewed-turns-only", "--turn-rounds", "3")
     assert not [r for r in rows if "measured_ms" in r]
     (turns,) = [r for r in rows if r.get("plan", "").startswith("in turn")]
     assert all(len(v) == 1 for v in turns["span_ratio_per_round"].values())
