@@ -71,6 +71,7 @@ from runtime import expert_math, pinned  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
+from runtime.experts_forward import ExpertsForward  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
 from schemas.hardware_profile import RatePoint  # noqa: E402
 from schemas.io import dump_model, load_routing  # noqa: E402
@@ -125,7 +126,7 @@ class Bench:
         self.own_host_figures = getattr(args, "own_host_figures", False)
         self.levels_exactness = getattr(args, "exact_levels", False)
         self.turn_rounds = getattr(args, "turn_rounds", None) or 5
-        self.skewed_turns_only = getattr(args, "skewed_turns_only", False)
+        self.turns_only = getattr(args, "turns_only", False)
         self.references: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> ``exactness``'s compare
         self.host_figures: dict = {}  # the host's figures measured in this run (``calibrate_host``)
         self.cpu_figures: dict[str, float] = {}  # the resident model's own CPU figures (``own_cpu``)
@@ -255,21 +256,30 @@ class Bench:
             handle.remove()
             expert_math.JOIN_WASTE = self.default_waste
 
-    def in_turn(self, model_name: str, model, config, turns: list[tuple[str, object, dict]], rounds: int = 5) -> None:
+    def in_turn(self, model_name: str, model, config, turns: list[tuple[str, object, dict, object]],
+                rounds: int = 5) -> None:
         """Eager decode steps at batch 1 of several applied plans in turn (each turn: apply ``(label, plan, apply
-        options)``, three steps, ``self.repeat`` timed, remove), ``rounds`` rounds: each turn's step GPU span (CUDA
-        events) and the issuing thread's time to return from the forward (its Python and launches), medians over
-        the rounds and each turn's ratio to the first's. Eager steps of one plan spread by 20-75% from one
-        measurement to the next on the H200's host (2026-12-03): only turns taken side by side compare. In the first
-        round's turns with split layers, also one split layer's experts call alone (``one_layer_call_us``)."""
+        options, routing shares)``, three steps, ``self.repeat`` timed, remove), ``rounds`` rounds: each turn's step
+        GPU span (CUDA events) and the issuing thread's time to return from the forward (its Python and launches),
+        medians over the rounds and each turn's ratio to the first's, and per round to each turn whose label starts
+        with ``uva`` (the all-UVA plan with and without its layer graphs). Eager steps of one plan spread by 20-75%
+        from one measurement to the next on the H200's host (2026-12-03): only turns taken side by side compare.
+        Each turn applied with ``apply``'s defaults also has its prediction (``predicted_ms``, and with the run's own
+        CPU figures ``predicted_model_cpu_ms``; the planner assumes the defaults). In the first round's turns with
+        split layers, also one split layer's experts call alone (``one_layer_call_us``)."""
         if "decode1" not in self.cases:
             return
         ids = self.ids((1, 1), config.vocab_size)
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
-        taken: dict[str, list[dict]] = {label: [] for label, _, _ in turns}
+        taken: dict[str, list[dict]] = {label: [] for label, _, _, _ in turns}
         row = {"model": model_name, "plan": "in turn: " + ", ".join(taken), "workload": "decode1", "mode": "eager"}
+        row["predicted_ms"] = {label: self.predicted(plan, 1, "eager", shares)
+                               for label, plan, options, shares in turns if not options}
+        if self.cpu_figures:
+            row["predicted_model_cpu_ms"] = {label: self.predicted(plan, 1, "eager", shares, own_cpu=True)
+                                             for label, plan, options, shares in turns if not options}
         for r in range(1 if self.dry else rounds):
-            for label, plan, options in (turns if r % 2 == 0 else turns[::-1]):  # a drift favours no turn
+            for label, plan, options, _ in (turns if r % 2 == 0 else turns[::-1]):  # a drift favours no turn
                 handle = runtime.apply(plan, model, device=str(self.device), **options)
                 try:
                     issue = []
@@ -281,6 +291,9 @@ class Bench:
 
                     with torch.inference_mode():
                         step(), step(), step()  # a shape's second call captures its graphs
+                        if handle._splits is not None and handle._splits.guards and not self.dry:
+                            for _ in range(SETTLE):  # the host guard's levels settle (runtime/host_guard.py)
+                                step()
                         sync()
                     span = self.time_ms(step, 1)
                     taken[label].append({"span_ms": round(span, 3),
@@ -288,6 +301,9 @@ class Bench:
                     if r == 0 and handle._splits is not None and options.get("expert_graphs", True):
                         row.setdefault("one_layer_call_us", self._one_layer(handle._splits.forwards[0][2], config,
                                                                             sync))
+                    tall = [m.forward for m in model.modules() if isinstance(m.__dict__.get("forward"), ExpertsForward)]
+                    if r == 0 and tall and handle._splits is None and options.get("expert_graphs", True):
+                        row.setdefault("one_uva_layer_call_us", self._one_uva_layer(tall[0], config, sync))
                 finally:
                     handle.remove()
         first = turns[0][0]
@@ -300,8 +316,43 @@ class Bench:
                                        for label, got in taken.items() if label != first}
         row["span_ratio_median"] = {label: round(statistics.median(v), 4)
                                     for label, v in row["span_ratio_per_round"].items()}
+        row["span_ratio_median_to"] = {
+            ref: {label: round(statistics.median(t["span_ms"] / f["span_ms"] for t, f in zip(got, taken[ref])), 4)
+                  for label, got in taken.items() if label != ref}
+            for ref in taken if ref.startswith("uva")}
         row["turns"] = taken
         self.emit(**row)
+
+    def _one_uva_layer(self, forward, config, sync) -> dict:
+        """Microseconds a call of one experts module read through UVA takes the issuing thread (200 calls, then the
+        device's sync), as launched (its own forward) and from its graph, at one token routed to its first k
+        experts (read over the link each call)."""
+        k = config.num_experts_per_tok
+        hidden = torch.randn(1, config.hidden_size, dtype=torch.bfloat16, device=self.device)
+        index = torch.arange(k, device=self.device).view(1, k)
+        weights = torch.full((1, k), 1.0 / k, dtype=torch.bfloat16, device=self.device)
+        return self._calls({"graph": forward.graphs, "launched": forward.own, "graph again": forward.graphs},
+                           (hidden, index, weights), sync)
+
+    def _calls(self, calls: dict, inputs: tuple, sync) -> dict:
+        """Per labelled call (None: left out): microseconds a call takes the issuing thread (``issue_us``) and until
+        the device is done (``done_us``), over 200 calls after 3."""
+        out = {}
+        for label, call in calls.items():
+            if call is None:
+                continue
+            with torch.inference_mode():
+                for _ in range(3):
+                    call(*inputs)
+                sync()
+                t = time.perf_counter()
+                for _ in range(200):
+                    call(*inputs)
+                issued = time.perf_counter() - t
+                sync()
+                done = time.perf_counter() - t
+            out[label] = {"issue_us": round(issued / 200 * 1e6, 1), "done_us": round(done / 200 * 1e6, 1)}
+        return out
 
     def _one_layer(self, forward, config, sync) -> dict:
         """Microseconds a call of one split layer's experts forward takes the issuing thread (200 calls, then the
@@ -315,22 +366,8 @@ class Bench:
         hidden = torch.randn(1, config.hidden_size, dtype=torch.bfloat16, device=self.device)
         index = on_gpu[:k].view(1, k).to(self.device)
         weights = torch.full((1, k), 1.0 / k, dtype=torch.bfloat16, device=self.device)
-        out = {}
-        for label, call in (("graph", forward.graphs), ("launched", forward.gpu_rows), ("graph again", forward.graphs)):
-            if call is None:
-                continue
-            with torch.inference_mode():
-                for _ in range(3):
-                    call(hidden, index, weights)
-                sync()
-                t = time.perf_counter()
-                for _ in range(200):
-                    call(hidden, index, weights)
-                issued = time.perf_counter() - t
-                sync()
-                done = time.perf_counter() - t
-            out[label] = {"issue_us": round(issued / 200 * 1e6, 1), "done_us": round(done / 200 * 1e6, 1)}
-        return out
+        return self._calls({"graph": forward.graphs, "launched": forward.gpu_rows, "graph again": forward.graphs},
+                           (hidden, index, weights), sync)
 
     def resident(self, model_name: str, plan, model, config, shape: tuple[int, int]) -> None:
         """The model with no plan, eager and in graph replay, beside the plans: the floor of an eager decode (at batch
@@ -464,7 +501,11 @@ class Bench:
                  ("auto prefill", self.plan(spec, budget, self.prefill)),
                  ("auto decode32", self.plan(spec, budget, 32))]
         only = {"auto prefill": cases[1:2], "auto decode32": cases[:1]}
-        for label, plan in plans:
+        by_label = dict(plans)
+        turns = [("uva", by_label["uva"], {}, None), ("hybrid", by_label["hybrid"], {}, None),
+                 ("uva, expert_graphs off", by_label["uva"], {"expert_graphs": False}, None)]
+        self.in_turn(kind, model, config, turns, rounds=self.turn_rounds)
+        for label, plan in [] if self.turns_only else plans:
             self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
                       gpu_budget=budget)
             self.measure(kind, label, plan, model, config, only.get(label, cases))
@@ -555,9 +596,10 @@ class Bench:
                  ("hot", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, **experts_only), stats.shares()),
                  ("hot+cpu", self.plan(spec, budget, 1, routing=stats, routing_ref=ref, kinds=["routed_experts"],
                                        backends={"routed_experts": "cpu"}), stats.shares())]
-        turns = [("uva", plans[0][1], {}), ("hot", plans[1][1], {}),
-                 ("hot, expert_graphs off", plans[1][1], {"expert_graphs": False})]
-        if self.skewed_turns_only:
+        turns = [("uva", plans[0][1], {}, None), ("hot", plans[1][1], {}, plans[1][2]),
+                 ("uva, expert_graphs off", plans[0][1], {"expert_graphs": False}, None),
+                 ("hot, expert_graphs off", plans[1][1], {"expert_graphs": False}, plans[1][2])]
+        if self.turns_only:
             self.in_turn(f"{kind} skewed", model, config, turns, rounds=self.turn_rounds)
             plans = []
         else:
@@ -720,9 +762,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact-levels", action="store_true", help="also compare the hybrid plan's logits with the "
                     "resident model's with every split layer held at one level (none of the "
                     "experts in host memory on the host, half the plan's, the plan's, every one)")
-    ap.add_argument("--turn-rounds", type=int, help="rounds of the skewed part's side-by-side eager turns (all-UVA, "
-                    "hot, hot without the split layers' CUDA graphs; default 5)")
-    ap.add_argument("--skewed-turns-only", action="store_true", help="in the skewed part, measure only those turns")
+    ap.add_argument("--turn-rounds", type=int, help="rounds of the side-by-side eager turns at decode 1 (the skewed "
+                    "part: all-UVA, hot, both without their layer graphs; each uniform model: all-UVA, hybrid, "
+                    "all-UVA without its layer graphs; default 5)")
+    ap.add_argument("--turns-only", action="store_true", help="measure only those turns (no other plan or case)")
     ap.add_argument("--host-load", type=int, default=0, help="run this many other processes for the whole run, each "
                     "summing a 1 GiB tensor on one thread over and over (another load on the machine: the host slower "
                     "than planned, as the levels of runtime/host_guard.py meet it)")

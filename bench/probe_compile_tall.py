@@ -24,7 +24,7 @@ from bench_generate import run_loop  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
-import runtime.uva_experts as uva_experts  # noqa: E402
+import runtime.experts_forward as uva_experts  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
 GB = 10**9

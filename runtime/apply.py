@@ -22,12 +22,13 @@ from runtime.offloader import NoOffloader, Offloaded, Offloader
 from runtime.placement import Placement
 from runtime.prefetch import MixedOffloader, PrefetchOffloader
 from runtime.progress import Progress
+from runtime.shape_graphs import GraphPool
 from runtime.this_rank import choose_plan, this_rank
 from runtime.stats import PeakWatch, with_peaks
 from runtime.teardown import RemoveError, Step, run_steps
 from runtime.ties import extent, storage_key
 from runtime.uva import UvaOffloader
-from runtime.uva_experts import UvaExperts
+from runtime.experts_forward import ExpertsForwards
 from runtime.writes import WriteWatch, backend_of_each, report_writes
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
@@ -52,6 +53,7 @@ class Handle:
         self._placement = placement
         self._splits = splits
         self._routing: RoutingRecorder | None = None
+        self._graphs: GraphPool | None = None  # the experts modules' CUDA graphs (runtime/shape_graphs.py), if any
         self._guards: Guards | None = None
         self._watch = watch
         self.active = True
@@ -94,8 +96,9 @@ class Handle:
         forward's peak GPU memory (``max_memory_allocated``, runtime/stats.py); with host experts on a GPU, per split
         layer the plan's host experts, how many the host computes now, the calls with fewer (the host slower than
         planned) and with more (faster), and the last measured call's GPU part, host part and hand-off in ms
-        (``host_levels``, runtime/host_guard.py); with split layers replaying CUDA graphs, their count, the graphs
-        held and the captures failed (``expert_graphs``, runtime/shape_graphs.py)."""
+        (``host_levels``, runtime/host_guard.py); with experts modules replaying CUDA graphs (split layers, and
+        modules read through UVA), their count, the graphs held and the captures failed (``expert_graphs``,
+        runtime/shape_graphs.py)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]
@@ -104,9 +107,8 @@ class Handle:
         out = {"backend": self.offloader.name, "forwards": forwards, "pinned_host_bytes": self._placement.host_bytes}
         if self._splits is not None and self._splits.guards:
             out["host_levels"] = self._splits.host_levels()
-        graphed = self._splits.graphed_calls() if self._splits is not None else None
-        if graphed is not None:
-            out["expert_graphs"] = graphed
+        if self._graphs is not None:
+            out["expert_graphs"] = self._graphs.counts()
         return out
 
     def routing_stats(self, source: str = ""):
@@ -176,9 +178,11 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     GPU, a split layer moves its split to the host's measured speed, handing experts to the link while the host is
     slower than the plan's profile and taking experts from it while faster (runtime/host_guard.py;
     ``Handle.stats()["host_levels"]``); False keeps the plan's split whatever the host does. ``expert_graphs``: on a
-    GPU, a split layer's eager calls of at most 64 tokens whose experts GPU kernels compute (no host part) replay a
-    CUDA graph per input shape, captured at the shape's second call (runtime/shape_graphs.py: the eager decode's
-    launches; ``Handle.stats()["expert_graphs"]``); False runs them as launched.
+    GPU, the eager calls of at most 64 tokens of a split layer's experts whose GPU kernels compute (no host part),
+    and of an experts module read through UVA whose forward reads nothing back, replay a CUDA graph per input
+    shape, captured at the shape's second call (schemas/expert_graphs.py, runtime/shape_graphs.py: the eager
+    decode's launches; ``Handle.stats()["expert_graphs"]``); False runs them as launched (the planner's eager
+    predictions assume True).
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -220,8 +224,9 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         raise ApplyError(f"host_levels={host_levels!r}: expected True or False")
     if type(expert_graphs) is not bool:
         raise ApplyError(f"expert_graphs={expert_graphs!r}: expected True or False")
-    splits = ExpertSplits(device, host_threads=host_threads, guarded=host_levels, graphed=expert_graphs)
-    tall = UvaExperts()
+    graphs = GraphPool(device) if expert_graphs else None  # the applied plan's layer graphs (runtime/shape_graphs.py)
+    splits = ExpertSplits(device, host_threads=host_threads, guarded=host_levels, pool=graphs)
+    tall = ExpertsForwards(graphs)
     pin = device.type == "cuda"
     moved = Progress(plan.summary.total_bytes, "apply offload plan", progress)
     offloader = handle = None
@@ -253,8 +258,12 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         if isinstance(offloader, PrefetchOffloader):
             offloader.on_bump = watch.expect  # its refills' version bumps are not the model's writes
         handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
+        if graphs is not None and graphs.members:
+            handle._graphs = graphs
+            at = next(i for i, (name, _) in enumerate(handle._pending) if name == "guards")
+            handle._pending.insert(at, ("layer graphs", graphs.close))  # after the forwards replaying them are gone
         if tall.forwards:
-            handle._pending.insert(0, ("uva experts' forwards", tall.restore))
+            handle._pending.insert(0, ("experts modules' forwards", tall.restore))
         if stats:
             handle.peaks = PeakWatch(device)
             handle.peaks.install(model, offloader.hooks)
@@ -270,8 +279,9 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
             _ACTIVE.pop(id(handle), None)
             handle._give_back.detach()
             steps += _RELEASE_HELD
-        _, problems = run_steps(steps + [("uva experts' forwards", tall.restore), ("weights", placement.restore),
-                                         ("expert splits", splits.restore)])
+        _, problems = run_steps(steps + [("experts modules' forwards", tall.restore), ("weights", placement.restore),
+                                         ("expert splits", splits.restore),
+                                         *([("layer graphs", graphs.close)] if graphs is not None else [])])
         if problems:  # the original error is what the caller needs; say what could not be undone
             log.error("apply failed and its rollback could not undo everything:\n%s", "\n".join(problems))
             exc.add_note("rollback problems: " + "; ".join(problems)) if hasattr(exc, "add_note") else None

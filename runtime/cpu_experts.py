@@ -80,7 +80,8 @@ from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
 from runtime.tensors import TensorRef, resolve
 from runtime.uva import UvaOffloader, device_view
 from schemas import Plan, PlanLayer
-from schemas.plan_experts import experts_module, host_bytes, offloaded_beside
+from schemas.expert_graphs import offloaded_beside
+from schemas.plan_experts import experts_module, host_bytes
 
 log = logging.getLogger("runtime")
 
@@ -494,16 +495,11 @@ class ExpertSplits:
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
     guarded: bool = True  # on a GPU, split layers get a HostGuard (apply's host_levels; runtime/host_guard.py)
-    graphed: bool = True  # on a GPU, level 0's eager decode calls replay CUDA graphs (apply's expert_graphs)
-    pool: GraphPool | None = None  # the memory those graphs share (runtime/shape_graphs.py)
+    pool: GraphPool | None = None  # on a GPU, level 0's eager decode calls replay CUDA graphs of this pool (apply's
+    # expert_graphs; runtime/shape_graphs.py: the applied plan's, which lets them go at remove())
     worker: HostWorker | None = None
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
     guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
-
-    def graphed_calls(self) -> dict[str, int] | None:
-        """How many split layers replay CUDA graphs at level 0, the graphs they hold, and those whose capture
-        failed (``runtime/shape_graphs.py``); None without any."""
-        return self.pool.counts() if self.pool is not None else None
 
     def host_levels(self) -> dict[str, dict[str, int]]:
         """Per split layer with a guard: the plan's host experts, the host's now, and the calls with fewer
@@ -583,9 +579,7 @@ class ExpertSplits:
         forward = SplitForward(module, placement.layout, self.device, placement, split.cpu_max_tokens, worker,
                                new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
-        if self.graphed and graphs_here(self.device) and not offloaded_beside(layer):
-            if self.pool is None:
-                self.pool = GraphPool(self.device)
+        if self.pool is not None and graphs_here(self.device) and not offloaded_beside(layer):
             forward.graphs = self.pool.wrap(forward.gpu_rows, f"{layer.name}'s experts")
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
         module.forward = torch.compiler.disable(forward) if ids["cpu"] else forward
@@ -598,7 +592,7 @@ class ExpertSplits:
             self.worker.close()
             self.worker = None
         while self.forwards:
-            module, previous, _ = self.forwards.pop()  # (their graphs are the pool's: let go below)
+            module, previous, _ = self.forwards.pop()  # (their graphs are the pool's: apply lets go of them)
             if previous is _ABSENT:
                 module.__dict__.pop("forward", None)
             else:
@@ -615,9 +609,6 @@ class ExpertSplits:
             return problems
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        if self.pool is not None:  # the device is done with the graphs now
-            self.pool.close()
-            self.pool = None
         while self.stagings:
             self.stagings.pop().release()
         self.guards.clear()

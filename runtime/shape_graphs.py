@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from schemas.plan_experts import GRAPHED_MAX_TOKENS
+from schemas.expert_graphs import GRAPHED_MAX_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,10 @@ class GraphPool:
     last: torch.cuda.Stream | None = None  # the stream of the pool's last replay or capture
     members: list[ShapeGraphs] = field(default_factory=list)  # the functions wrapped with this pool (``wrap``)
 
-    def wrap(self, fn: Callable[..., torch.Tensor], name: str) -> ShapeGraphs:
-        """``fn`` replayed from graphs of this pool (``ShapeGraphs``)."""
-        graphs = ShapeGraphs(fn, name, self)
+    def wrap(self, fn: Callable[..., torch.Tensor], name: str,
+             stamp: Callable[[], tuple] | None = None) -> ShapeGraphs:
+        """``fn`` replayed from graphs of this pool (``ShapeGraphs``; ``stamp``: its ``stamp``)."""
+        graphs = ShapeGraphs(fn, name, self, stamp=stamp)
         self.members.append(graphs)
         return graphs
 
@@ -85,7 +86,10 @@ class GraphPool:
                 "failed": sum(g.failed is not None for g in self.members)}
 
     def close(self) -> None:
-        """Let go of every graph of the pool (the device synchronized first: a replay may be running)."""
+        """Let go of every graph of the pool, after the device has run its replays (the functions stay wrapped:
+        a later call captures again)."""
+        if self.device.type == "cuda" and any(g.graphs for g in self.members):
+            torch.cuda.synchronize(self.device)
         for graphs in self.members:
             graphs.close()
 
@@ -119,9 +123,13 @@ class ShapeGraphs:
     pool: GraphPool
     max_tokens: int = MAX_TOKENS
     max_shapes: int = MAX_SHAPES
+    # where the tensors ``fn`` reads besides its inputs are (their addresses): should they differ from the
+    # captures', the function runs eagerly from then on (None: they cannot move while wrapped)
+    stamp: Callable[[], tuple] | None = None
+    stamped: tuple | None = None  # ``stamp()`` at the first capture
     graphs: dict[Key, _Graph] = field(default_factory=dict)
     seen: set[Key] = field(default_factory=set)  # shapes called once (their warm-up done)
-    failed: str | None = None  # why a capture failed: the function is eager from then on
+    failed: str | None = None  # why a capture failed (or the tensors moved): the function is eager from then on
 
     def applies(self, first: torch.Tensor) -> bool:
         """Whether a call whose first input is ``first`` may replay a graph (the module docstring's conditions)."""
@@ -131,6 +139,10 @@ class ShapeGraphs:
 
     def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
         if not self.applies(inputs[0]):
+            return self.fn(*inputs)
+        if self.graphs and self.stamp is not None and self.stamp() != self.stamped:
+            self.failed = "the tensors it reads moved since its graphs were captured"
+            log.warning("%s: runs eagerly from now on (%s)", self.name, self.failed)
             return self.fn(*inputs)
         key = tuple((tuple(t.shape), t.dtype) for t in inputs)
         entry = self.graphs.get(key)
@@ -159,6 +171,8 @@ class ShapeGraphs:
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("%s: not captured in a CUDA graph, runs eagerly from now on (%s)", self.name, self.failed)
             return None
+        if not self.graphs and self.stamp is not None:
+            self.stamped = self.stamp()
         self.graphs[key] = entry
         return entry
 

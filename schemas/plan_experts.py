@@ -176,41 +176,16 @@ def split_params(layer: PlanLayer) -> Mapping[str, ExpertSplit]:
     return {} if layer.experts is None else dict.fromkeys(layer.experts.params, layer.experts)
 
 
-GRAPHED_MAX_TOKENS = 64
-"""A split layer's eager calls of at most this many tokens whose experts GPU kernels compute replay CUDA graphs
-(runtime/shape_graphs.py, with ``apply``'s default ``expert_graphs=True``): decode batches. A prefill's launches are
-few beside its work."""
-
-
 def experts_module(params: Sequence[str]) -> str:
     """The module holding a split's params, relative to its layer ('' when they are not under one module)."""
     parents = {rel.rpartition(".")[0] for rel in params}
     return parents.pop() if len(parents) == 1 else ""
 
 
-def offloaded_beside(layer: PlanLayer) -> bool:
-    """Whether the plan offloads a tensor of ``layer``'s experts module besides its split params (a norm's weight,
-    say): one whose place may move between calls, which a graph of the module's arithmetic must not read."""
-    split = layer.experts
-    parent = experts_module(split.params)
-    prefix = f"{parent}." if parent else ""
-    return any(rel.startswith(prefix) and rel not in split.params for rel in layer.offloaded)
-
-
 def host_computes(split: ExpertSplit, tokens: float) -> bool:
     """Whether the host computes ``split``'s cpu experts at a call of ``tokens`` tokens: it has some and the call is
     no larger than ``cpu_max_tokens``; else GPU kernels read them through UVA."""
     return bool(split.cpu) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
-
-
-def graphed(layer: PlanLayer, tokens: float) -> bool:
-    """Whether the runtime replays ``layer``'s eager experts call of ``tokens`` tokens from a CUDA graph: a split
-    layer, at most ``GRAPHED_MAX_TOKENS``, whose experts GPU kernels compute all at that call (no cpu experts, or a
-    call above ``cpu_max_tokens``), nothing else of its experts module offloaded."""
-    split = layer.experts
-    if split is None or tokens > GRAPHED_MAX_TOKENS or host_computes(split, tokens):
-        return False  # (the host's part is not captured)
-    return not offloaded_beside(layer)
 
 
 def _ids(ids: Sequence[int]) -> str:

@@ -54,11 +54,21 @@ def test_the_dry_run_writes_every_row(tmp_path):
     # the resident model: the floor; the hot plan also without its split layers' CUDA graphs (none on the CPU)
     assert {r["plan"] for r in skewed} == {"resident", "uva", "hot", "hot, expert_graphs off", "hot+cpu"}
     assert {r["expert_graphs"] for r in skewed if r["plan"].startswith("hot")} == {True, False}
-    ab = next(r for r in rows if r.get("plan", "").startswith("in turn"))
-    assert set(ab["turns"]) == {"uva", "hot", "hot, expert_graphs off"} and ab["span_ms"]["uva"]["/ uva"] == 1
+    ab = next(r for r in rows if r.get("plan", "").startswith("in turn") and r["model"] == "qwen3_moe skewed")
+    assert set(ab["turns"]) == {"uva", "hot", "uva, expert_graphs off", "hot, expert_graphs off"}
+    assert ab["span_ms"]["uva"]["/ uva"] == 1
     assert all(ab[key][label]["median"] > 0 for key in ("span_ms", "issue_ms") for label in ab["turns"])
     assert ab["one_layer_call_us"]["launched"]["done_us"] > 0  # no graphs on the CPU: the launched call alone
-    assert set(ab["span_ratio_median"]) == {"hot", "hot, expert_graphs off"}
+    # predicted as applied with apply's defaults (the planner assumes them): the turns without graphs are not
+    assert set(ab["predicted_ms"]) == set(ab["predicted_model_cpu_ms"]) == {"uva", "hot"}
+    assert set(ab["span_ratio_median_to"]) == {"uva", "uva, expert_graphs off"}
+    assert set(ab["span_ratio_median_to"]["uva, expert_graphs off"]) == {"uva", "hot", "hot, expert_graphs off"}
+    for model in ("qwen3_moe", "phimoe"):  # each uniform model's turns at decode 1: all-UVA, hybrid, all-UVA launched
+        (row,) = [r for r in rows if r.get("plan", "").startswith("in turn") and r["model"] == model]
+        assert list(row["turns"]) == ["uva", "hybrid", "uva, expert_graphs off"]
+        assert set(row["predicted_ms"]) == {"uva", "hybrid"}
+        assert row["one_uva_layer_call_us"]["launched"]["done_us"] > 0  # the module's own forward (no graphs here)
+    assert set(ab["span_ratio_median"]) == {"hot", "uva, expert_graphs off", "hot, expert_graphs off"}
     link = {r["plan"]: r["link_bytes_per_step"] for r in skewed if r["plan"] != "resident"}
     assert link["hot"] < link["uva"]  # the most used experts stay on the GPU
     tried = [r["hot_share_of_choices"] for r in rows if "bias" in r]  # the bias search: a ladder, then halvings
@@ -118,11 +128,14 @@ def test_the_exactness_at_each_level(tmp_path):
         assert exact["max_abs_diff"] <= exact["tolerance"] + 1e-6 and exact["top1_agree"] >= 0.99
 
 
-def test_the_skewed_turns_alone(tmp_path):
-    """--skewed-turns-only --turn-rounds N: the skewed part measures only its side-by-side eager turns, N rounds on
-    the GPU (one in the dry run), each round's ratio to the all-UVA turn kept."""
-    rows = _dry_run(tmp_path, "--only", "skewed", "--skewed-turns-only", "--turn-rounds", "3")
+def test_the_turns_alone(tmp_path):
+    """--turns-only --turn-rounds N: the skewed part and each uniform model measure only their side-by-side eager
+    turns, N rounds on the GPU (one in the dry run), each round's ratio to the all-UVA turn kept."""
+    rows = _dry_run(tmp_path, "--only", "skewed", "--only", "qwen3_moe", "--turns-only", "--turn-rounds", "3")
     assert not [r for r in rows if "measured_ms" in r]
-    (turns,) = [r for r in rows if r.get("plan", "").startswith("in turn")]
+    skewed, uniform = ([r for r in rows if r.get("plan", "").startswith("in turn") and r["model"] == m]
+                       for m in ("qwen3_moe skewed", "qwen3_moe"))
+    (turns,) = skewed
     assert all(len(v) == 1 for v in turns["span_ratio_per_round"].values())
-    assert list(turns["turns"]) == ["uva", "hot", "hot, expert_graphs off"]
+    assert list(turns["turns"]) == ["uva", "hot", "uva, expert_graphs off", "hot, expert_graphs off"]
+    assert len(uniform) == 1

@@ -187,7 +187,7 @@ def test_moe_uva_reads_the_experts_measured_routing_touches(tokens):
     flat = uniform_reads((experts, top_k), tokens, HW) / tiles([top_k / experts] * experts, tokens)
     assert read == pytest.approx(2 * 100 * 100 * reads * flat / 0.5e9 * 1e3)
     # at 2,048 tokens (128 rows an expert over the 64) the runtime pads the call to torch's tall tiles
-    # (runtime/uva_experts.py): each hot expert's ~1,024 rows in tiles of 256, 4 or 5 (r > 1,024, half the time),
+    # (runtime/experts_forward.py): each hot expert's ~1,024 rows in tiles of 256, 4 or 5 (r > 1,024, half the time),
     # times the same share of the tiles the curve reads (``flat``) as the short tiles above
     tall = taller_tiles((experts, top_k), tokens, experts)
     assert tall == (tokens == 2048)

@@ -574,7 +574,7 @@ def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
 
 
 def test_a_layer_whose_experts_module_offloads_more_than_its_split_is_not_graphed():
-    from schemas.plan_experts import offloaded_beside as _offloaded_beside
+    from schemas.expert_graphs import offloaded_beside as _offloaded_beside
 
     model = make_moe("qwen3_moe", implementation="grouped_mm")
     plan = split_plan(model, lambda n: {"gpu": [0], "uva": list(range(1, n))})
@@ -588,11 +588,11 @@ def test_a_layer_whose_experts_module_offloads_more_than_its_split_is_not_graphe
 
 
 def test_the_runtime_graphs_the_calls_the_planner_prices_as_graphed(monkeypatch):
-    """One rule for both (schemas.plan_experts.graphed): on a plan with host experts and ``cpu_max_tokens`` 16, the
+    """One rule for both (schemas.expert_graphs.graphed): on a plan with host experts and ``cpu_max_tokens`` 16, the
     calls a split layer replays from a graph (stand-in capture on the CPU) are those the planner prices as graphed:
     none while the host computes (at most 16 tokens), those above it up to GRAPHED_MAX_TOKENS, none beyond."""
     from runtime import shape_graphs
-    from schemas.plan_experts import GRAPHED_MAX_TOKENS, graphed
+    from schemas.expert_graphs import GRAPHED_MAX_TOKENS, graphed
     from test_shape_graphs import _stand_in
 
     monkeypatch.setattr(cpu_experts, "graphs_here", lambda device: True)

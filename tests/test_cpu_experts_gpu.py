@@ -80,6 +80,7 @@ def test_gpu_and_uva_experts_give_the_resident_models_logits_bit_for_bit(arch):
     forward: OLMoE's did on the H200), at a decode step of 8 tokens and a prefill of 8 x 32."""
     sys.path.insert(0, str(ROOT / "tests"))
     import runtime
+    from layer_graphs_check import replayed
     from moe_models import make_moe, split_plan
 
     model = make_moe(arch, implementation="grouped_mm").cuda()
@@ -87,27 +88,13 @@ def test_gpu_and_uva_experts_give_the_resident_models_logits_bit_for_bit(arch):
     ids = torch.randint(0, model.config.vocab_size, (8, 32), generator=torch.Generator().manual_seed(2)).cuda()
     inputs = (ids[:, :1], ids)
     with torch.inference_mode():
-        want = [(model(x, use_cache=False).logits, _replayed(model, x)) for x in inputs]
+        want = [(model(x, use_cache=False).logits, replayed(model, x)) for x in inputs]
     places = lambda n: {"gpu": list(range(0, n, 3)), "uva": [e for e in range(n) if e % 3]}  # noqa: E731
     with runtime.apply(split_plan(model, places), model, device="cuda"), torch.inference_mode():
-        for x, (eager, replayed) in zip(inputs, want):
+        for x, (eager, in_graph) in zip(inputs, want):
             assert torch.equal(model(x, use_cache=False).logits, eager)
-            assert torch.equal(_replayed(model, x), replayed)
+            assert torch.equal(replayed(model, x), in_graph)
     assert experts > 3
-
-
-def _replayed(model, x):
-    """``model``'s logits for ``x`` from a CUDA graph replay (captured after a warm-up on a side stream)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        model(x, use_cache=False)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = model(x, use_cache=False).logits
-    graph.replay()
-    return out.clone()
 
 
 def _guarded_outputs(monkeypatch, host_turn=None, slow_s: float = 0.0):
@@ -201,56 +188,17 @@ def test_generate_with_a_host_that_slows_down(monkeypatch, cache):
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral", "olmoe"])
 def test_eager_decode_calls_replay_expert_graphs_bit_for_bit(arch):
-    """runtime/shape_graphs.py on the GPU: eager decode steps (4 and 1 tokens, each shape more than twice, under
-    inference_mode and no_grad in turn) of a plan splitting the experts between GPU memory and UVA give the logits of
-    the same plan applied with ``expert_graphs=False``, and of the resident model, bit for bit; every split layer
-    holds one graph a shape and none failed; a forward with autograd on captures nothing; a whole-model capture while
-    applied replays the logits the same capture gives without the layer graphs; greedy ``generate()`` picks the
-    resident model's tokens; remove() lets the graphs go."""
+    """runtime/shape_graphs.py on the GPU for a plan splitting the experts between GPU memory and UVA: what
+    tests/layer_graphs_check.py's ``check_layer_graphs`` holds (the launched plan's and the resident model's logits
+    bit for bit, one graph a shape a split layer, none under autograd, whole-model capture and generate() as without
+    the graphs)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import runtime
+    from layer_graphs_check import check_layer_graphs
     from moe_models import make_moe, split_plan
 
     model = make_moe(arch, implementation="grouped_mm").cuda()
-    vocab = model.config.vocab_size
-    steps = [torch.randint(0, vocab, (b, 1), generator=torch.Generator().manual_seed(i)).cuda()
-             for i, b in enumerate((4, 4, 1, 4, 1, 1, 4))]
-    prompt = torch.randint(0, vocab, (2, 6), generator=torch.Generator().manual_seed(9)).cuda()
     places = lambda n: {"gpu": list(range(0, n, 3)), "uva": [e for e in range(n) if e % 3]}  # noqa: E731
-    plan = split_plan(model, places)
-
-    def run():
-        out = []
-        for i, x in enumerate(steps):
-            with torch.no_grad() if i % 2 else torch.inference_mode():
-                out.append(model(x, use_cache=False).logits.clone())
-        return out
-
-    want = run()
-    with torch.inference_mode():
-        tokens = model.generate(prompt, max_new_tokens=8, do_sample=False, min_new_tokens=8)
-    with runtime.apply(plan, model, device="cuda", expert_graphs=False):
-        plain = run()
-        with torch.inference_mode():
-            plain_replayed = _replayed(model, steps[0])
-    with runtime.apply(plan, model, device="cuda") as handle:
-        got = run()
-        stats = handle.stats()["expert_graphs"]
-        model(steps[2], use_cache=False)  # autograd on: nothing captured, nothing replayed
-        model(steps[2], use_cache=False)
-        model(steps[0][:3], use_cache=False)
-        assert handle.stats()["expert_graphs"] == stats
-        with torch.inference_mode():
-            replayed = _replayed(model, steps[0])
-            generated = model.generate(prompt, max_new_tokens=8, do_sample=False, min_new_tokens=8)
-        forwards = [f for _, _, f in handle._splits.forwards]
-    layers = len(forwards)
-    assert layers and stats == {"layers": layers, "graphs": 2 * layers, "failed": 0}, stats
-    for g, p, w in zip(got, plain, want):
-        assert torch.equal(g, p) and torch.equal(g, w)
-    assert torch.equal(replayed, plain_replayed)
-    assert torch.equal(generated, tokens)
-    assert all(not f.graphs.graphs for f in forwards)
+    check_layer_graphs(model, split_plan(model, places), lambda handle: [f for _, _, f in handle._splits.forwards])
 
 
 def test_a_replay_on_another_stream_waits_for_the_pools_last_replay():

@@ -52,7 +52,7 @@ def test_skewed_routing_reads_as_measured_on_the_h200():
 
 
 def test_tall_tiles_count_twice_the_rows_a_tile():
-    """The runtime's padded call (tall tiles, runtime/uva_experts.py): uniform routing's tiles of 256 rows at the full
+    """The runtime's padded call (tall tiles, runtime/experts_forward.py): uniform routing's tiles of 256 rows at the full
     tokens, times the share of its tiles of 128 the curve reads there; a routing all but uniform reads as uniform
     does; a skewed routing's busy experts are read fewer times than in short tiles."""
     from planner.cost.expert_reads import touched_by, touched_experts, uva_passes

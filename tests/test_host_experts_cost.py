@@ -47,7 +47,7 @@ def test_a_split_layer_costs_the_cpu_the_launches_its_parts_add():
     from planner.cost.host_experts import (EXPERTS_CALL_LAUNCHES, GPU_PART_LAUNCHES, GRAPH_CALL_LAUNCHES,
                                            HOST_PART_LAUNCHES, OWN_PASS_LAUNCHES)
     from planner.cost.layer import profile_for
-    from schemas.plan_experts import GRAPHED_MAX_TOKENS
+    from schemas.expert_graphs import GRAPHED_MAX_TOKENS
 
     block = HW.moe_block_cpu_us / 1e3
     launch = HW.launch_us / 1e3
@@ -56,7 +56,7 @@ def test_a_split_layer_costs_the_cpu_the_launches_its_parts_add():
     assert split_work(layer(uva=list(range(E))), launched, HW).cpu_ms == pytest.approx(block)
     assert split_work(two, launched, HW).cpu_ms == pytest.approx(block + GPU_PART_LAUNCHES * launch)
     three = dict(gpu=list(range(26)), uva=list(range(26, 64)), cpu=list(range(64, E)))
-    assert split_work(layer(**three), 1, HW).cpu_ms == pytest.approx(
+    assert split_work(layer(**three), 32, HW).cpu_ms == pytest.approx(
         block + (GPU_PART_LAUNCHES + HOST_PART_LAUNCHES) * launch)  # the host's part: not graphed
     beyond = layer(**three, cpu_max_tokens=16)
     assert split_work(beyond, launched, HW).cpu_ms == pytest.approx(
@@ -68,11 +68,31 @@ def test_a_split_layer_costs_the_cpu_the_launches_its_parts_add():
     assert split_work(two, 1, profile_for(HW, "graph")).cpu_ms == 0  # replayed whole: no issue time at all
 
 
+def test_a_host_slower_than_the_link_for_all_its_experts_is_priced_bypassed():
+    """The runtime's guard sends a split layer's host experts through UVA where the host's part takes longer than
+    the GPU reading every host-memory expert (runtime/host_guard.py): the planner prices such a call as that level
+    0 (the host's experts on UVA, the call replayed from a graph), and a call where the host is faster as the
+    split; a split without uva experts has no guard and keeps its host part."""
+    from planner.cost.host_experts import ExpertShape, bypassed, chances, host_part_ms
+
+    three = dict(gpu=list(range(26)), uva=list(range(26, 64)), cpu=list(range(64, E)))
+    level0 = layer(gpu=list(range(26)), uva=list(range(26, E)))
+    split = layer(**three)
+    q = chances(split.experts, ExpertShape.of(split), None)
+    assert bypassed(q, 1, ExpertShape.of(split), HW) and not bypassed(q, 32, ExpertShape.of(split), HW)
+    assert split_work(split, 1, HW) == split_work(level0, 1, HW)
+    assert split_work(split, 32, HW).host_ms > 0
+    no_guard = layer(gpu=list(range(64)), cpu=list(range(64, E)))
+    shape = ExpertShape.of(no_guard)
+    assert split_work(no_guard, 1, HW).host_ms == pytest.approx(
+        host_part_ms(chances(no_guard.experts, shape, None)["cpu"], 1, shape, HW, False))
+
+
 def test_a_split_layer_whose_experts_module_offloads_more_is_priced_launched():
     """The runtime does not graph a layer whose experts module has another tensor offloaded (its place may move
-    between calls): the planner prices it launched, by the same rule (schemas.plan_experts.graphed)."""
+    between calls): the planner prices it launched, by the same rule (schemas.expert_graphs.graphed)."""
     from planner.cost.host_experts import GPU_PART_LAUNCHES
-    from schemas.plan_experts import graphed
+    from schemas.expert_graphs import graphed
 
     two = layer(gpu=list(range(26)), uva=list(range(26, E)))
     parent = two.experts.params[0].rpartition(".")[0]
@@ -180,7 +200,7 @@ def test_a_grouped_call_over_part_of_the_experts_takes_taller_tiles():
     from planner.cost.expert_reads import taller_tiles
 
     assert taller_tiles((E, K), 2048, 78) and taller_tiles((E, K), 2048, 50)
-    assert taller_tiles((E, K), 2048, E)  # the whole layer: the runtime pads its call (runtime/uva_experts.py)
+    assert taller_tiles((E, K), 2048, E)  # the whole layer: the runtime pads its call (runtime/experts_forward.py)
     assert not taller_tiles((E, K), 512, 78)  # 52 rows a group: short tiles still
     assert not taller_tiles((E, K), 8192, 78)  # the curve was measured with tall tiles there
     assert not taller_tiles((E, K), 2048, 0)
@@ -210,3 +230,29 @@ def test_the_host_experts_read_through_uva_are_a_call_of_their_own(shares):
         tall = uva_passes(part, (E, K), 2048, touched, rows / touched, HW, len(part))
         short = uva_passes(part, (E, K), 2048, touched, rows / touched, HW)  # the module's own call
         assert tall < 0.95 * short
+
+
+def test_an_experts_module_not_split_is_priced_graphed_at_eager_decode():
+    """Not split, read through UVA or resident (runtime/experts_forward.py): at most GRAPHED_MAX_TOKENS tokens an
+    eager call issues the graph's launches in place of the module's; above, or in graph replay, or where the MoE
+    block reads the routing back (``moe_sync``), or where a tensor of the module is copied into a prefetch slot, as
+    launched. The placement search (planner/cost/placement.py) prices it the same through ``placed_work``."""
+    from planner.cost.layer import EXPERTS_CALL_LAUNCHES, GRAPH_CALL_LAUNCHES, layer_work, profile_for
+    from schemas.expert_graphs import GRAPHED_MAX_TOKENS, graphed
+
+    routed = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+    whole = layer(uva=list(range(E))).model_copy(update={"experts": None, "uva": routed})
+    launched = layer_work(whole, GRAPHED_MAX_TOKENS + 1, HW).cpu_ms
+    assert launched == pytest.approx(HW.moe_block_cpu_us / 1e3)
+    saving = (EXPERTS_CALL_LAUNCHES - GRAPH_CALL_LAUNCHES) * HW.launch_us / 1e3
+    for tokens in (1, GRAPHED_MAX_TOKENS):
+        assert graphed(whole, tokens)
+        assert layer_work(whole, tokens, HW).cpu_ms == pytest.approx(launched - saving)
+        looped = HW.model_copy(update={"moe_sync": True})
+        assert layer_work(whole, tokens, looped).cpu_ms == pytest.approx(looped.moe_block_cpu_us / 1e3)
+    copied = whole.model_copy(update={"uva": routed[:1]})  # down_proj copied into a slot
+    assert not graphed(copied, 1) and layer_work(copied, 1, HW).cpu_ms == pytest.approx(launched)
+    resident = whole.model_copy(update={"uva": [], "offloaded": []})  # graphed too: a larger budget is no slower
+    assert graphed(resident, 1) and layer_work(resident, 1, HW).cpu_ms == pytest.approx(launched - saving)
+    assert layer_work(resident, 1, HW).gpu_ms < layer_work(whole, 1, HW).gpu_ms
+    assert layer_work(whole, 1, profile_for(HW, "graph")).cpu_ms == 0

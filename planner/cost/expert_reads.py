@@ -90,7 +90,7 @@ def is_uniform(q: Sequence[float]) -> bool:
 
 def taller_tiles(moe: tuple[int, int], tokens: float, group: int) -> bool:
     """Whether the runtime's grouped call over ``group`` of the layer's experts (all of them: a layer with experts on
-    UVA, runtime/uva_experts.py; fewer: a split layer's part), every pair of ``tokens`` tokens among its rows and
+    UVA, runtime/experts_forward.py; fewer: a split layer's part), every pair of ``tokens`` tokens among its rows and
     padded as the runtime pads it, takes tiles twice as tall as the calibrated curve's call over all of them
     (transformers' module, unpadded) does: schemas/grouped_tiles.py. A 2,048-token prefill at top-8 of 128: the
     curve's call 128 rows a group, short tiles; the runtime's padded past it, and a part of 78 at 210: tall (H200:

@@ -23,7 +23,12 @@ gives each expert its own chance (``shares``: planner/strategy/experts.py, schem
 
 In an eager call of at most ``GRAPHED_MAX_TOKENS`` tokens whose experts GPU kernels compute all (no host part), the
 runtime replays the experts from a CUDA graph (runtime/shape_graphs.py): the layer issues ``GRAPH_CALL_LAUNCHES``
-where the module's call and its parts' extra launches were (``schemas.plan_experts.graphed``).
+where the module's call and its parts' extra launches were (``schemas.expert_graphs.graphed``).
+
+Where the host's part would take longer than the GPU reading every host-memory expert (a plan made for decode 32,
+at batch 1), the runtime's guard sends them all through UVA (runtime/host_guard.py): such a call is priced as that
+level 0 (``bypassed``), graphed as above. The planner assumes ``apply``'s defaults (``host_levels`` and
+``expert_graphs`` on).
 
 CUDA graph replay cannot capture the host's part: a workload in mode graph is predicted as if the host part
 ran between captured graphs (torch.compile without CUDA graphs); the runtime refuses the capture.
@@ -37,10 +42,11 @@ from dataclasses import dataclass
 
 from planner.cost.block import ONE, Sequences
 from planner.cost.expert_reads import touched_by, uva_passes
-from planner.cost.layer import LayerWork, layer_work
+from planner.cost.layer import EXPERTS_CALL_LAUNCHES, GRAPH_CALL_LAUNCHES, LayerWork, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
-from schemas.plan_experts import ExpertSplit, graphed, host_computes
+from schemas.expert_graphs import graphed
+from schemas.plan_experts import ExpertSplit, host_computes
 from schemas.spec_layers import moe_shape
 
 # kernels a split forward issues beyond transformers' own grouped experts kernel (in the MoE block's CPU figure), as
@@ -54,15 +60,6 @@ from schemas.spec_layers import moe_shape
 GPU_PART_LAUNCHES = 3
 OWN_PASS_LAUNCHES = 21
 HOST_PART_LAUNCHES = 24
-# an eager experts call replayed from its CUDA graph (runtime/shape_graphs.py; schemas.plan_experts.graphed): the
-# launches it no longer issues (transformers' grouped experts call in the MoE block's CPU figure, and the parts beyond
-# it, which the graph holds too) and those it issues instead (its inputs' copies, the replay, the output's copy), as
-# launch-equivalents of the profile's ``launch_us``. Measured on the H200 (docs/BENCHMARKS.md 2026-12-03 13:41 UTC)
-# on a host whose resident eager step is the bundled profile's (50.7 ms against 53.0 predicted): a split layer's two
-# GPU parts 460.5 us a call launched (49 of the profile's 9.34-us launches, of which GPU_PART_LAUNCHES for the
-# second part), 38.1 from the graph (4)
-EXPERTS_CALL_LAUNCHES = 46
-GRAPH_CALL_LAUNCHES = 4
 MAX_TOKENS_SEARCHED = 1 << 20
 
 
@@ -169,11 +166,28 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
     return hw.host_call_us / 1e3 + compute + trips
 
 
+def bypassed(q: dict[str, list[float]], tokens: int, shape: ExpertShape, hw: HardwareProfile) -> bool:
+    """Whether the runtime's guard sends all of a split layer's host experts through UVA at calls of ``tokens``
+    tokens (runtime/host_guard.py, with ``apply``'s default ``host_levels=True``; ``q``: ``chances``): the layer
+    has uva experts beside its cpu experts (the guard measures the link by them) and the host's part takes longer
+    than the GPU would take to read every one of its host-memory experts (at a few rows a call the host's fixed
+    costs outweigh the experts it saves the link: a plan made for decode 32, at batch 1)."""
+    if not (q["uva"] and q["cpu"]):
+        return False
+    return host_part_ms(q["cpu"], tokens, shape, hw, True) > gpu_part_ms(q["uva"] + q["cpu"], tokens, shape, hw, True)
+
+
+def through_uva(split: ExpertSplit) -> ExpertSplit:
+    """``split`` with its cpu experts read through UVA (the guard's level 0)."""
+    return split.model_copy(update={"uva": sorted([*split.uva, *split.cpu]), "cpu": [], "cpu_max_tokens": None})
+
+
 def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Sequence[float] | None = None,
                seqs: Sequences = ONE) -> LayerWork:
     """The work of a layer with ``experts``: its other params as planner/cost/layer.py costs them (its attention
     over the context of ``seqs`` included), its parts as above, the host's part on its own thread beside the
-    GPU's parts, joined at the layer's end."""
+    GPU's parts, joined at the layer's end; where the runtime's guard would send the host's experts through UVA
+    (``bypassed``), the layer's work so."""
     split = layer.experts
     shape = ExpertShape.of(layer)
     by_expert = set(split.params)
@@ -183,6 +197,8 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     base = layer_work(rest, tokens, hw, seqs, block_moe=moe_shape(layer.moe))  # an MoE block's floor
     q = chances(split, shape, shares)
     on_host = host_computes(split, tokens)
+    if on_host and bypassed(q, tokens, shape, hw):
+        return split_work(layer.model_copy(update={"experts": through_uva(split)}), tokens, hw, shares, seqs)
     parts_ms = gpu_parts_ms(q, on_host, tokens, shape, hw)
     gpu_parts = sum(1 for x in (q["gpu"], q["uva"]) if x)
     launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES

@@ -51,12 +51,23 @@ from functools import lru_cache
 
 from planner.cost.block import ONE, Sequences, block_ms, block_shape
 from planner.cost.expert_reads import touched_by, touched_experts, uva_passes
+from schemas.expert_graphs import GRAPHED_MAX_TOKENS, module_graphed, stacked_experts
 from schemas.kinds import AFTER_ATTENTION, name_key, param_kind
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan_content import PlanLayer, PlanParam
 from schemas.spec_layers import Tensor, moe_shape
 
 _HEADS = {"lm_head", "embed_out"}
+
+# an eager experts call replayed from its CUDA graph (runtime/shape_graphs.py; schemas/expert_graphs.py): the
+# launches it no longer issues (transformers' grouped experts call in the MoE block's CPU figure, and a split layer's
+# parts beyond it, which the graph holds too) and those it issues instead (its inputs' copies, the replay, the
+# output's copy), as launch-equivalents of the profile's ``launch_us``. Measured on the H200 (docs/BENCHMARKS.md
+# 2026-12-03 13:41 UTC) on a host whose resident eager step is the bundled profile's (50.7 ms against 53.0
+# predicted): a split layer's two GPU parts 460.5 us a call launched (49 of the profile's 9.34-us launches, of
+# which 3 for the second part: planner/cost/host_experts.py GPU_PART_LAUNCHES), 38.1 from the graph (4)
+EXPERTS_CALL_LAUNCHES = 46
+GRAPH_CALL_LAUNCHES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +179,7 @@ def _param_ms(role: str, p: PlanParam, tokens: int, hw: HardwareProfile, where: 
         rows = pairs / max(hit, 1e-9)  # tokens each touched expert sees
     else:
         flops, nbytes, rows = 2.0 * tokens * numel, float(p.bytes), float(tokens)
-    # a layer's experts read through UVA run the runtime's grouped call over all of them (runtime/uva_experts.py)
+    # a layer's experts read through UVA run the runtime's grouped call over all of them (runtime/experts_forward.py)
     passes = ((uva_passes(shares, moe, tokens, hit, rows, hw, experts) if grouped else hw.passes(rows, p.shape[0]))
               if link else 1.0)
     fixed = (hw.uva_expert_call_ms if role == "routed" else hw.uva_call_ms) if link else 0.0
@@ -199,9 +210,14 @@ def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProf
 
 
 def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, block: float,
-                on_uva, copied, hw: HardwareProfile) -> LayerWork:
+                graphable: tuple[str, ...], on_uva, copied, hw: HardwareProfile) -> LayerWork:
     """A layer's work with ``on_uva`` params read through UVA and ``copied`` ones prefetched (sets of names);
-    ``block``: the GPU ms of its work besides the params' kernels (planner/cost/block.py)."""
+    ``block``: the GPU ms of its work besides the params' kernels (planner/cost/block.py); ``graphable``: its
+    stacked routed experts where an eager call of them may replay a graph (``layer_times``): it does when the
+    placement copies nothing of their module into a prefetch slot (schemas/expert_graphs.py), and the layer then
+    issues ``GRAPH_CALL_LAUNCHES`` where the experts call was."""
+    if graphable and module_graphed(graphable, on_uva, set(on_uva) | set(copied)):
+        cpu_us = max(0.0, cpu_us + (GRAPH_CALL_LAUNCHES - EXPERTS_CALL_LAUNCHES) * hw.launch_us)
     gpu, routed, link, routed_link = block, 0.0, 0.0, 0.0
     copy_bytes = copies = 0
     early, late_uva = block, True  # the work before the late kinds, and whether every UVA param is of one
@@ -253,11 +269,14 @@ def block_floor_ms(moe: tuple[int, int] | None, hw: HardwareProfile) -> float:
 
 def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw: HardwareProfile,
                 seqs: Sequences = ONE, shares: Sequence[float] | None = None,
-                block_moe: tuple[int, int] | None = None) -> tuple[list[ParamTime], float, float, bool, float]:
-    """Per-param times and (cpu µs, expert µs, synced, block ms) of a layer whose params are (rel, PlanParam)
-    pairs, at ``tokens`` in ``seqs`` (``shares``: its measured routing, else uniform). ``block_moe``: the MoE
-    shape of the block these params belong to where they are priced without its experts (a split layer's other
-    params, planner/cost/host_experts.py): the block's floor is still an MoE block's."""
+                block_moe: tuple[int, int] | None = None
+                ) -> tuple[list[ParamTime], float, float, bool, float, tuple[str, ...]]:
+    """Per-param times and (cpu µs, expert µs, synced, block ms, graphable) of a layer whose params are (rel,
+    PlanParam) pairs, at ``tokens`` in ``seqs`` (``shares``: its measured routing, else uniform). ``block_moe``: the
+    MoE shape of the block these params belong to where they are priced without its experts (a split layer's other
+    params, planner/cost/host_experts.py): the block's floor is still an MoE block's. ``graphable``: the stacked
+    routed experts params whose eager call replays a graph unless copied (``placed_work``): at most
+    ``GRAPHED_MAX_TOKENS`` tokens of an MoE block that reads nothing back (not ``moe_sync``); else empty."""
     times = [param_time(name, rel, p, tokens, hw, moe, shares) for rel, p in params]
     roles = [(rel, p, _role(name, rel, p)) for rel, p in params]
     matrices = sum(1 for _, _, role in roles if role in ("matmul", "routed"))
@@ -265,7 +284,9 @@ def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw:
     of_moe = moe if moe is not None else block_moe
     block = block_ms(block_shape(roles, moe), tokens, seqs, hw) + block_floor_ms(of_moe, hw) \
         if of_moe is not None or matrices >= 4 else 0.0
-    return times, base, expert, moe is not None and hw.moe_sync, block
+    graphable = stacked_experts(name, params) if (
+        moe is not None and not hw.moe_sync and tokens <= GRAPHED_MAX_TOKENS) else ()
+    return times, base, expert, moe is not None and hw.moe_sync, block, graphable
 
 
 def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequences = ONE,
