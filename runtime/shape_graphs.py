@@ -3,14 +3,16 @@
 At decode shapes an eager forward is the host's Python and kernel launches, not the GPU's work: on the H200 the
 Qwen3-MoE shape with hot experts resident and the rest read through UVA took 29.5 ms a batch-1 step eager and 13.6
 in graph replay (docs/BENCHMARKS.md, 2026-12-03), the resident model itself 29.5 eager. A split layer's GPU experts
-(``runtime.expert_math.parts_rows``: sort, count, gather, two grouped matmuls a part, weighting, scatter) are some
-25 launches that read no value back, so an eager call of them can be one graph replay: ``ShapeGraphs`` wraps such a
+(``runtime.expert_math.parts_rows``: sort, count, gather, two grouped matmuls a part, weighting, scatter), and
+transformers' grouped experts module (runtime/experts_forward.py), are some 25-50 launches that read no value back,
+so an eager call of them can be one graph replay: ``ShapeGraphs`` wraps such a
 function and, at the second eager call with a given set of input shapes and dtypes (the first is its warm-up),
 captures it on a side stream into a graph whose inputs are static buffers; that call and every later one with those
 shapes copy the inputs in, replay on the caller's stream and return a copy of the output (one launch each: the
 graph's own output is rewritten at its next replay, and the caller may keep what it was given). Measured on the H200
-(docs/BENCHMARKS.md, 2026-12-03 13:41 UTC): one split layer's call took the issuing thread 446-787 us launched and
-36-61 us from its graph, and the hot plan's eager step went from 0.87-1.38x the all-UVA plan's to 0.60-0.72x.
+(docs/BENCHMARKS.md, 2026-12-03 13:41 and 15:00 UTC): one split layer's call took the issuing thread 366-787 us
+launched and 36-61 us from its graph, an experts module read through UVA 903-3,531 us and 42-73; the hot plan's
+eager step went from 0.87-1.38x the all-UVA plan's to 0.60-0.72x, the all-UVA plan's own to 0.73-0.97x of it.
 
 What it holds to:
 - Only where capture can be right: a CUDA device, no autograd (``torch.is_grad_enabled()`` off, as in generate()),
