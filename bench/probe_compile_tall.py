@@ -24,7 +24,7 @@ from bench_generate import run_loop  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
-import runtime.experts_forward as uva_experts  # noqa: E402
+import runtime.experts_forward as experts_forward  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
 GB = 10**9
@@ -88,7 +88,7 @@ def main() -> int:
         r = run_loop(model, ids, device)
         write("resident compiled again", r["logits"], r["ms"])
     plan = planner.plan(spec, gpu_budget=budget, workload=Workload({"decode": WorkloadItem(tokens=1, mode="graph")}))
-    own = uva_experts.tall_tiles_apply
+    own = experts_forward.tall_tiles_apply
     with runtime.apply(plan, model, device=device):
         write("offloaded eager", *eager())
         for i in range(args.repeat):
@@ -104,13 +104,13 @@ def main() -> int:
         torch._dynamo.reset()
         r = run_loop(model, ids, device)
         write("offloaded compiled, tall tiles", r["logits"], r["ms"])
-        uva_experts.tall_tiles_apply = lambda *a: False if torch.compiler.is_compiling() else own(*a)
+        experts_forward.tall_tiles_apply = lambda *a: False if torch.compiler.is_compiling() else own(*a)
         try:
             torch._dynamo.reset()
             r = run_loop(model, ids, device)
             write("offloaded compiled, module forward", r["logits"], r["ms"])
         finally:
-            uva_experts.tall_tiles_apply = own
+            experts_forward.tall_tiles_apply = own
         torch._dynamo.reset()
     out.close()
     return 0
