@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "examples" / "generated"
 ROUTING = ROOT / "bench" / "results" / "hybrid-skewed-h200-2026-12-02" / "routing-skewed.yaml"
 DECODE32 = Workload({"decode": WorkloadItem(tokens=32)})
+EAGER = Workload({"decode": WorkloadItem(tokens=1, weight=3.0), "decode64": WorkloadItem(tokens=64),
+                  "prefill": WorkloadItem(tokens=512)})  # eager experts calls graphed, and one launched
 MIXED = Workload({"decode": WorkloadItem(tokens=4, weight=3.0, mode="graph"), "prefill": WorkloadItem(tokens=512)})
 
 
@@ -71,6 +73,9 @@ CASES = [
     ("qwen3-30b-a3b", {"strategy": "auto"}, 12_000_000_000, DECODE32),  # auto's trial of the host
     ("qwen3-30b-a3b", {"strategy": "budget", "backend": "uva", "backends": {"routed_experts": "cpu"}},
      16_000_000_000, DECODE32),
+    ("qwen3-30b-a3b", {"strategy": "budget", "backend": "uva"}, 16_000_000_000, EAGER),  # experts graphed
+    ("qwen3-30b-a3b", {"strategy": "budget", "backend": "prefetch"}, 40_000_000_000, EAGER),  # copied: launched
+    ("qwen3-30b-a3b", {"strategy": "auto"}, 24_000_000_000, EAGER),
 ]
 
 
