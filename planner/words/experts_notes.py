@@ -19,7 +19,8 @@ def host_limits(layers: Sequence[str], limits: Sequence[int | None], shares: Seq
         out.append(f"cpu backend: of the {experts} experts of {where}, the host computes {host} and GPU kernels read "
                    f"{experts - host} through UVA, at once: the split the cost model predicts fastest for the workload "
                    "(on a GPU each layer then moves it to the host's measured speed, runtime/host_guard.py; the "
-                   "predictions are this split's)"
+                   "predictions are this split's, or, in a call of so few tokens that the host would take longer "
+                   "than the GPU reading all of them, the guard's: every one through UVA)"
                    if host else f"cpu backend: the host computes none of the experts of {where}: reading them through "
                    "UVA is predicted faster for every expert at this workload")
     by_limit: dict[int | None, list[str]] = {}
