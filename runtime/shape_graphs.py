@@ -26,7 +26,8 @@ What it holds to:
   memory is not in the plan's peak. Estimated, not measured: an experts call of T tokens keeps its hidden states and
   its output (2·T·hidden elements) and its routing (T·k ids and weights): about 0.53 MB a graph at 64 tokens of the
   Qwen3-MoE shape (hidden 2,048, bf16), 13 MB for its 24 layers a shape, and at most ``max_shapes`` (8) shapes a
-  function (later shapes run eagerly): 101 MB at the worst, 0.2 MB for one decode batch of one token. ``close``
+  function (later shapes run eagerly): 101 MB at the worst, 0.2 MB for one decode batch of one token
+  (``GraphPool.counts()["bytes"]``, in ``Handle.stats()["expert_graphs"]``, says what the graphs hold). ``close``
   lets go of every graph (after the device has run its replays; remove() calls it once the forwards are restored).
 - A capture that fails (an op CUDA graphs refuse) leaves the function eager from then on, with a warning naming it.
 - Replays of one pool's graphs run one after another (``GraphPool``: they share intermediates and rewrite their
@@ -85,9 +86,11 @@ class GraphPool:
         return graphs
 
     def counts(self) -> dict[str, int]:
-        """The functions wrapped, the graphs they hold, and those whose capture failed."""
+        """The functions wrapped, the graphs they hold, those whose capture failed, and the bytes the graphs hold in
+        their static inputs and outputs (the pool's intermediates besides: not counted here)."""
         return {"layers": len(self.members), "graphs": sum(len(g.graphs) for g in self.members),
-                "failed": sum(g.failed is not None for g in self.members)}
+                "failed": sum(g.failed is not None for g in self.members),
+                "bytes": sum(t.nbytes for g in self.members for e in g.graphs.values() for t in (*e.inputs, e.output))}
 
     def close(self) -> None:
         """Let go of every graph of the pool, after the device has run its replays (the functions stay wrapped:

@@ -565,7 +565,11 @@ def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
         forwards = [f for _, _, f in handle._splits.forwards]
         assert forwards and all(f.graphs is not None for f in forwards)
         got = [_logits(model, x) for x in steps]
-        assert handle.stats()["expert_graphs"] == {"layers": len(forwards), "graphs": 2 * len(forwards), "failed": 0}
+        stats = handle.stats()["expert_graphs"]
+        assert {k: stats[k] for k in ("layers", "graphs", "failed")} == {
+            "layers": len(forwards), "graphs": 2 * len(forwards), "failed": 0}
+        assert stats["bytes"] == sum(t.nbytes for f in forwards for e in f.graphs.graphs.values()
+                                     for t in (*e.inputs, e.output)) > 0
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     assert all(not f.graphs.graphs for f in forwards)  # let go at remove()
     for bad in (1, "yes", None):

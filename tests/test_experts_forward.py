@@ -221,10 +221,13 @@ def test_experts_modules_replay_graphs_at_the_calls_the_planner_prices_as_graphe
         forwards = _forwards(model)
         replayed = {t: [any(key[0][0][0] == t for key in f.graphs.graphs) for f in forwards] for t in sizes}
         stats = handle.stats()["expert_graphs"]
+        held = sum(t.nbytes for f in forwards for e in f.graphs.graphs.values() for t in (*e.inputs, e.output))
     priced = {t: [graphed(layer, t) for layer in layers] for t in sizes}
     assert len(forwards) == len(layers) > 0 and replayed == priced and [f.tall for f in forwards] == on_uva
     assert priced[1] == [True] * len(layers) and priced[GRAPHED_MAX_TOKENS + 1] == [False] * len(layers)
-    assert stats == {"layers": len(layers), "graphs": 3 * len(layers), "failed": 0}
+    hidden = model.config.hidden_size * 2  # bytes of a token's hidden states (bf16), in and out
+    assert held >= 2 * len(layers) * hidden * sum(sizes[:3])
+    assert stats == {"layers": len(layers), "graphs": 3 * len(layers), "failed": 0, "bytes": held}
     for t in sizes:
         assert all(torch.equal(g, want[t]) for g in got[t])
     assert all(not f.graphs.graphs for f in forwards)
