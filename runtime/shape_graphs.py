@@ -12,7 +12,7 @@ shapes copy the inputs in, replay on the caller's stream and return a copy of th
 graph's own output is rewritten at its next replay, and the caller may keep what it was given). Measured on the H200
 (docs/BENCHMARKS.md, 2026-12-03 13:41 and 15:00 UTC): one split layer's call took the issuing thread 366-787 us
 launched and 36-61 us from its graph, an experts module read through UVA 903-3,531 us and 42-73; the hot plan's
-eager step went from 0.87-1.38x the all-UVA plan's to 0.60-0.72x, the all-UVA plan's own to 0.73-0.97x of it.
+eager step went from 0.87-1.38x the all-UVA plan's to 0.60-0.72x, the all-UVA plan's own to 0.72-0.98x of it.
 
 What it holds to:
 - Only where capture can be right: a CUDA device, no autograd (``torch.is_grad_enabled()`` off, as in generate()),
