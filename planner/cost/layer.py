@@ -216,7 +216,7 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
     stacked routed experts where an eager call of them may replay a graph (``layer_times``): it does when the
     placement copies nothing of their module into a prefetch slot (schemas/expert_graphs.py), and the layer then
     issues ``GRAPH_CALL_LAUNCHES`` where the experts call was."""
-    if graphable and module_graphed(graphable, on_uva, set(on_uva) | set(copied)):
+    if graphable and module_graphed(graphable, on_uva, copied):  # (what is read through UVA stays put)
         cpu_us = max(0.0, cpu_us + (GRAPH_CALL_LAUNCHES - EXPERTS_CALL_LAUNCHES) * hw.launch_us)
     gpu, routed, link, routed_link = block, 0.0, 0.0, 0.0
     copy_bytes = copies = 0
