@@ -1,0 +1,104 @@
+"""The layer graphs' GPU memory (runtime/shape_graphs.py; issue 21): what a plan's peak does not count.
+
+    PYTHONPATH=. python bench/probe_graph_memory.py --out $OUT/graph-memory.jsonl      # the H200 (about 2 min)
+    python bench/probe_graph_memory.py --dry-run --out /tmp/graph-memory.jsonl        # tiny shapes on the CPU
+
+The Qwen3-MoE shape at 12 GB (bench_moe_hybrid.py's model and budget), the all-UVA plan and auto's plan for
+decode 32 (split layers with a host part beside resident ones), each applied with the layer graphs and without.
+For eager decode batches of 1, 4, 16, 32 and 64 tokens in turn (two steps each: the second captures a new shape),
+after each batch: the GPU memory allocated (``torch.cuda.memory_allocated``, the device synchronized) less what it
+was before the first batch, with the graphs and without; the bytes the graphs' static inputs and outputs hold
+(``Handle.stats()["expert_graphs"]["bytes"]``); and runtime/shape_graphs.py's estimate of those (per graph of T
+tokens: 2·T·hidden·2 bytes of hidden states in and out, T·k·10 of routing), from the graphs held. The difference
+of the two allocations less the static bytes is the pool's intermediates. On the CPU (``--dry-run``) nothing is
+captured: the rows are the same, their GPU figures zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import bench_moe_hybrid as h  # noqa: E402
+
+import runtime  # noqa: E402
+
+TOKENS = (1, 4, 16, 32, 64)
+
+
+def allocated(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def estimate(handle, hidden: int, k: int) -> int:
+    """runtime/shape_graphs.py's estimate of the static bytes of the graphs ``handle`` holds (bf16 hidden states)."""
+    pool = handle._graphs
+    if pool is None:
+        return 0
+    rows = [key[0][0][0] for g in pool.members for key in g.graphs]  # each graph's first input: [T, hidden]
+    return sum(2 * t * hidden * 2 + t * k * 10 for t in rows)
+
+
+def grow(bench: h.Bench, label: str, plan, model, config, graphs: bool) -> list[dict]:
+    """Apply ``plan`` (with the layer graphs or without), run the batches, one row a batch."""
+    handle = runtime.apply(plan, model, device=str(bench.device), expert_graphs=graphs)
+    out = []
+    try:
+        base = allocated(bench.device)
+        for tokens in TOKENS:
+            ids = bench.ids((tokens, 1), config.vocab_size, seed=tokens)
+            with torch.inference_mode():
+                model(ids, use_cache=False)
+                model(ids, use_cache=False)  # a shape's second call captures its graphs
+            stats = handle.stats().get("expert_graphs") or {}
+            out.append({"tokens": tokens, "allocated": allocated(bench.device) - base,
+                        "graphs": stats.get("graphs", 0), "bytes": stats.get("bytes", 0),
+                        "estimate": estimate(handle, config.hidden_size, config.num_experts_per_tok)})
+    finally:
+        handle.remove()
+        if bench.device.type == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    bench = h.Bench(argparse.Namespace(dry_run=args.dry_run, out=args.out, device="cpu" if args.dry_run else "cuda",
+                                       cases=["decode32"], profile=args.profile))
+    model, config = bench.build("qwen3_moe")
+    spec = runtime.describe(model, name="qwen3_moe")
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    budget = int(total * 0.45) if bench.dry else h.BUDGETS["qwen3_moe"]
+    plans = {"uva": bench.plan(spec, budget, 32, backend="uva", kinds=["routed_experts"]),
+             "auto decode32": bench.plan(spec, budget, 32)}
+    for label, plan in plans.items():
+        launched = grow(bench, label, plan, model, config, graphs=False)
+        graphed = grow(bench, label, plan, model, config, graphs=True)
+        for off, on in zip(launched, graphed):
+            bench.emit(model="qwen3_moe", plan=label, backend=plan.summary.backend, tokens=on["tokens"],
+                       graphs=on["graphs"], static_bytes=on["bytes"], estimate_bytes=on["estimate"],
+                       allocated_with=on["allocated"], allocated_without=off["allocated"],
+                       graphs_allocated=on["allocated"] - off["allocated"],
+                       intermediates=on["allocated"] - off["allocated"] - on["bytes"])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="the rows (JSON lines), also printed")
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (no graphs: the rows' GPU "
+                    "figures are zero)")
+    ap.add_argument("--profile", default="h200", help="the hardware profile plans are made with")
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
