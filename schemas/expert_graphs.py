@@ -56,13 +56,14 @@ def stacked_experts(layer: str, params: Iterable[tuple[str, Any]]) -> tuple[str,
 def module_graphed(stacked: Sequence[str], uva: Collection[str], offloaded: Collection[str]) -> bool:
     """Whether the eager decode calls of the experts module holding ``stacked`` (a layer's routed experts params,
     not split: ``stacked_experts``) replay graphs: it has some, and every offloaded tensor of the module is read
-    through UVA (none copied into a prefetch slot; ``uva``, ``offloaded``: the layer's names read so, offloaded)."""
+    through UVA (none copied into a prefetch slot; ``uva``, ``offloaded``: the layer's names read so, and those
+    offloaded, or only those copied)."""
     return bool(stacked) and not moved_beside(experts_module(stacked), uva, offloaded)
 
 
 def graphed(layer: PlanLayer, tokens: float) -> bool:
     """Whether the runtime replays ``layer``'s eager experts call of ``tokens`` tokens from a CUDA graph (the
-    module docstring; for an experts module read through UVA, as long as its forward reads nothing back)."""
+    module docstring; for an experts module not split, as long as its forward reads nothing back)."""
     if tokens > GRAPHED_MAX_TOKENS or layer.moe is None:
         return False
     split = layer.experts
