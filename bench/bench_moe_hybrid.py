@@ -301,9 +301,11 @@ class Bench:
                     if r == 0 and handle._splits is not None and options.get("expert_graphs", True):
                         row.setdefault("one_layer_call_us", self._one_layer(handle._splits.forwards[0][2], config,
                                                                             sync))
-                    tall = [m.forward for m in model.modules() if isinstance(m.__dict__.get("forward"), ExpertsForward)]
-                    if r == 0 and tall and handle._splits is None and options.get("expert_graphs", True):
-                        row.setdefault("one_uva_layer_call_us", self._one_uva_layer(tall[0], config, sync))
+                    if r == 0 and handle._splits is None and options.get("expert_graphs", True):
+                        tall = [m.forward for m in model.modules() if isinstance(m.__dict__.get("forward"),
+                                                                                 ExpertsForward) and m.forward.tall]
+                        if tall:
+                            row.setdefault("one_uva_layer_call_us", self._one_uva_layer(tall[0], config, sync))
                 finally:
                     handle.remove()
         first = turns[0][0]

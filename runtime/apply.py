@@ -22,7 +22,7 @@ from runtime.offloader import NoOffloader, Offloaded, Offloader
 from runtime.placement import Placement
 from runtime.prefetch import MixedOffloader, PrefetchOffloader
 from runtime.progress import Progress
-from runtime.shape_graphs import GraphPool
+from runtime.shape_graphs import GraphPool, graphs_here
 from runtime.this_rank import choose_plan, this_rank
 from runtime.stats import PeakWatch, with_peaks
 from runtime.teardown import RemoveError, Step, run_steps
@@ -48,12 +48,12 @@ class Handle:
     """What ``apply`` returns: ``remove()`` (or leaving a ``with`` block) restores the model."""
 
     def __init__(self, plan: Plan, model: nn.Module, offloader: Offloader, placement: Placement,
-                 watch: WriteWatch, splits: ExpertSplits | None = None) -> None:
+                 watch: WriteWatch, splits: ExpertSplits | None = None, graphs: GraphPool | None = None) -> None:
         self.plan, self.model, self.offloader = plan, model, offloader
         self._placement = placement
         self._splits = splits
         self._routing: RoutingRecorder | None = None
-        self._graphs: GraphPool | None = None  # the experts modules' CUDA graphs (runtime/shape_graphs.py), if any
+        self._graphs = graphs  # the experts modules' CUDA graphs (runtime/shape_graphs.py), if any
         self._guards: Guards | None = None
         self._watch = watch
         self.active = True
@@ -62,6 +62,8 @@ class Handle:
         self._pending: list[Step] = [("hooks", offloader.remove), ("write check", lambda: report_writes(watch)),
                                      ("weights", placement.restore),
                                      *([("expert splits", splits.restore)] if splits is not None else []),
+                                     # after the forwards replaying them are gone
+                                     *([("layer graphs", graphs.close)] if graphs is not None else []),
                                      ("guards", self._remove_guards),
                                      ("compile caches", reset_compiled_code), *_RELEASE_HELD]
         _ACTIVE[id(self)] = self
@@ -224,7 +226,8 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         raise ApplyError(f"host_levels={host_levels!r}: expected True or False")
     if type(expert_graphs) is not bool:
         raise ApplyError(f"expert_graphs={expert_graphs!r}: expected True or False")
-    graphs = GraphPool(device) if expert_graphs else None  # the applied plan's layer graphs (runtime/shape_graphs.py)
+    # the applied plan's layer graphs (runtime/shape_graphs.py), where calls can replay them
+    graphs = GraphPool(device) if expert_graphs and graphs_here(device) else None
     splits = ExpertSplits(device, host_threads=host_threads, guarded=host_levels, pool=graphs)
     tall = ExpertsForwards(graphs)
     pin = device.type == "cuda"
@@ -257,11 +260,8 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         watch.install(model, offloader)
         if isinstance(offloader, PrefetchOffloader):
             offloader.on_bump = watch.expect  # its refills' version bumps are not the model's writes
-        handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None)
-        if graphs is not None and graphs.members:
-            handle._graphs = graphs
-            at = next(i for i, (name, _) in enumerate(handle._pending) if name == "guards")
-            handle._pending.insert(at, ("layer graphs", graphs.close))  # after the forwards replaying them are gone
+        handle = Handle(plan, model, offloader, placement, watch, splits if splits.params else None,
+                        graphs if graphs is not None and graphs.members else None)
         if tall.forwards:
             handle._pending.insert(0, ("experts modules' forwards", tall.restore))
         if stats:

@@ -75,7 +75,7 @@ from runtime.forward_gate import ForwardGate, callers
 from runtime.host_guard import CudaMarks, HostGuard, Marks
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, parts_rows, rows_dtype
 from runtime.pinned import HostArena, pack
-from runtime.shape_graphs import GraphPool, ShapeGraphs, graphs_here
+from runtime.shape_graphs import GraphPool, ShapeGraphs
 from runtime.stream_wait import HostFlag, ThreadFlag, flag_waits, new_flag
 from runtime.tensors import TensorRef, resolve
 from runtime.uva import UvaOffloader, device_view
@@ -495,8 +495,8 @@ class ExpertSplits:
     threads: int | None = None  # torch's intra-op threads before apply, when the host computes experts
     host_threads: int | None = None  # the threads to use then (None: every CPU of the process's affinity)
     guarded: bool = True  # on a GPU, split layers get a HostGuard (apply's host_levels; runtime/host_guard.py)
-    pool: GraphPool | None = None  # on a GPU, level 0's eager decode calls replay CUDA graphs of this pool (apply's
-    # expert_graphs; runtime/shape_graphs.py: the applied plan's, which lets them go at remove())
+    pool: GraphPool | None = None  # level 0's eager decode calls replay CUDA graphs of this pool (apply's, on a GPU
+    # with expert_graphs; runtime/shape_graphs.py: the applied plan's, which lets them go at remove())
     worker: HostWorker | None = None
     stagings: list[_Staging] = field(default_factory=list)  # each split layer's host buffers
     guards: list[HostGuard] = field(default_factory=list)  # each split layer's watch on its host part
@@ -579,7 +579,7 @@ class ExpertSplits:
         forward = SplitForward(module, placement.layout, self.device, placement, split.cpu_max_tokens, worker,
                                new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
-        if self.pool is not None and graphs_here(self.device) and not offloaded_beside(layer):
+        if self.pool is not None and not offloaded_beside(layer):
             forward.graphs = self.pool.wrap(forward.gpu_rows, f"{layer.name}'s experts")
         self.forwards.append((module, module.__dict__.get("forward", _ABSENT), forward))
         module.forward = torch.compiler.disable(forward) if ids["cpu"] else forward

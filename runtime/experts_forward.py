@@ -42,7 +42,7 @@ from torch import nn
 
 from runtime.dtensor import is_dtensor
 from runtime.expert_math import Layout, grouped, is_experts_module, join_rows, part_rows
-from runtime.shape_graphs import GraphPool, ShapeGraphs, graphs_here
+from runtime.shape_graphs import GraphPool, ShapeGraphs
 from schemas.expert_graphs import module_graphed
 from schemas.grouped_tiles import padded_rows
 from schemas.plan import Plan
@@ -128,7 +128,7 @@ class ExpertsForwards:
     def install(self, plan: Plan, model: nn.Module) -> None:
         for layer, path, module, tall in experts_modules(plan, model):
             forward = ExpertsForward(module, module.forward, tall)
-            if (self.pool is not None and graphs_here(self.pool.device) and reads_nothing_back(module)
+            if (self.pool is not None and reads_nothing_back(module)
                     and module_graphed([f"{path}.{n}" for n in forward.layout.names], layer.uva, layer.offloaded)):
                 forward.graphs = self.pool.wrap(forward.own, f"{layer.name}.{path}", stamp=forward.addresses)
             if forward.tall or forward.graphs is not None:

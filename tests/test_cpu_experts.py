@@ -9,6 +9,8 @@ On a CPU-only machine every part runs on the CPU, which still exercises the spli
 
 from __future__ import annotations
 
+import importlib
+
 import threading
 
 import pytest
@@ -555,7 +557,7 @@ def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
         assert all(f.graphs is None for _, _, f in handle._splits.forwards)
         assert "expert_graphs" not in handle.stats()
         want = [_logits(model, x) for x in steps]
-    monkeypatch.setattr(cpu_experts, "graphs_here", lambda device: True)
+    monkeypatch.setattr(importlib.import_module("runtime.apply"), "graphs_here", lambda device: True)
     monkeypatch.setattr(shape_graphs, "graphs_here", lambda device: True)
     monkeypatch.setattr(shape_graphs.ShapeGraphs, "_captured", _stand_in)
     monkeypatch.setattr(shape_graphs.GraphPool, "order", lambda self: None)  # the stream's wait: CUDA's
@@ -599,7 +601,7 @@ def test_the_runtime_graphs_the_calls_the_planner_prices_as_graphed(monkeypatch)
     from schemas.expert_graphs import GRAPHED_MAX_TOKENS, graphed
     from test_shape_graphs import _stand_in
 
-    monkeypatch.setattr(cpu_experts, "graphs_here", lambda device: True)
+    monkeypatch.setattr(importlib.import_module("runtime.apply"), "graphs_here", lambda device: True)
     monkeypatch.setattr(shape_graphs, "graphs_here", lambda device: True)
     monkeypatch.setattr(shape_graphs.ShapeGraphs, "_captured", _stand_in)
     monkeypatch.setattr(shape_graphs.GraphPool, "order", lambda self: None)

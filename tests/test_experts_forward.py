@@ -5,6 +5,8 @@ graphs' decisions with a stand-in capture; tests/test_experts_forward_gpu.py che
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from schemas.grouped_tiles import SHORT_TILE_ROWS, padded_rows, tall_tiles
@@ -166,11 +168,10 @@ def test_a_failed_apply_takes_the_forwards_away(monkeypatch):
 def _graphs_on_the_cpu(monkeypatch):
     """Let the layer graphs run on the CPU: a stand-in capture that re-runs the function at each replay
     (tests/test_shape_graphs.py; tests/test_experts_forward_gpu.py runs CUDA's)."""
-    import runtime.experts_forward as ue
     from runtime import shape_graphs
     from test_shape_graphs import _stand_in
 
-    monkeypatch.setattr(ue, "graphs_here", lambda device: True)
+    monkeypatch.setattr(importlib.import_module("runtime.apply"), "graphs_here", lambda device: True)
     monkeypatch.setattr(shape_graphs, "graphs_here", lambda device: True)
     monkeypatch.setattr(shape_graphs.ShapeGraphs, "_captured", _stand_in)
     monkeypatch.setattr(shape_graphs.GraphPool, "order", lambda self: None)
