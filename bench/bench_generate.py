@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         model, config = build(kind, args.smoke, device)
         spec = runtime.describe(model, name=kind)
         if args.smoke:  # a CPU run has no library workspaces (as bench_memory.py's dry run)
-            spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0})})
+            spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "graphs": 0})})
         total = sum(t.nbytes for layer in spec.model.expanded() for t in layer.params)
         budgets = [int(total * s) for s in SMOKE_SHARE] if args.smoke else BUDGETS[kind]
         if args.budgets:

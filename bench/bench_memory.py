@@ -430,7 +430,7 @@ def probe_rows(setup: Setup, write) -> None:
 def described(model, kind: str, setup: Setup):
     spec = runtime.describe(model, name=kind)
     if setup.dry_run:  # a CPU run has no library workspaces
-        spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0})})
+        spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "graphs": 0})})
     return spec
 
 

@@ -78,6 +78,8 @@ from schemas.io import dump_model, load_routing  # noqa: E402
 from schemas.routing import RoutingRef  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
 
+WEIGHTS_ONLY = {"workspace": 0, "activations": 0, "graphs": 0}  # a dry run's tiny budgets: weights alone
+
 GB = 10**9
 HOST_LEVEL_KEYS = ("planned", "now", "moved_calls", "all_uva_calls", "more_calls")  # HostGuard.summary's, summed
 HOST_JUDGED_KEYS = ("gpu_ms", "host_ms", "handoff_ms")  # HostGuard.summary's, the median layer's
@@ -174,7 +176,7 @@ class Bench:
     def plan(self, spec, budget: int, tokens: int, **options):
         workload = Workload({"step": WorkloadItem(tokens=tokens)})
         if self.dry:  # tiny models: their budgets are about weights (no workspace or activations counted)
-            spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "activations": 0})})
+            spec = spec.model_copy(update={"memory": spec.memory.model_copy(update=WEIGHTS_ONLY)})
         return planner.plan(spec, gpu_budget=budget, hardware=self.hw, workload=workload, **options)
 
     def predicted(self, plan, tokens: int, mode: str = "eager", shares=None, own_cpu: bool = False) -> float:

@@ -48,7 +48,7 @@ def main() -> int:
     model, config = build("moe", args.smoke, device)
     spec = runtime.describe(model, name="moe")
     if args.smoke:
-        spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0})})
+        spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"workspace": 0, "graphs": 0})})
         total = sum(t.nbytes for layer in spec.model.expanded() for t in layer.params)
         budget = total // 2
     else:

@@ -1,17 +1,18 @@
-"""The layer graphs' GPU memory (runtime/shape_graphs.py; issue 21): what a plan's peak does not count.
+"""The layer graphs' GPU memory (runtime/shape_graphs.py; issue 21) against what the plan counts for them
+(``memory.graph_bytes``, planner/memory/graphs.py).
 
     PYTHONPATH=. python bench/probe_graph_memory.py --out $OUT/graph-memory.jsonl      # the H200 (about 2 min)
     python bench/probe_graph_memory.py --dry-run --out /tmp/graph-memory.jsonl        # tiny shapes on the CPU
 
 The Qwen3-MoE shape at 12 GB (bench_moe_hybrid.py's model and budget), the all-UVA plan and auto's plan for
 decode 32 (split layers with a host part beside resident ones), each applied with the layer graphs and without.
-For eager decode batches of 1, 4, 16, 32 and 64 tokens in turn (two steps each: the second captures a new shape),
-after each batch: the GPU memory allocated (``torch.cuda.memory_allocated``, the device synchronized) less what it
-was before the first batch, with the graphs and without; the bytes the graphs' static inputs and outputs hold
-(``Handle.stats()["expert_graphs"]["bytes"]``); and runtime/shape_graphs.py's estimate of those (per graph of T
-tokens: 2·T·hidden·2 bytes of hidden states in and out, T·k·10 of routing), from the graphs held. The difference
-of the two allocations less the static bytes is the pool's intermediates. On the CPU (``--dry-run``) nothing is
-captured: the rows are the same, their GPU figures zero.
+For eager decode batches of 1 to 64 tokens in turn, eight shapes (the most a plan's graphs hold; two steps each:
+the second captures a new shape), after each batch: the GPU memory allocated (``torch.cuda.memory_allocated``,
+the device synchronized) and reserved once the cache is emptied (``torch.cuda.memory_reserved`` after
+``empty_cache``: the graphs' pool keeps its segments) less what they were before the first batch, with the graphs
+and without; the bytes the graphs' static inputs and outputs hold (``Handle.stats()["expert_graphs"]["bytes"]``)
+and schemas/expert_graphs.py's bound on them for the shapes held; and the plan's ``memory.graph_bytes``. On the
+CPU (``--dry-run``) nothing is captured: the rows are the same, their GPU figures zero.
 """
 
 from __future__ import annotations
@@ -28,24 +29,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench_moe_hybrid as h  # noqa: E402
 
 import runtime  # noqa: E402
+from schemas.expert_graphs import static_bytes  # noqa: E402
 
-TOKENS = (1, 4, 16, 32, 64)
+TOKENS = (1, 2, 4, 8, 16, 32, 48, 64)
 
 
-def allocated(device: torch.device) -> int:
+def held(device: torch.device) -> tuple[int, int]:
+    """(allocated, reserved once the allocator's cache is emptied) on ``device``; (0, 0) off a GPU."""
     if device.type != "cuda":
-        return 0
+        return 0, 0
     torch.cuda.synchronize(device)
-    return torch.cuda.memory_allocated(device)
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
 
 
 def estimate(handle, hidden: int, k: int) -> int:
-    """runtime/shape_graphs.py's estimate of the static bytes of the graphs ``handle`` holds (bf16 hidden states)."""
+    """schemas/expert_graphs.py's static bytes of the shapes ``handle``'s graphs were captured for (bf16)."""
     pool = handle._graphs
     if pool is None:
         return 0
-    rows = [key[0][0][0] for g in pool.members for key in g.graphs]  # each graph's first input: [T, hidden]
-    return sum(2 * t * hidden * 2 + t * k * 10 for t in rows)
+    return sum(static_bytes(key[0][0][0], hidden, k, 2) for key in pool.statics)  # a key's first input: [T, hidden]
 
 
 def grow(bench: h.Bench, label: str, plan, model, config, graphs: bool) -> list[dict]:
@@ -53,14 +56,15 @@ def grow(bench: h.Bench, label: str, plan, model, config, graphs: bool) -> list[
     handle = runtime.apply(plan, model, device=str(bench.device), expert_graphs=graphs)
     out = []
     try:
-        base = allocated(bench.device)
+        base = held(bench.device)
         for tokens in TOKENS:
             ids = bench.ids((tokens, 1), config.vocab_size, seed=tokens)
             with torch.inference_mode():
                 model(ids, use_cache=False)
                 model(ids, use_cache=False)  # a shape's second call captures its graphs
             stats = handle.stats().get("expert_graphs") or {}
-            out.append({"tokens": tokens, "allocated": allocated(bench.device) - base,
+            now = held(bench.device)
+            out.append({"tokens": tokens, "allocated": now[0] - base[0], "reserved": now[1] - base[1],
                         "graphs": stats.get("graphs", 0), "bytes": stats.get("bytes", 0),
                         "estimate": estimate(handle, config.hidden_size, config.num_experts_per_tok)})
     finally:
@@ -87,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
                        graphs=on["graphs"], static_bytes=on["bytes"], estimate_bytes=on["estimate"],
                        allocated_with=on["allocated"], allocated_without=off["allocated"],
                        graphs_allocated=on["allocated"] - off["allocated"],
-                       intermediates=on["allocated"] - off["allocated"] - on["bytes"])
+                       reserved_with=on["reserved"], reserved_without=off["reserved"],
+                       graphs_reserved=on["reserved"] - off["reserved"],
+                       plan_graph_bytes=plan.memory.graph_bytes,
+                       within_plan=on["reserved"] - off["reserved"] <= plan.memory.graph_bytes)
     return 0
 
 

@@ -61,14 +61,26 @@ def bmm_rows(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> li
     return out
 
 
+def packs_bf16() -> bool:
+    """Whether oneDNN packs bf16 weights on this CPU (it needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT)."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(2, 2, dtype=torch.bfloat16), 1)
+    except RuntimeError:
+        return False
+    return True
+
+
 def expert_loop(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> list[dict]:
+    """The plain per-expert loop and, where the CPU packs bf16 weights (``packs_bf16``), the packed one."""
     gate_up = [torch.randn(2 * width, hidden).to(torch.bfloat16) for _ in range(experts)]
     down = [torch.randn(hidden, width).to(torch.bfloat16) for _ in range(experts)]  # nn.Linear's [out, in]
     nbytes = sum(w.nbytes for w in gate_up + down)
     out = []
+    kernels = ("plain", "packed") if packs_bf16() else ("plain",)
     for m in rows:
-        packed_up = [torch.ops.mkldnn._reorder_linear_weight(w, m) for w in gate_up]
-        packed_down = [torch.ops.mkldnn._reorder_linear_weight(w, m) for w in down]
+        pack = torch.ops.mkldnn._reorder_linear_weight if "packed" in kernels else None
+        packed_up = [pack(w, m) for w in gate_up] if pack else []
+        packed_down = [pack(w, m) for w in down] if pack else []
         x = [torch.randn(m, hidden).to(torch.bfloat16) for _ in range(experts)]
 
         def plain() -> None:
@@ -82,6 +94,8 @@ def expert_loop(experts: int, hidden: int, width: int, rows: tuple[int, ...]) ->
                 torch.ops.mkldnn._linear_pointwise(torch.nn.functional.silu(g) * u, packed_down[e], None, "none", [], "")
 
         for name, fn in (("plain", plain), ("packed", packed)):
+            if name not in kernels:
+                continue
             ms = wall_ms(fn, 4)
             out.append({"case": "loop", "kernel": name, "rows": m, "ms": round(ms, 3),
                         "gbps": round(nbytes / ms / 1e6, 1), "threads": torch.get_num_threads()})

@@ -21,14 +21,16 @@ What it holds to:
   as it is. The wrapped function must read no value back and must take its other tensors (weights, tables) from
   addresses that do not move while it is wrapped: a split layer's slices are made at apply and kept to remove.
 - Replays give the eager call's values bit for bit: the same kernels on the same shapes (tests/test_cpu_experts_gpu.py).
-- Memory: the graphs of one applied plan share one pool (``GraphPool``); each graph keeps its static inputs and its
-  output, the intermediates of one capture are reused by the next (no replay runs beside another: below). This
-  memory is not in the plan's peak. Estimated, not measured: an experts call of T tokens keeps its hidden states and
-  its output (2·T·hidden elements) and its routing (T·k ids and weights): about 0.53 MB a graph at 64 tokens of the
-  Qwen3-MoE shape (hidden 2,048, bf16), 13 MB for its 24 layers a shape, and at most ``max_shapes`` (8) shapes a
-  function (later shapes run eagerly): 101 MB at the worst, 0.2 MB for one decode batch of one token
-  (``GraphPool.counts()["bytes"]``, in ``Handle.stats()["expert_graphs"]``, says what the graphs hold). ``close``
-  lets go of every graph (after the device has run its replays; remove() calls it once the forwards are restored).
+- Memory: the graphs of one applied plan share one pool (``GraphPool``) and, for each input shape, one set of
+  static inputs and one output (each graph copies its result into the shared output as its last kernel, so its
+  own output's memory is the pool's again); the intermediates of one capture are reused by the next (no replay
+  runs beside another: below). At most ``GRAPHED_MAX_SHAPES`` (8) input shapes a pool (a call of a further shape
+  runs as launched), so what the graphs hold does not grow with the layers: at most 8 shapes' static tensors
+  (schemas/expert_graphs.py ``static_bytes``: 0.52 MB at 64 tokens of the Qwen3-MoE shape) and the pool's
+  segments, which the plan counts (``memory.graph_bytes``, planner/memory/graphs.py).
+  ``GraphPool.counts()["bytes"]`` (in ``Handle.stats()["expert_graphs"]``) says what the static tensors hold.
+  ``close`` lets go of every graph (after the device has run its replays; remove() calls it once the forwards
+  are restored).
 - A capture that fails (an op CUDA graphs refuse) leaves the function eager from then on, with a warning naming it.
 - Replays of one pool's graphs run one after another (``GraphPool``: they share intermediates and rewrite their
   own inputs and output): a second thread meanwhile runs its call as launched, and a replay on another stream than
@@ -44,15 +46,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from schemas.expert_graphs import GRAPHED_MAX_TOKENS
+from schemas.expert_graphs import GRAPHED_MAX_SHAPES, GRAPHED_MAX_TOKENS
 
 log = logging.getLogger(__name__)
 
 MAX_TOKENS = GRAPHED_MAX_TOKENS  # calls of at most this many rows (tokens) are graphed (the planner prices them)
-
-MAX_SHAPES = 8
-"""Graphs kept per function; calls of further shapes run eagerly."""
-
 
 def graphs_here(device: torch.device) -> bool:
     """Whether calls on ``device`` can replay CUDA graphs."""
@@ -60,6 +58,11 @@ def graphs_here(device: torch.device) -> bool:
 
 
 Key = tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+def key_of(tensors: tuple[torch.Tensor, ...]) -> Key:
+    """The shapes and dtypes of a call's inputs (or of an output): one graph each, one set of static tensors."""
+    return tuple((tuple(t.shape), t.dtype) for t in tensors)
 
 
 @dataclass(eq=False)
@@ -77,6 +80,9 @@ class GraphPool:
     turn: threading.Lock = field(default_factory=threading.Lock)
     last: torch.cuda.Stream | None = None  # the stream of the pool's last replay or capture
     members: list[ShapeGraphs] = field(default_factory=list)  # the functions wrapped with this pool (``wrap``)
+    max_shapes: int = GRAPHED_MAX_SHAPES  # input shapes the pool's graphs are captured for; others run as launched
+    statics: dict[Key, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # the inputs every graph of a shape reads
+    outputs: dict[Key, torch.Tensor] = field(default_factory=dict)  # the output every graph of that kind writes
 
     def wrap(self, fn: Callable[..., torch.Tensor], name: str,
              stamp: Callable[[], tuple] | None = None) -> ShapeGraphs:
@@ -90,7 +96,30 @@ class GraphPool:
         their static inputs and outputs (the pool's intermediates besides: not counted here)."""
         return {"layers": len(self.members), "graphs": sum(len(g.graphs) for g in self.members),
                 "failed": sum(g.failed is not None for g in self.members),
-                "bytes": sum(t.nbytes for g in self.members for e in g.graphs.values() for t in (*e.inputs, e.output))}
+                "bytes": sum(t.nbytes for ts in self.statics.values() for t in ts)
+                + sum(t.nbytes for t in self.outputs.values())}
+
+    def room(self, key: Key) -> bool:
+        """Whether a graph of inputs ``key`` may be captured: the pool holds that shape's static inputs, or
+        fewer than ``max_shapes`` shapes'."""
+        return key in self.statics or len(self.statics) < self.max_shapes
+
+    def static_inputs(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The static inputs every graph of ``inputs``' shapes reads, made at the first (plain tensors, written
+        under no_grad and inference_mode alike; outside the graphs' pool, which their captures reuse)."""
+        key = key_of(inputs)
+        if key not in self.statics:
+            with torch.inference_mode(False):
+                self.statics[key] = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in inputs)
+        return self.statics[key]
+
+    def static_output(self, like: torch.Tensor) -> torch.Tensor:
+        """The output every graph whose result is shaped as ``like`` copies it into."""
+        key = key_of((like,))
+        if key not in self.outputs:
+            with torch.inference_mode(False):
+                self.outputs[key] = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+        return self.outputs[key]
 
     def close(self) -> None:
         """Let go of every graph of the pool, after the device has run its replays (the functions stay wrapped:
@@ -99,6 +128,8 @@ class GraphPool:
             torch.cuda.synchronize(self.device)
         for graphs in self.members:
             graphs.close()
+        self.statics.clear()
+        self.outputs.clear()
 
     def ready(self) -> tuple[object, torch.cuda.Stream]:
         if self.handle is None:
@@ -117,8 +148,8 @@ class GraphPool:
 @dataclass(eq=False)
 class _Graph:
     graph: torch.cuda.CUDAGraph
-    inputs: tuple[torch.Tensor, ...]
-    output: torch.Tensor
+    inputs: tuple[torch.Tensor, ...]  # the pool's static inputs of the shape
+    output: torch.Tensor  # the pool's static output the graph copies its result into
 
 
 @dataclass(eq=False)
@@ -129,7 +160,6 @@ class ShapeGraphs:
     name: str  # what the function is, for the warning when a capture fails
     pool: GraphPool
     max_tokens: int = MAX_TOKENS
-    max_shapes: int = MAX_SHAPES
     # where the tensors ``fn`` reads besides its inputs are (their addresses): should they differ from the
     # captures', the function runs eagerly from then on (None: they cannot move while wrapped)
     stamp: Callable[[], tuple] | None = None
@@ -151,9 +181,9 @@ class ShapeGraphs:
             self.failed = "the tensors it reads moved since its graphs were captured"
             log.warning("%s: runs eagerly from now on (%s)", self.name, self.failed)
             return self.fn(*inputs)
-        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        key = key_of(inputs)
         entry = self.graphs.get(key)
-        if entry is None and (key not in self.seen or len(self.graphs) >= self.max_shapes):
+        if entry is None and (key not in self.seen or not self.pool.room(key)):
             self.seen.add(key)
             return self.fn(*inputs)
         if not self.pool.turn.acquire(blocking=False):  # another thread is replaying one of the pool's graphs
@@ -172,8 +202,11 @@ class ShapeGraphs:
             self.pool.turn.release()
 
     def _capture(self, key: Key, inputs: tuple[torch.Tensor, ...]) -> _Graph | None:
+        static = self.pool.static_inputs(inputs)
+        for s, t in zip(static, inputs):
+            s.copy_(t)
         try:
-            entry = self._captured(inputs)
+            entry = self._captured(static)
         except Exception as exc:  # noqa: BLE001 - the function stays eager; this call runs it so
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("%s: not captured in a CUDA graph, runs eagerly from now on (%s)", self.name, self.failed)
@@ -183,22 +216,19 @@ class ShapeGraphs:
         self.graphs[key] = entry
         return entry
 
-    def _captured(self, inputs: tuple[torch.Tensor, ...]) -> _Graph:
-        """``fn`` captured on the pool's stream over static copies of ``inputs`` (after a warm-up there)."""
+    def _captured(self, static: tuple[torch.Tensor, ...]) -> _Graph:
+        """``fn`` captured on the pool's stream over the pool's ``static`` inputs (holding the call's values),
+        after a warm-up there, its result copied into the pool's static output of its shape."""
         handle, stream = self.pool.ready()
-        caller = torch.cuda.current_stream(inputs[0].device)
-        with torch.inference_mode(False):  # plain tensors: written again under no_grad or inference_mode alike
-            static = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in inputs)
-        for s, t in zip(static, inputs):
-            s.copy_(t)
+        caller = torch.cuda.current_stream(static[0].device)
         stream.wait_stream(caller)
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.stream(stream), torch.no_grad():
-                self.fn(*static)  # the warm-up on the capturing stream (lazy handles, workspaces)
+                output = self.pool.static_output(self.fn(*static))  # the warm-up (lazy handles, workspaces)
                 graph.capture_begin(pool=handle, capture_error_mode="thread_local")
                 try:
-                    output = self.fn(*static)
+                    output.copy_(self.fn(*static))  # the graph's own result goes back to the pool once captured
                 finally:
                     graph.capture_end()
         finally:

@@ -31,6 +31,19 @@ PlanLayer = Any
 GRAPHED_MAX_TOKENS = 64
 """Eager experts calls of at most this many tokens are replayed from graphs: decode batches."""
 
+GRAPHED_MAX_SHAPES = 8
+"""Input shapes (token counts) an applied plan's graphs are captured for; calls of further shapes run as launched."""
+
+ROUTING_ID_BYTES = 8  # the routing's expert ids: int64
+ROUTING_WEIGHT_BYTES = 4  # its weights: float32 at most (Mixtral's router keeps them so, Qwen3-MoE's in bf16)
+
+
+def static_bytes(tokens: int, hidden: int, top_k: int, act_bytes: int) -> int:
+    """The static tensors the graphs of one input shape share (runtime/shape_graphs.py), at most: an experts
+    call's hidden states in and out (``2·T·hidden`` in the activations' dtype) and its routing, ``T·top_k`` expert
+    ids and weights."""
+    return 2 * tokens * hidden * act_bytes + tokens * top_k * (ROUTING_ID_BYTES + ROUTING_WEIGHT_BYTES)
+
 
 def moved_beside(module: str, kept: Collection[str], offloaded: Iterable[str]) -> bool:
     """Whether a tensor under ``module`` (relative to its layer; '' for the layer itself) is offloaded and not in

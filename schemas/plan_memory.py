@@ -1,8 +1,8 @@
 """What a plan counts on the GPU besides the weights and their buffers: the KV cache, the activations'
-peak and a workspace allowance (the plan's ``memory`` section).
+peak, a workspace allowance and the layer graphs' memory (the plan's ``memory`` section).
 
 The plan's ``summary.peak_gpu_bytes`` is the whole GPU: resident weights + buffer pool + ``kv_cache_bytes``
-+ ``activation_bytes`` + ``workspace_bytes``, within ``gpu_budget_bytes``. Per forward of the workload
++ ``activation_bytes`` + ``workspace_bytes`` + ``graph_bytes`` (``PARTS``), within ``gpu_budget_bytes``. Per forward of the workload
 (``forwards``) the plan records what it assumed (tokens, sequences, context, which logits) and what that
 forward needs: its KV cache (``batch x context x kv_bytes_per_token``) and its activations' peak (the
 largest set of activations alive at once, ``largest`` says where). The plan's KV cache is the largest
@@ -24,6 +24,11 @@ from schemas.workload import MAX_TOKENS, Logits
 
 KvSizing = Literal["workload", "reserved", "auto"]
 
+PARTS = (("kv_cache_bytes", "KV cache"), ("activation_bytes", "activations"), ("workspace_bytes", "workspace"),
+         ("graph_bytes", "layer graphs"))
+"""The memory section's parts (field, what it is in a line of figures), each on the GPU beside the weights."""
+PART_WORDS = dict(PARTS)
+
 
 class ForwardMemory(StrictModel):
     """One forward of the workload: what the plan assumed it holds and what it needs on the GPU."""
@@ -42,6 +47,10 @@ class PlanMemory(StrictModel):
     kv_cache_bytes: Count = Field(description="GPU bytes of the KV cache")
     activation_bytes: Count = Field(description="the activations' peak of the largest forward")
     workspace_bytes: Count = Field(description="library workspaces (cuBLAS), an allowance")
+    graph_bytes: Count = Field(
+        default=0, description="the CUDA graphs of routed experts' decode calls (runtime/shape_graphs.py): their "
+        "static inputs and outputs and their pool's segments, at most (planner/memory/graphs.py); 0 without "
+        "routed experts, and in plans written before the runtime kept them")
     kv_cache: KvSizing = Field(default="workload", description="how the KV cache was sized: workload (the largest "
                                "forward's), reserved (memory.kv_cache SIZE) or auto (what the plan leaves)")
     kv_cache_dtype: PrintableName = Field(description="dtype of the cached keys and values")
@@ -55,7 +64,13 @@ class PlanMemory(StrictModel):
     @property
     def non_weight_bytes(self) -> int:
         """What the plan counts on the GPU besides weights and buffers."""
-        return self.kv_cache_bytes + self.activation_bytes + self.workspace_bytes
+        return sum(n for _, n in self.parts())
+
+    def parts(self, listed: bool = False) -> list[tuple[str, int]]:
+        """(field, bytes) of each part (``PARTS``); ``listed``: those a reader is shown (no layer graphs' line in a
+        plan without any)."""
+        return [(name, getattr(self, name)) for name, _ in PARTS
+                if not (listed and name == "graph_bytes" and not self.graph_bytes)]
 
     @property
     def kv_tokens(self) -> int | None:

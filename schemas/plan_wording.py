@@ -329,8 +329,7 @@ def throughput_not_in_memory(name: str, batch: int, context: int, mem_batch: int
 
 
 def memory_parts_source(mem: Any) -> str:
-    return (f" + memory.kv_cache_bytes {mem.kv_cache_bytes} + memory.activation_bytes {mem.activation_bytes}"
-            f" + memory.workspace_bytes {mem.workspace_bytes}")
+    return "".join(f" + memory.{name} {n}" for name, n in mem.parts())
 
 
 def summary_intro(count: int) -> str:

@@ -80,11 +80,11 @@ class ModelSection(StrictModel):
 
 class MemorySection(StrictModel):
     """The budgets, and what the plan counts besides the weights (docs/DESIGN.md, "The whole GPU"): the KV
-    cache, the activations and a workspace allowance, each computed from the spec and the workload unless
-    given here."""
+    cache, the activations, a workspace allowance and the experts' decode graphs, each computed from the spec and
+    the workload unless given here."""
 
     gpu_budget: Size | None = Field(default=None, description="the GPU bytes the plan may use: weights, offload "
-                                    "buffers, KV cache, activations and workspace")
+                                    "buffers, KV cache, activations, workspace and graphs")
     cpu_budget: Size | None = Field(default=None, description="cap on pinned host bytes")
     kv_cache: SizeOrAuto | None = Field(
         default=None, description="GPU bytes reserved for the KV cache (at least what the workload's contexts "
@@ -100,6 +100,10 @@ class MemorySection(StrictModel):
     workspace: SizeOrZero | None = Field(
         default=None, description="library workspaces (cuBLAS) (default: the hardware profile's "
         "workspace_bytes, which planner calibrate measures)")
+    graphs: SizeOrZero | None = Field(
+        default=None, description="the CUDA graphs of routed experts' decode calls (default: at most what they "
+        "hold, from the spec's shapes: planner/memory/graphs.py; 0 where the runtime is applied with "
+        "expert_graphs=False)")
 
     @field_validator("kv_cache_dtype")
     @classmethod

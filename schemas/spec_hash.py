@@ -9,7 +9,8 @@ from schemas.spec import SpecFile
 # fields added to the spec after plans started recording its hash: left out while unset, so that the
 # specs that do not use them keep the hash their plans already record
 _LATER_FIELDS = {"offload": ("backends",), "model": ("attention", "param_order"),
-                 "memory": ("kv_cache", "kv_cache_dtype", "kv_bytes_per_token", "activations", "workspace")}
+                 "memory": ("kv_cache", "kv_cache_dtype", "kv_bytes_per_token", "activations", "workspace",
+                            "graphs")}
 _LATER_SECTIONS = ("parallel",)
 _LATER_WORKLOAD_FIELDS = ("batch", "context", "logits")  # of each workload item
 

@@ -21,7 +21,7 @@ def llama8b() -> SpecFile:
     return weights_only(load_spec(EXAMPLES / "llama-3-8b.yaml"))
 
 
-WEIGHTS_ONLY = {"workspace": 0, "activations": 0}  # a toy spec's budgets are about weights and buffers
+WEIGHTS_ONLY = {"workspace": 0, "activations": 0, "graphs": 0}  # a toy spec's budgets are about weights and buffers
 
 
 def make_spec(blocks: list[dict[str, list[int]]], *, head: bool = True, offload: dict | None = None,

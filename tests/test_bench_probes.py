@@ -87,7 +87,8 @@ def test_the_host_rows_probe_times_each_row_count_and_pad_and_restores_the_pad(c
     assert {(r["proj"], r["rows"]) for r in bmm} == {(p, m) for p in ("gate_up", "gate_up_host", "down", "down_in_out")
                                                    for m in (1, 7)}
     assert {r["pad"] for r in rows if r["case"] == "host_rows"} == {1, 16}
-    assert {r["kernel"] for r in rows if r["case"] == "loop"} == {"plain", "packed"}
+    packed = {"packed"} if probe_host_rows_m.packs_bf16() else set()  # oneDNN's bf16 packing needs AVX-512
+    assert {r["kernel"] for r in rows if r["case"] == "loop"} == {"plain", *packed}
     assert all(r["ms"] > 0 for r in rows) and expert_math.PAD_ROWS == 1
 
 

@@ -242,6 +242,29 @@ def test_a_context_adds_the_cache_read_to_a_graph_decode():
     assert steps[1].compute_ms - steps[0].compute_ms == pytest.approx(32 * 8191 * per_token_ms, rel=1e-3)
 
 
+def test_the_experts_decode_graphs_are_counted_once_whatever_the_layers_and_only_for_stacked_experts():
+    """Qwen3-30B-A3B (48 layers, stacked experts): 8 shapes' static tensors at 64 tokens (hidden states in and out,
+    8 int64 ids and float32 weights a token) and the pool's two segments, by hand; a dense model and experts held
+    one module each count none; the spec's memory.graphs replaces the figure and leaves its hash alone unset."""
+    from schemas.spec_hash import spec_sha256
+
+    spec = spec_of("qwen3-30b-a3b")
+    static = 2 * 64 * 2048 * 2 + 64 * 8 * (8 + 4)
+    plan = planner.plan(spec, gpu_budget=40 * 10**9)
+    s, mem = plan.summary, plan.memory
+    assert mem.graph_bytes == 8 * static + (2 + 20) * 2**20
+    assert s.peak_gpu_bytes == (s.resident_bytes + s.buffer_bytes + mem.kv_cache_bytes + mem.activation_bytes
+                                + mem.workspace_bytes + mem.graph_bytes)
+    assert load_model(Plan, "p.yaml", dump_model(plan)) == plan
+    assert planner.plan(spec_of("llama-3-8b"), gpu_budget=40 * 10**9).memory.graph_bytes == 0
+    assert planner.plan(load_spec(EXAMPLES / "mixtral-8x7b.yaml"), gpu_budget=40 * 10**9).memory.graph_bytes == 0
+    mine = spec.model_copy(update={"memory": spec.memory.model_copy(update={"graphs": 0})})
+    assert planner.plan(mine, gpu_budget=40 * 10**9).memory.graph_bytes == 0
+    assert spec_sha256(spec) != spec_sha256(mine) and "graphs" not in dump_model(spec)
+    tight = planner.plan(spec, gpu_budget=s.peak_gpu_bytes)
+    assert tight.summary.peak_gpu_bytes <= s.peak_gpu_bytes  # the budget that held the graphs still holds them
+
+
 # -- hand edits ---------------------------------------------------------------------------------------
 
 def _plan_data() -> dict:
@@ -254,6 +277,7 @@ def _plan_data() -> dict:
     (lambda d: d["memory"].update(kv_cache_bytes=d["memory"]["kv_cache_bytes"] // 2), "memory.kv_cache_bytes"),
     (lambda d: d["memory"].update(activation_bytes=1), "memory.activation_bytes"),
     (lambda d: d["memory"].update(workspace_bytes=0), "summary.peak_gpu_bytes"),
+    (lambda d: d["memory"].update(graph_bytes=2**20), "summary.peak_gpu_bytes"),
     (lambda d: d["memory"]["forwards"][0].update(kv_cache_bytes=1), "memory.forwards[0].kv_cache_bytes"),
     (lambda d: d["memory"]["forwards"][0].update(context=2048), "memory.forwards[0].kv_cache_bytes"),
     (lambda d: d["memory"]["forwards"][0].update(batch=9), "memory.forwards[0].batch"),

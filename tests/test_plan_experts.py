@@ -25,7 +25,7 @@ def moe_spec(layers: int = 2) -> SpecFile:
         {"name": "embed", "params": {"weight": [64, 16]}},
         {"name": "model.layers.{i}", "repeat": layers, "params": block, "moe": {"experts": E, "top_k": 2}},
         {"name": "norm", "params": {"weight": [16]}}]},
-        "memory": {"workspace": 0, "activations": 0}})  # a toy: its budgets are about weights
+        "memory": {"workspace": 0, "activations": 0, "graphs": 0}})  # a toy: its budgets are about weights
 
 
 SPLIT = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]

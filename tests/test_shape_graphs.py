@@ -23,10 +23,13 @@ class _Replay:
         self.output.copy_(self.fn(*self.static))
 
 
-def _stand_in(self, inputs):
-    static = tuple(t.clone() for t in inputs)
-    output = self.fn(*static)
-    return _Graph(_Replay(self.fn, static, output), static, output)
+def _stand_in(self, static):
+    """The capture as CUDA's would leave it: the pool's static inputs, the pool's output of the result's shape, and
+    a replay that runs the function on the one into the other."""
+    output = self.pool.static_output(self.fn(*static))
+    replay = _Replay(self.fn, static, output)
+    replay.replay()
+    return _Graph(replay, static, output)
 
 
 ORDERED: list = []
@@ -46,7 +49,8 @@ def graphs(monkeypatch):
         calls.append((x, y))
         return 2 * x + y
 
-    g = ShapeGraphs(fn, "layer 0's experts", GraphPool(torch.device("cpu")), max_tokens=4, max_shapes=2)
+    g = GraphPool(torch.device("cpu"), max_shapes=2).wrap(fn, "layer 0's experts")
+    g.max_tokens = 4
     return g, calls
 
 
@@ -79,11 +83,39 @@ def test_shapes_and_dtypes_each_get_their_graph_up_to_the_limit(graphs):
         for seed in (0, 1):
             x, y = _xy(tokens, seed)
             assert torch.equal(g(x, y), 2 * x + y)
-    assert len(g.graphs) == 2  # max_shapes: the third shape stays eager
+    assert len(g.graphs) == 2  # the pool's max_shapes: the third shape stays eager
     x, y = _xy(1, 5)
     for _ in range(2):
         assert torch.equal(g(x.double(), y.double()), 2 * x.double() + y.double())
     assert len(g.graphs) == 2 and all(key[0][1] == torch.float32 for key in g.graphs)
+
+
+def test_the_graphs_of_a_pool_share_one_set_of_static_tensors_a_shape_and_the_pool_caps_the_shapes(graphs):
+    """Two functions of one pool (two layers' experts): one graph each a shape, the same static inputs and output
+    for both, so the bytes held do not grow with the functions; a shape beyond the pool's two runs as launched in
+    either, and a replay of one leaves what the other returned alone."""
+    g, calls = graphs
+    h = g.pool.wrap(lambda x, y: x - y, "layer 1's experts")
+    h.max_tokens = 4
+    for tokens in (1, 2):
+        for seed in (0, 1):
+            x, y = _xy(tokens, seed)
+            assert torch.equal(g(x, y), 2 * x + y) and torch.equal(h(x, y), x - y)
+    assert len(g.graphs) == len(h.graphs) == 2 and len(g.pool.statics) == len(g.pool.outputs) == 2
+    for key, entry in g.graphs.items():
+        assert entry.inputs is h.graphs[key].inputs and entry.output is h.graphs[key].output
+    held = sum(t.nbytes for key in g.graphs for t in (*g.pool.statics[key], g.pool.outputs[key[:1]]))
+    assert g.pool.counts() == {"layers": 2, "graphs": 4, "failed": 0, "bytes": held}
+    x, y = _xy(2, 7)
+    a = g(x, y)
+    b = h(x, y)
+    assert torch.equal(a, 2 * x + y) and torch.equal(b, x - y)  # each its own copy of the shared output
+    x3, y3 = _xy(3, 0)
+    for _ in range(3):
+        assert torch.equal(g(x3, y3), 2 * x3 + y3) and torch.equal(h(x3, y3), x3 - y3)
+    assert len(g.pool.statics) == 2 and calls[-1][0] is x3  # a third shape: launched, on the caller's tensors
+    g.pool.close()
+    assert not g.pool.statics and not g.pool.outputs and g.pool.counts()["bytes"] == 0
 
 
 def test_calls_above_max_tokens_run_eagerly(graphs):

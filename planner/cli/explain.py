@@ -22,6 +22,7 @@ from schemas.errors import InputError, suggest
 from schemas.hardware_profile import HardwareProfile
 from schemas.measured import MeasuredForward, MeasuredStats
 from schemas.plan import Plan
+from schemas.plan_memory import PART_WORDS
 from schemas.sizes import format_bytes
 
 from planner.cost.layer import layer_work
@@ -176,7 +177,8 @@ def _memory(plan: Plan, workload: str, used: list[MeasuredForward]) -> list[Comp
     if mem is not None:
         kv = forward.kv_cache_bytes if forward is not None and mem.kv_cache == "workload" else mem.kv_cache_bytes
         act = forward.activation_bytes if forward is not None and mem.activations == "model" else mem.activation_bytes
-        parts += [("KV cache", kv), ("activations", act), ("workspace", mem.workspace_bytes)]
+        of_forward = {"kv_cache_bytes": kv, "activation_bytes": act}  # the workload's own where sized by it
+        parts += [(PART_WORDS[name], of_forward.get(name, n)) for name, n in mem.parts(listed=True)]
     rows = [Compared("peak GPU bytes", sum(n for _, n in parts), measured)]
     return rows + [Compared(f"  {what}", n, None) for what, n in parts]
 

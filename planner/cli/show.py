@@ -7,6 +7,7 @@ from typing import Any
 
 from schemas.plan import Plan
 from schemas.plan_content import PREFETCHING
+from schemas.plan_memory import PART_WORDS
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
@@ -43,9 +44,7 @@ def totals(plan: Plan) -> dict[str, Any]:
         "peak_gpu_bytes": s.peak_gpu_bytes,
         "pinned_host_bytes": s.pinned_host_bytes,
         "gpu_budget_bytes": s.gpu_budget_bytes,
-        **({} if plan.memory is None else {"kv_cache_bytes": plan.memory.kv_cache_bytes,
-                                           "activation_bytes": plan.memory.activation_bytes,
-                                           "workspace_bytes": plan.memory.workspace_bytes}),
+        **({} if plan.memory is None else dict(plan.memory.parts())),
     }
 
 
@@ -54,8 +53,7 @@ def peak_parts(plan: Plan) -> str:
     s, mem = plan.summary, plan.memory
     parts = [("resident", s.resident_bytes), ("buffers", s.buffer_bytes)]
     if mem is not None:
-        parts += [("KV cache", mem.kv_cache_bytes), ("activations", mem.activation_bytes),
-                  ("workspace", mem.workspace_bytes)]
+        parts += [(PART_WORDS[name], n) for name, n in mem.parts(listed=True)]
     return " + ".join(f"{what} {format_bytes(n)}" for what, n in parts)
 
 

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.memory.kv import KvSize
-from planner.memory.shapes import LayerShape, Mlp
+from planner.memory.shapes import Experts, LayerShape, Mlp
 from schemas.grouped_tiles import padded_rows
 
 FLOAT32 = 4
@@ -113,9 +113,7 @@ def _stages(s: LayerShape, f: Forward, t: int, h: int, dt: int, kv: KvSize | Non
     e = s.experts
     if e is not None:
         rows = t * e.top_k
-        padded = padded_rows(rows, e.experts)  # the runtime's call for experts on UVA (runtime/expert_math.py)
-        routed = max(rows * (e.hidden + 4 * e.inner), 4 * rows * e.hidden,
-                     rows * e.hidden + padded * (e.hidden + 2 * e.inner) if padded > rows else 0) * dt
+        routed = routed_bytes(e, t, dt)
         router = t * e.experts * (dt + FLOAT32) + rows * INDEX * 3  # logits, softmax; sorted ids, order
         shared = t * h * dt + _mlp_bytes(s.shared, t, dt) if s.shared is not None else 0
         yield f"routed experts ({e.top_k} of {e.experts} a token)", inner + max(routed, shared) + router
@@ -125,6 +123,15 @@ def _stages(s: LayerShape, f: Forward, t: int, h: int, dt: int, kv: KvSize | Non
         rows = f.batch if f.logits == "last" else t
         kept = rows * s.head * GENERATE_SCORES if f.logits == "last" else 0
         yield f"logits ({rows} x {s.head})", (t * h + rows * s.head) * dt + kept
+
+
+def routed_bytes(e: Experts, t: int, dt: int) -> int:
+    """The routed experts' own activations at ``t`` tokens (the module docstring): the larger of the gathered
+    inputs with the up projection's output, four ``S·H`` tensors, or the padded call's."""
+    rows = t * e.top_k
+    padded = padded_rows(rows, e.experts)  # the runtime's call for experts on UVA (runtime/expert_math.py)
+    return max(rows * (e.hidden + 4 * e.inner), 4 * rows * e.hidden,
+               rows * e.hidden + padded * (e.hidden + 2 * e.inner) if padded > rows else 0) * dt
 
 
 def _mlp_bytes(m: Mlp, t: int, dt: int) -> int:

@@ -3,8 +3,9 @@
 ``plan_memory`` computes, from the spec, the workload and the merged memory settings, what every forward
 needs (its KV cache, its activations' peak) and the parts the plan counts: the KV cache (the largest
 forward's, a reservation, or, with ``kv_cache: auto``, what the plan leaves: ``fill_kv``), the largest
-activations' peak and the workspace allowance (the hardware profile's, or the spec's). ``build.py`` takes
-them off the gpu_budget before any strategy runs (``weights_budget``): one point, whatever the strategy.
+activations' peak, the workspace allowance (the hardware profile's, or the spec's) and the routed experts'
+decode graphs (``planner.memory.graphs``). ``build.py`` takes them off the gpu_budget before any strategy runs
+(``weights_budget``): one point, whatever the strategy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 from planner.errors import InfeasibleError, PlanningError
 from planner.memory.activations import Forward, activation_peak
+from planner.memory.graphs import graph_bytes
 from planner.memory.kv import KvSize, kv_size
 from planner.memory.shapes import LayerShape, layer_shapes
 from planner.words import memory_notes as words
@@ -44,6 +46,7 @@ class MemoryModel:
         self.act_dtype = activation_dtype(model)
         self.kv_dtype = memory.kv_cache_dtype or self.act_dtype
         self.kv: KvSize = kv_size(self.shapes, itemsize(self.kv_dtype), memory.kv_bytes_per_token)
+        self.graphs = memory.graphs if memory.graphs is not None else graph_bytes(self.shapes, itemsize(self.act_dtype))
 
     def forward(self, name: str, forward: Forward) -> ForwardMemory:
         per_token = self.kv.per_token
@@ -73,7 +76,7 @@ class MemoryModel:
         kv = given if isinstance(given, int) else need
         workspace = self.memory.workspace if self.memory.workspace is not None else profile.workspace
         return PlanMemory(kv_cache_bytes=kv, activation_bytes=max(f.activation_bytes for f in forwards),
-                          workspace_bytes=workspace, kv_cache=sizing, kv_cache_dtype=self.kv_dtype,
+                          workspace_bytes=workspace, graph_bytes=self.graphs, kv_cache=sizing, kv_cache_dtype=self.kv_dtype,
                           kv_bytes_per_token=self.kv.per_token,
                           activations="spec" if self.memory.activations is not None else "model", forwards=forwards)
 

@@ -57,6 +57,7 @@ class Experts:
     top_k: int
     inner: int  # one expert's intermediate width
     hidden: int  # its input width
+    stacked: bool = True  # held as 3-D tensors, expert first (transformers 5), not one module per expert
 
 
 @dataclass(frozen=True)
@@ -228,10 +229,11 @@ def _experts(routed: list[Tensor], moe: MoeSpec | None) -> Experts | None:
         up = next((by_module[n] for n in (*_UP, *_GATE, *_PLAIN_UP) if n in by_module), routed[0])
         inner, hidden = out_width(up), in_width(up)
         count = up.shape[0] if len(up.shape) == 3 else None
+    stacked = count is not None
     if count is None:  # one module per expert: count their numbers (``experts.3.w1``)
         count = len({_expert_number(t.name) for t in routed} - {None}) or 1
     experts = moe.experts if moe is not None else count
-    return Experts(experts, moe.top_k if moe is not None else experts, inner, hidden)
+    return Experts(experts, moe.top_k if moe is not None else experts, inner, hidden, stacked)
 
 
 def _expert_number(rel: str) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from schemas.plan import Plan
 from schemas.plan_content import PlanLayer, PlanParam
+from schemas.plan_memory import PARTS
 from schemas.prediction import Predictions
 from schemas.sizes import format_bytes
 
@@ -23,7 +24,7 @@ __all__ = ["BYTE_FIELDS", "GPU", "PREFETCH", "UVA", "PlanDiff", "diff_plans", "p
 BYTE_FIELDS = ("gpu_budget_bytes", "cpu_budget_bytes", "total_bytes", "resident_bytes", "offloaded_bytes",
                "buffer_bytes", "peak_gpu_bytes", "pinned_host_bytes")
 SETTINGS = ("backend", "strategy", "prefetch_step")
-MEMORY_FIELDS = ("kv_cache_bytes", "activation_bytes", "workspace_bytes")  # of the plans' memory sections
+MEMORY_FIELDS = tuple(name for name, _ in PARTS)  # of the plans' memory sections
 MODEL_FIELDS = ("model", "spec_sha256", "layers", "rank", "world_size")  # summary fields that describe the model
 PARAM_FIELDS = ("shape", "dtype", "stride", "buffer", "kind", "shard")  # compared per param (bytes follow from them)
 

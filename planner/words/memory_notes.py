@@ -27,8 +27,9 @@ def _parts(mem: PlanMemory) -> list[tuple[str, int]]:
     largest_act = max(mem.forwards, key=lambda f: f.activation_bytes)
     act = ("the activations (memory.activations)" if mem.activations == "spec" else
            f"the activations of {largest_act.workload} ({_tokens(largest_act.tokens)}, at {largest_act.largest})")
-    parts = [(kv, mem.kv_cache_bytes), (act, mem.activation_bytes), ("the workspace", mem.workspace_bytes)]
-    return sorted((p for p in parts if p[1]), key=lambda p: -p[1])
+    words = {"kv_cache_bytes": kv, "activation_bytes": act, "workspace_bytes": "the workspace",
+             "graph_bytes": "the experts' decode graphs"}
+    return sorted(((words[name], n) for name, n in mem.parts() if n), key=lambda p: -p[1])
 
 
 def infeasible(gpu_budget: int, mem: PlanMemory, need: int | None, weights_message: str) -> str:
