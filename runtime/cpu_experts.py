@@ -81,7 +81,7 @@ from runtime.tensors import TensorRef, resolve
 from runtime.uva import UvaOffloader, device_view
 from schemas import Plan, PlanLayer
 from schemas.expert_graphs import offloaded_beside
-from schemas.plan_experts import experts_module, host_bytes
+from schemas.plan_experts import ExpertSplit, experts_module, host_bytes, host_computes
 
 log = logging.getLogger("runtime")
 
@@ -308,7 +308,7 @@ class SplitForward:
     layout: Layout
     device: torch.device
     placement: _Placement  # where its experts are computed at each level
-    max_tokens: int | None = None
+    split: ExpertSplit  # the plan's: which calls the host computes at (``host_computes``)
     worker: HostWorker | None = None  # the host's thread, where the stream can wait for it (step 3)
     flag: HostFlag | ThreadFlag | None = None  # raised by the host's thread when its rows are written
     staged: HostFlag | None = None  # written by the stream when the routed tokens are on the host (a GPU's worker)
@@ -322,7 +322,7 @@ class SplitForward:
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                  *args, **kwargs) -> torch.Tensor:
         tokens = hidden_states.shape[0]
-        level = self.placement.planned if self.max_tokens is None or tokens <= self.max_tokens else 0
+        level = self.placement.planned if host_computes(self.split, tokens) else 0
         if level and self.gate is not None:
             self.gate.check_owner()  # the layer called from another thread while a forward runs
         if level and self.guard is not None and not self._capturing():  # (a capture is refused by _to_host)
@@ -576,7 +576,7 @@ class ExpertSplits:
                 self.guards.append(guard)
         staging = _Staging(pin=cuda)
         self.stagings.append(staging)
-        forward = SplitForward(module, placement.layout, self.device, placement, split.cpu_max_tokens, worker,
+        forward = SplitForward(module, placement.layout, self.device, placement, split, worker,
                                new_flag(self.device) if worker is not None else None,
                                HostFlag() if worker is not None and cuda else None, staging, guard=guard)
         if self.pool is not None and not offloaded_beside(layer):

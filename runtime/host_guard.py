@@ -37,6 +37,8 @@ from typing import Protocol
 
 import torch
 
+from schemas.plan_experts import bypassed_host
+
 log = logging.getLogger("runtime")
 
 HOLD = 16  # calls with every host expert through UVA after the host's level first falls below one expert
@@ -153,7 +155,7 @@ class HostGuard:
         self.judged = (gpu_ms, host_ms)
         every_ms = gpu_ms / (self.link + self.host - level) * (self.link + self.host)  # the GPU reading them all
         # a host part that outlasts the GPU reading every one of them (its fixed costs at few rows): none on the host
-        target = 0.0 if host_ms > every_ms else min(float(self.top), balanced(self.host, self.link, level, gpu_ms,
+        target = 0.0 if bypassed_host(host_ms, every_ms) else min(float(self.top), balanced(self.host, self.link, level, gpu_ms,
                                                                                 host_ms))
         if target >= 1:
             self.next_hold = HOLD

@@ -188,5 +188,14 @@ def host_computes(split: ExpertSplit, tokens: float) -> bool:
     return bool(split.cpu) and (split.cpu_max_tokens is None or tokens <= split.cpu_max_tokens)
 
 
+def bypassed_host(host_ms: float, all_through_uva_ms: float) -> bool:
+    """Whether a split layer's host part is skipped: it takes longer (``host_ms``) than GPU kernels reading every
+    one of the layer's host-memory experts through UVA (``all_through_uva_ms``), which they then do (at a few rows a
+    call the host's fixed costs, the hand-off among them, outweigh the experts it saves the link). One rule for the
+    runtime's guard, on measured times (runtime/host_guard.py), and the cost model, on predicted ones
+    (planner/cost/host_experts.py ``bypassed``)."""
+    return host_ms > all_through_uva_ms
+
+
 def _ids(ids: Sequence[int]) -> str:
     return ", ".join(map(str, ids[:8])) + (f" … ({len(ids)} in all)" if len(ids) > 8 else "")

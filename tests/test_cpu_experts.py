@@ -24,6 +24,7 @@ from runtime import cpu_experts  # noqa: E402
 from runtime.cpu_experts import HostExpertsCaptureError, SplitForward  # noqa: E402
 from runtime.errors import PlanMismatchError  # noqa: E402
 from runtime.host_guard import HostGuard  # noqa: E402
+from schemas.plan_experts import ExpertSplit  # noqa: E402
 from test_host_guard import ScriptedMarks  # noqa: E402
 
 PROMPTS, POSITIONS = 8, 64
@@ -222,7 +223,8 @@ def test_a_cuda_graph_capture_reaching_host_experts_is_refused(monkeypatch):
             return host, None
 
     guard = HostGuard("layers.0", 2, 6, ScriptedMarks())
-    forward = SplitForward(experts, None, torch.device("cuda"), Placement(), guard=guard)
+    split = ExpertSplit(params=["gate_up_proj"], gpu=[0, 1, 2, 3, 4, 5], cpu=[6, 7])
+    forward = SplitForward(experts, None, torch.device("cuda"), Placement(), split, guard=guard)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     h = torch.zeros(2, 128)
     with pytest.raises(HostExpertsCaptureError, match="cpu backend"):

@@ -46,7 +46,7 @@ from planner.cost.layer import EXPERTS_CALL_LAUNCHES, GRAPH_CALL_LAUNCHES, Layer
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
 from schemas.expert_graphs import graphed
-from schemas.plan_experts import ExpertSplit, host_computes
+from schemas.plan_experts import ExpertSplit, bypassed_host, host_computes
 from schemas.spec_layers import moe_shape
 
 # kernels a split forward issues beyond transformers' own grouped experts kernel (in the MoE block's CPU figure), as
@@ -174,7 +174,8 @@ def bypassed(q: dict[str, list[float]], tokens: int, shape: ExpertShape, hw: Har
     costs outweigh the experts it saves the link: a plan made for decode 32, at batch 1)."""
     if not (q["uva"] and q["cpu"]):
         return False
-    return host_part_ms(q["cpu"], tokens, shape, hw, True) > gpu_part_ms(q["uva"] + q["cpu"], tokens, shape, hw, True)
+    return bypassed_host(host_part_ms(q["cpu"], tokens, shape, hw, True),
+                         gpu_part_ms(q["uva"] + q["cpu"], tokens, shape, hw, True))
 
 
 def through_uva(split: ExpertSplit) -> ExpertSplit:
