@@ -27,8 +27,11 @@ What it holds to:
   runs beside another: below). At most ``GRAPHED_MAX_SHAPES`` (8) input shapes a pool (a call of a further shape
   runs as launched), so what the graphs hold does not grow with the layers: at most 8 shapes' static tensors
   (schemas/expert_graphs.py ``static_bytes``: 0.52 MB at 64 tokens of the Qwen3-MoE shape) and the pool's
-  segments, which the plan counts (``memory.graph_bytes``, planner/memory/graphs.py).
-  ``GraphPool.counts()["bytes"]`` (in ``Handle.stats()["expert_graphs"]``) says what the static tensors hold.
+  segments, which the plan counts (``memory.graph_bytes``, planner/memory/graphs.py). Measured on the H200 for
+  the Qwen3-MoE shape after batches of 1 to 64 tokens (docs/BENCHMARKS.md, "The layer graphs' memory"): the pool
+  26 MiB, the static tensors 1.4 MB, against 32.0 MiB counted (0.2 MiB and 2 MiB for one batch of one token).
+  ``GraphPool.counts()`` (in ``Handle.stats()["expert_graphs"]``) says what the static tensors hold (``bytes``)
+  and the pool's segments (``pool_bytes``).
   ``close`` lets go of every graph (after the device has run its replays; remove() calls it once the forwards
   are restored).
 - A capture that fails (an op CUDA graphs refuse) leaves the function eager from then on, with a warning naming it.
@@ -92,12 +95,20 @@ class GraphPool:
         return graphs
 
     def counts(self) -> dict[str, int]:
-        """The functions wrapped, the graphs they hold, those whose capture failed, and the bytes the graphs hold in
-        their static inputs and outputs (the pool's intermediates besides: not counted here)."""
+        """The functions wrapped, the graphs they hold, those whose capture failed, the bytes their static inputs and
+        outputs hold (``bytes``) and the bytes the allocator keeps in the pool's segments (``pool_bytes``: the
+        graphs' intermediates, reserved for them alone)."""
         return {"layers": len(self.members), "graphs": sum(len(g.graphs) for g in self.members),
                 "failed": sum(g.failed is not None for g in self.members),
                 "bytes": sum(t.nbytes for ts in self.statics.values() for t in ts)
-                + sum(t.nbytes for t in self.outputs.values())}
+                + sum(t.nbytes for t in self.outputs.values()), "pool_bytes": self.pool_bytes()}
+
+    def pool_bytes(self) -> int:
+        """The bytes of the segments PyTorch's allocator holds in the pool (0 before its first capture)."""
+        if self.handle is None:
+            return 0
+        pool = tuple(self.handle)
+        return sum(s["total_size"] for s in torch.cuda.memory_snapshot() if tuple(s["segment_pool_id"]) == pool)
 
     def room(self, key: Key) -> bool:
         """Whether a graph of inputs ``key`` may be captured: the pool holds that shape's static inputs, or

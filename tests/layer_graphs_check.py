@@ -71,6 +71,7 @@ def check_layer_graphs(model, plan, forwards_of: Callable[[object], list]) -> No
     config = model.config  # one set of static tensors a shape (4 and 1 tokens), whatever the layers
     counted = sum(static_bytes(t, config.hidden_size, config.num_experts_per_tok, 2) for t in (4, 1))
     assert 2 * config.hidden_size * 2 * (4 + 1) < stats["bytes"] <= counted, (stats, counted)
+    assert stats["pool_bytes"] > 0, stats  # the graphs' pool: segments of the allocator's own
     for g, p, w in zip(got, plain, want):
         assert torch.equal(g, p) and torch.equal(g, w)
     assert torch.equal(graph_replayed, plain_replayed)
