@@ -152,7 +152,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
           stats: bool = False, progress: bool | None = None, unplanned: Unplanned = "refuse",
           spec: SpecFile | None = None, rank: int | None = None, process_group: object = None,
           read_only_buffers: bool = False, record_routing: bool = False, host_threads: int | None = None,
-          host_levels: bool = True, expert_graphs: bool = True) -> Handle:
+          host_levels: bool = True, expert_graphs: bool | None = None) -> Handle:
     """Offload ``model`` as ``plan`` says. On any error the model is left as it was.
 
     ``device`` is the compute device ("cuda", "cuda:1", or "cpu" to exercise a plan on a
@@ -184,7 +184,8 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     and of an experts module read through UVA whose forward reads nothing back, replay a CUDA graph per input
     shape, captured at the shape's second call (schemas/expert_graphs.py, runtime/shape_graphs.py: the eager
     decode's launches; ``Handle.stats()["expert_graphs"]``); False runs them as launched (the planner's eager
-    predictions assume True).
+    predictions assume True); None (the default): as the plan's memory counts them (``memory.graph_bytes``: on, but
+    where the spec's ``memory.graphs: 0`` left them out; on for a plan without a memory section).
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -201,9 +202,15 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
                       host_threads=host_threads, host_levels=host_levels, expert_graphs=expert_graphs)
 
 
+def graphs_counted(plan: Plan) -> bool:
+    """Whether ``plan``'s memory counts the layer graphs (``memory.graph_bytes``; a plan without a memory section,
+    written before it, is taken to)."""
+    return plan.memory is None or plan.memory.graph_bytes > 0
+
+
 def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.device, *, stats: bool,
            progress: bool | None, unplanned: Unplanned, spec: SpecFile | None, read_only_buffers: bool,
-           record_routing: bool, host_threads: int | None, host_levels: bool, expert_graphs: bool) -> Handle:
+           record_routing: bool, host_threads: int | None, host_levels: bool, expert_graphs: bool | None) -> Handle:
     device = _device(device)
     meta = meta_tensors(model)
     if meta:
@@ -224,8 +231,10 @@ def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.
         raise ApplyError(f"host_threads={host_threads!r}: expected a whole number of threads, 1 or more")
     if type(host_levels) is not bool:
         raise ApplyError(f"host_levels={host_levels!r}: expected True or False")
-    if type(expert_graphs) is not bool:
-        raise ApplyError(f"expert_graphs={expert_graphs!r}: expected True or False")
+    if expert_graphs is not None and type(expert_graphs) is not bool:
+        raise ApplyError(f"expert_graphs={expert_graphs!r}: expected True, False or None (as the plan counts them)")
+    if expert_graphs is None:
+        expert_graphs = graphs_counted(plan)
     # the applied plan's layer graphs (runtime/shape_graphs.py), where calls can replay them
     graphs = GraphPool(device) if expert_graphs and graphs_here(device) else None
     splits = ExpertSplits(device, host_threads=host_threads, guarded=host_levels, pool=graphs)

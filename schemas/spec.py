@@ -102,8 +102,8 @@ class MemorySection(StrictModel):
         "workspace_bytes, which planner calibrate measures)")
     graphs: SizeOrZero | None = Field(
         default=None, description="the CUDA graphs of routed experts' decode calls (default: at most what they "
-        "hold, from the spec's shapes: planner/memory/graphs.py; 0 where the runtime is applied with "
-        "expert_graphs=False)")
+        "hold, from the spec's shapes: planner/memory/graphs.py; 0: none, and runtime.apply then runs without "
+        "them)")
 
     @field_validator("kv_cache_dtype")
     @classmethod

@@ -565,7 +565,7 @@ def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
     monkeypatch.setattr(shape_graphs.GraphPool, "order", lambda self: None)  # the stream's wait: CUDA's
     with runtime.apply(split_plan(model, places), model, device="cpu", expert_graphs=False) as handle:
         assert all(f.graphs is None for _, _, f in handle._splits.forwards)
-    with runtime.apply(split_plan(model, places), model, device="cpu") as handle:
+    with runtime.apply(split_plan(model, places), model, device="cpu") as handle:  # (no memory section: on)
         forwards = [f for _, _, f in handle._splits.forwards]
         assert forwards and all(f.graphs is not None for f in forwards)
         got = [_logits(model, x) for x in steps]
@@ -577,7 +577,7 @@ def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
         assert len(held) == 2 * 4  # two shapes: hidden states, ids and weights in, the output
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     assert all(not f.graphs.graphs for f in forwards)  # let go at remove()
-    for bad in (1, "yes", None):
+    for bad in (1, "yes", "auto"):
         with pytest.raises(runtime.ApplyError, match="expert_graphs="):
             runtime.apply(split_plan(model, places), model, device="cpu", expert_graphs=bad)
 
@@ -612,7 +612,7 @@ def test_the_runtime_graphs_the_calls_the_planner_prices_as_graphed(monkeypatch)
     plan = split_plan(model, cpu_max_tokens=16)
     layers = {layer.name: layer for layer in plan.layers if layer.experts is not None}
     sizes = (1, 16, 17, GRAPHED_MAX_TOKENS, GRAPHED_MAX_TOKENS + 1)
-    with runtime.apply(plan, model, device="cpu", host_threads=1) as handle:
+    with runtime.apply(plan, model, device="cpu", host_threads=1, expert_graphs=True) as handle:
         for tokens in sizes:
             ids = torch.randint(0, model.config.vocab_size, (tokens, 1), generator=torch.Generator().manual_seed(tokens))
             _logits(model, ids), _logits(model, ids)

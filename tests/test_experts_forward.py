@@ -184,16 +184,21 @@ def _step(model, tokens: int, seed: int):
         return model(ids, use_cache=False).logits
 
 
-def _half_plan(model):
-    """A plan of ``model`` reading the routed experts of some of its layers through UVA, the rest resident."""
+def _half_plan(model, graphs: bool = False):
+    """A plan of ``model`` reading the routed experts of some of its layers through UVA, the rest resident; its
+    memory counts the weights alone, or with ``graphs`` the layer graphs too."""
     import planner
     import runtime
+    from planner.memory.parts import MemoryModel
 
     spec = runtime.describe(model)
-    spec = spec.model_copy(update={"memory": spec.memory.model_copy(update=WEIGHTS_ONLY)})
+    spec = spec.model_copy(update={"memory": spec.memory.model_copy(
+        update={**WEIGHTS_ONLY, **({"graphs": None} if graphs else {})})})
+    counted = MemoryModel(spec.model, spec.model.expanded(), spec.memory).graphs
     rest = sum(p.numel() * p.element_size() for name, p in model.named_parameters() if ".experts." not in name)
     one = sum(p.numel() * p.element_size() for p in model.model.layers[0].mlp.experts.parameters())
-    return planner.plan(spec, strategy="budget", backend="uva", kinds=["routed_experts"], gpu_budget=rest + one)
+    return planner.plan(spec, strategy="budget", backend="uva", kinds=["routed_experts"],
+                        gpu_budget=rest + one + counted)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral", "olmoe"])
@@ -201,7 +206,8 @@ def test_experts_modules_replay_graphs_at_the_calls_the_planner_prices_as_graphe
     """One rule for the runtime and the planner (schemas.expert_graphs.graphed): an experts module, resident or read
     through UVA, replays its decode calls (at most GRAPHED_MAX_TOKENS tokens, from the second call of a shape) and
     not a larger call; only the modules read through UVA take the tall tiles; the logits stay the resident model's;
-    remove() lets the graphs go; with expert_graphs=False the resident modules keep their own forward."""
+    remove() lets the graphs go; with expert_graphs=False, or by default with a plan that counts no graphs
+    (memory.graphs: 0), the resident modules keep their own forward."""
     import runtime
     from moe_models import make_moe
     from schemas.expert_graphs import GRAPHED_MAX_TOKENS, graphed, static_bytes
@@ -214,11 +220,17 @@ def test_experts_modules_replay_graphs_at_the_calls_the_planner_prices_as_graphe
     assert any(on_uva) and not all(on_uva)
     sizes = (1, 2, GRAPHED_MAX_TOKENS, GRAPHED_MAX_TOKENS + 1)
     want = {t: _step(model, t, t) for t in sizes}
-    with runtime.apply(plan, model, device="cpu", expert_graphs=False) as handle:
-        assert "expert_graphs" not in handle.stats()
-        forwards = _forwards(model)
-        assert [f.tall for f in forwards] == [True] * sum(on_uva) and all(f.graphs is None for f in forwards)
-    with runtime.apply(plan, model, device="cpu") as handle:
+    for off in ({"expert_graphs": False}, {}):  # asked, or as the plan counts them (none)
+        with runtime.apply(plan, model, device="cpu", **off) as handle:
+            assert "expert_graphs" not in handle.stats()
+            forwards = _forwards(model)
+            assert [f.tall for f in forwards] == [True] * sum(on_uva) and all(f.graphs is None for f in forwards)
+    counted = _half_plan(model, graphs=True)
+    assert counted.memory.graph_bytes > 0 and [layer.uva for layer in counted.layers] == [
+        layer.uva for layer in plan.layers]
+    with runtime.apply(counted, model, device="cpu") as handle:  # the plan counts them: on
+        assert all(f.graphs is not None for f in _forwards(model)) and handle.stats()["expert_graphs"]
+    with runtime.apply(plan, model, device="cpu", expert_graphs=True) as handle:  # (a toy's plan counts none)
         got = {t: (_step(model, t, t), _step(model, t, t)) for t in sizes}
         forwards = _forwards(model)
         replayed = {t: [any(key[0][0][0] == t for key in f.graphs.graphs) for f in forwards] for t in sizes}
@@ -284,7 +296,7 @@ def test_a_graphed_module_whose_tensors_move_runs_as_launched(monkeypatch):
 
     _graphs_on_the_cpu(monkeypatch)
     model = make_moe("qwen3_moe", implementation="grouped_mm")
-    with runtime.apply(_uva_plan(model), model, device="cpu") as handle:
+    with runtime.apply(_uva_plan(model), model, device="cpu", expert_graphs=True) as handle:
         _step(model, 2, 0), _step(model, 2, 0)
         experts = model.model.layers[0].mlp.experts
         forward = experts.__dict__["forward"]
