@@ -99,8 +99,10 @@ class Handle:
         layer the plan's host experts, how many the host computes now, the calls with fewer (the host slower than
         planned) and with more (faster), and the last measured call's GPU part, host part and hand-off in ms
         (``host_levels``, runtime/host_guard.py); with experts modules replaying CUDA graphs (split layers, and
-        modules read through UVA), their count, the graphs held, the captures failed and the bytes the graphs' static
-        inputs and outputs hold (``expert_graphs``, runtime/shape_graphs.py ``GraphPool.counts``)."""
+        modules read through UVA), their count, the graphs held, the captures failed, the bytes the graphs' static
+        inputs and outputs hold and the bytes of their pool's segments (``expert_graphs``, runtime/shape_graphs.py
+        ``GraphPool.counts``). ``json.dump`` of it is a STATS.json for ``planner explain --measured``
+        (schemas/measured.py ``MeasuredStats``)."""
         if self.offloader.device.type == "cuda":
             torch.cuda.synchronize(self.offloader.device)
         forwards = [f.summary() for f in self.offloader.forward_stats()]

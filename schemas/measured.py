@@ -61,12 +61,39 @@ class MeasuredForward(StrictModel):
         return self
 
 
+class MeasuredHostLevel(StrictModel):
+    """One split layer's guard (runtime/host_guard.py ``HostGuard.summary``): the plan's host experts, the host's
+    now, the calls with fewer and with more, the last judged call's parts."""
+
+    planned: Count
+    now: Count
+    moved_calls: Count = 0
+    all_uva_calls: Count = 0
+    more_calls: Count = 0
+    gpu_ms: Milliseconds = 0.0
+    host_ms: Milliseconds = 0.0
+    handoff_ms: Milliseconds = 0.0
+
+
+class MeasuredGraphs(StrictModel):
+    """The applied plan's layer graphs (runtime/shape_graphs.py ``GraphPool.counts``)."""
+
+    layers: Count = Field(description="experts calls wrapped")
+    graphs: Count = Field(description="graphs held")
+    failed: Count = Field(default=0, description="calls whose capture failed (run as launched)")
+    bytes: Count = Field(default=0, description="the static inputs and outputs the graphs share")
+    pool_bytes: Count = Field(default=0, description="the allocator's segments of the graphs' pool")
+
+
 class MeasuredStats(StrictModel):
-    """``Handle.stats()``: the backend, the recent forwards and the pinned host memory."""
+    """``Handle.stats()``: the backend, the recent forwards and the pinned host memory; with host experts their
+    guards, with layer graphs what those hold."""
 
     backend: PlanBackend
     forwards: list[MeasuredForward] = Field(min_length=1)
     pinned_host_bytes: Count = 0
+    host_levels: dict[str, MeasuredHostLevel] | None = None
+    expert_graphs: MeasuredGraphs | None = None
 
 
 def load_measured(path: str | Path) -> MeasuredStats:

@@ -10,6 +10,7 @@ On a CPU-only machine every part runs on the CPU, which still exercises the spli
 from __future__ import annotations
 
 import importlib
+import json
 
 import threading
 
@@ -24,6 +25,7 @@ from runtime import cpu_experts  # noqa: E402
 from runtime.cpu_experts import HostExpertsCaptureError, SplitForward  # noqa: E402
 from runtime.errors import PlanMismatchError  # noqa: E402
 from runtime.host_guard import HostGuard  # noqa: E402
+from schemas.measured import MeasuredGraphs, MeasuredHostLevel  # noqa: E402
 from schemas.plan_experts import ExpertSplit  # noqa: E402
 from test_host_guard import ScriptedMarks  # noqa: E402
 
@@ -209,6 +211,15 @@ def test_a_module_that_is_not_an_experts_module_is_refused():
     with pytest.raises(PlanMismatchError, match="not an experts module as transformers 5 writes them"):
         runtime.apply(split_plan(model), model, device="cpu", host_threads=1)
     del model.model.layers[0].mlp.experts.forward
+
+
+def test_a_guards_summary_is_what_a_stats_file_holds():
+    """Handle.stats()["host_levels"] (one HostGuard.summary a split layer) reads back as planner explain reads a
+    STATS.json."""
+    guard = HostGuard("layers.0", 2, 6, ScriptedMarks())
+    for _ in range(3):
+        guard.host_turn()
+    assert MeasuredHostLevel.model_validate(json.loads(json.dumps(guard.summary()))).model_dump() == guard.summary()
 
 
 def test_a_cuda_graph_capture_reaching_host_experts_is_refused(monkeypatch):
@@ -575,6 +586,8 @@ def test_eager_decode_calls_of_gpu_experts_go_through_shape_graphs(monkeypatch):
         held = {id(t): t.nbytes for f in forwards for e in f.graphs.graphs.values() for t in (*e.inputs, e.output)}
         assert stats["bytes"] == sum(held.values()) > 0  # one set of static tensors a shape, whatever the layers
         assert len(held) == 2 * 4  # two shapes: hidden states, ids and weights in, the output
+        written = json.loads(json.dumps(handle.stats()))  # a STATS.json for planner explain --measured
+        assert MeasuredGraphs.model_validate(written["expert_graphs"]).model_dump() == stats
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     assert all(not f.graphs.graphs for f in forwards)  # let go at remove()
     for bad in (1, "yes", "auto"):

@@ -150,3 +150,20 @@ def test_other_byte_counts_are_bad_input(plan):
     first = data["forwards"][0]["layers"][0]
     assert f"forwards[0].layers[0].bytes: expected the plan's {first['bytes'] - 2} bytes" in str(info.value)
     assert "another plan" in str(info.value)
+
+
+def test_a_stats_file_with_host_levels_and_layer_graphs_is_explained(plan, tmp_path):
+    """Handle.stats() of a plan with host experts and layer graphs carries ``host_levels`` and ``expert_graphs``:
+    a STATS.json written from it is read as the other keys are (a bad figure in them named like any other)."""
+    slow = next(layer.name for layer in plan.layers if layer.prefetch is not None)
+    data = {**_stats(plan, slow, stall_ms=0.0),
+            "host_levels": {"model.layers.0": {"planned": 50, "now": 54, "moved_calls": 0, "all_uva_calls": 0,
+                                               "more_calls": 12, "gpu_ms": 11.4, "host_ms": 10.9, "handoff_ms": 0.07}},
+            "expert_graphs": {"layers": 24, "graphs": 8, "failed": 0, "bytes": 264704, "pool_bytes": 6291456}}
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps(data))
+    assert invoke("explain", _write_plan(tmp_path, plan), "--measured", str(path)).exit_code == 0
+    data["expert_graphs"]["pool_bytes"] = -1
+    path.write_text(json.dumps(data))
+    bad = invoke("explain", _write_plan(tmp_path, plan), "--measured", str(path))
+    assert bad.exit_code == 2 and "expert_graphs.pool_bytes" in bad.output
