@@ -163,6 +163,13 @@ def test_a_stats_file_with_host_levels_and_layer_graphs_is_explained(plan, tmp_p
     path = tmp_path / "stats.json"
     path.write_text(json.dumps(data))
     assert invoke("explain", _write_plan(tmp_path, plan), "--measured", str(path)).exit_code == 0
+    e = explain(plan, MeasuredStats.model_validate(data), chosen_profile(plan, None), "decode", 1)
+    graphs = [c for c in e.memory if c.what.strip() == "layer graphs"]
+    assert not graphs  # a dense plan counts none, so lists none; an MoE plan's row gets the stats' bytes:
+    moe = plan.model_copy(update={"memory": plan.memory.model_copy(update={"graph_bytes": 2**25})})
+    row = next(c for c in explain(moe, MeasuredStats.model_validate(data), chosen_profile(plan, None), "decode",
+                                  1).memory if c.what.strip() == "layer graphs")
+    assert (row.predicted, row.measured) == (2**25, 264704 + 6291456)
     data["expert_graphs"]["pool_bytes"] = -1
     path.write_text(json.dumps(data))
     bad = invoke("explain", _write_plan(tmp_path, plan), "--measured", str(path))

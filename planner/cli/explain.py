@@ -159,7 +159,7 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
         Compared("bytes copied", predicted_bytes, _median([f.bytes_copied for f in used])),
         Compared("link GB/s", hw.h2d_gbps, _median([f.copy_gbps for f in used])),
     ]
-    out.memory = _memory(plan, workload, used)
+    out.memory = _memory(plan, workload, used, stats)
     if all(c.measured is None for row in out.layers for c in (row.copy_ms, row.stall_ms)) and out.layers:
         out.notes.append("no copy or stall was timed (a run on the CPU, or stats off): only bytes are compared")
     if out.totals[0].measured is None:
@@ -167,8 +167,9 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
     return out
 
 
-def _memory(plan: Plan, workload: str, used: list[MeasuredForward]) -> list[Compared]:
-    """The forward's peak as the plan counts it, against the largest peak measured; then the plan's parts."""
+def _memory(plan: Plan, workload: str, used: list[MeasuredForward], stats: MeasuredStats) -> list[Compared]:
+    """The forward's peak as the plan counts it, against the largest peak measured; then the plan's parts, the
+    layer graphs against what the stats say they hold (their static tensors and their pool's segments)."""
     s, mem = plan.summary, plan.memory
     peaks = [f.max_memory_allocated for f in used if f.max_memory_allocated is not None]
     measured = float(max(peaks)) if peaks else None
@@ -180,7 +181,9 @@ def _memory(plan: Plan, workload: str, used: list[MeasuredForward]) -> list[Comp
         of_forward = {"kv_cache_bytes": kv, "activation_bytes": act}  # the workload's own where sized by it
         parts += [(PART_WORDS[name], of_forward.get(name, n)) for name, n in mem.parts(listed=True)]
     rows = [Compared("peak GPU bytes", sum(n for _, n in parts), measured)]
-    return rows + [Compared(f"  {what}", n, None) for what, n in parts]
+    g = stats.expert_graphs
+    held = {PART_WORDS["graph_bytes"]: float(g.bytes + g.pool_bytes)} if g is not None else {}
+    return rows + [Compared(f"  {what}", n, held.get(what)) for what, n in parts]
 
 
 # ---------------------------------------------------------------------------
