@@ -29,7 +29,7 @@ What it holds to:
   (schemas/expert_graphs.py ``static_bytes``: 0.52 MB at 64 tokens of the Qwen3-MoE shape) and the pool's
   segments, which the plan counts (``memory.graph_bytes``, planner/memory/graphs.py). Measured on the H200 for
   the Qwen3-MoE shape after batches of 1 to 64 tokens (docs/BENCHMARKS.md, "The layer graphs' memory"): the pool
-  26 MiB, the static tensors 1.4 MB, against 32.0 MiB counted (0.2 MiB and 2 MiB for one batch of one token).
+  26 MiB, the static tensors 1.4 MB, against 32.0 MiB counted (8 KB and 2 MiB after batches of one token).
   ``GraphPool.counts()`` (in ``Handle.stats()["expert_graphs"]``) says what the static tensors hold (``bytes``)
   and the pool's segments (``pool_bytes``).
   ``close`` lets go of every graph (after the device has run its replays; remove() calls it once the forwards
@@ -54,6 +54,7 @@ from schemas.expert_graphs import GRAPHED_MAX_SHAPES, GRAPHED_MAX_TOKENS
 log = logging.getLogger(__name__)
 
 MAX_TOKENS = GRAPHED_MAX_TOKENS  # calls of at most this many rows (tokens) are graphed (the planner prices them)
+
 
 def graphs_here(device: torch.device) -> bool:
     """Whether calls on ``device`` can replay CUDA graphs."""
@@ -84,8 +85,9 @@ class GraphPool:
     last: torch.cuda.Stream | None = None  # the stream of the pool's last replay or capture
     members: list[ShapeGraphs] = field(default_factory=list)  # the functions wrapped with this pool (``wrap``)
     max_shapes: int = GRAPHED_MAX_SHAPES  # input shapes the pool's graphs are captured for; others run as launched
-    statics: dict[Key, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # the inputs every graph of a shape reads
-    outputs: dict[Key, torch.Tensor] = field(default_factory=dict)  # the output every graph of that kind writes
+    # the inputs every graph of a shape reads, and the output every graph of a result's shape writes
+    statics: dict[Key, tuple[torch.Tensor, ...]] = field(default_factory=dict)
+    outputs: dict[Key, torch.Tensor] = field(default_factory=dict)
 
     def wrap(self, fn: Callable[..., torch.Tensor], name: str,
              stamp: Callable[[], tuple] | None = None) -> ShapeGraphs:

@@ -76,7 +76,8 @@ class MemoryModel:
         kv = given if isinstance(given, int) else need
         workspace = self.memory.workspace if self.memory.workspace is not None else profile.workspace
         return PlanMemory(kv_cache_bytes=kv, activation_bytes=max(f.activation_bytes for f in forwards),
-                          workspace_bytes=workspace, graph_bytes=self.graphs, kv_cache=sizing, kv_cache_dtype=self.kv_dtype,
+                          workspace_bytes=workspace, graph_bytes=self.graphs, kv_cache=sizing,
+                          kv_cache_dtype=self.kv_dtype,
                           kv_bytes_per_token=self.kv.per_token,
                           activations="spec" if self.memory.activations is not None else "model", forwards=forwards)
 
