@@ -311,3 +311,28 @@ def test_a_graphed_module_whose_tensors_move_runs_as_launched(monkeypatch):
         assert forward.graphs.failed is not None and torch.equal(out, torch.zeros_like(out))
         experts.down_proj.data = old
         assert handle.stats()["expert_graphs"]["failed"] == 1
+
+
+def test_the_static_tensors_stay_within_what_the_plan_counts_however_many_shapes(monkeypatch):
+    """Decode batches of ten sizes up to 64 tokens: the pool keeps eight shapes (the ninth and tenth run as
+    launched, their logits the resident model's), and their static tensors stay within the static part of the plan's
+    memory.graph_bytes (planner/memory/graphs.py: 8 shapes counted at 64 tokens); the pool's own segments are
+    measured on the GPU (bench/probe_graph_memory.py)."""
+    import runtime
+    from moe_models import make_moe
+    from schemas.expert_graphs import GRAPHED_MAX_SHAPES, static_bytes
+
+    _graphs_on_the_cpu(monkeypatch)
+    model = make_moe("qwen3_moe", implementation="grouped_mm")
+    plan = _half_plan(model, graphs=True)
+    config = model.config
+    sizes = (64, 1, 2, 3, 5, 8, 13, 21, 34, 55)
+    want = {t: _step(model, t, t) for t in sizes}
+    with runtime.apply(plan, model, device="cpu") as handle:
+        got = {t: (_step(model, t, t), _step(model, t, t)) for t in sizes}
+        stats = handle.stats()["expert_graphs"]
+        held = {key[0][0][0] for key in handle._graphs.statics}
+    assert held == set(sizes[:GRAPHED_MAX_SHAPES])  # the first eight shapes; 34 and 55 tokens run as launched
+    counted = GRAPHED_MAX_SHAPES * static_bytes(64, config.hidden_size, config.num_experts_per_tok, 2)
+    assert 0 < stats["bytes"] <= counted < plan.memory.graph_bytes
+    assert all(torch.equal(g, want[t]) for t in sizes for g in got[t])
