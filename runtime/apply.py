@@ -99,7 +99,7 @@ class Handle:
         layer the plan's host experts, how many the host computes now, the calls with fewer (the host slower than
         planned) and with more (faster), and the last measured call's GPU part, host part and hand-off in ms
         (``host_levels``, runtime/host_guard.py); with experts modules replaying CUDA graphs (split layers, and
-        modules read through UVA), their count, the graphs held, the captures failed, the bytes the graphs' static
+        modules not split), their count, the graphs held, the captures failed, the bytes the graphs' static
         inputs and outputs hold and the bytes of their pool's segments (``expert_graphs``, runtime/shape_graphs.py
         ``GraphPool.counts``). ``json.dump`` of it is a STATS.json for ``planner explain --measured``
         (schemas/measured.py ``MeasuredStats``)."""
@@ -183,7 +183,7 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     slower than the plan's profile and taking experts from it while faster (runtime/host_guard.py;
     ``Handle.stats()["host_levels"]``); False keeps the plan's split whatever the host does. ``expert_graphs``: on a
     GPU, the eager calls of at most 64 tokens of a split layer's experts whose GPU kernels compute (no host part),
-    and of an experts module read through UVA whose forward reads nothing back, replay a CUDA graph per input
+    and of an experts module not split (resident or read through UVA) whose forward reads nothing back, replay a CUDA graph per input
     shape, captured at the shape's second call (schemas/expert_graphs.py, runtime/shape_graphs.py: the eager
     decode's launches; ``Handle.stats()["expert_graphs"]``); False runs them as launched (the planner's eager
     predictions assume True); None (the default): as the plan's memory counts them (``memory.graph_bytes``: on, but

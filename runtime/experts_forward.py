@@ -12,7 +12,7 @@ forward for those) runs transformers' experts module as it is, but for two kinds
   often: on the H200 the all-UVA Qwen3-MoE plan at 12 GB ran a 2,048-token prefill in 302.5 ms against 491.5
   through the module, its logits bit for bit the resident model's (docs/BENCHMARKS.md, 2026-12-02 20:14).
 - **Layer graphs**: eager calls of at most ``GRAPHED_MAX_TOKENS`` tokens (decode) replay CUDA graphs of the
-  module's own forward (runtime/shape_graphs.py, with ``apply``'s default ``expert_graphs=True``), where that
+  module's own forward (runtime/shape_graphs.py, with ``apply``'s ``expert_graphs``: by default where the plan counts them), where that
   forward reads no value back (transformers' ``grouped_mm`` and ``batched_mm`` experts; its per-expert loop reads
   the routing back) and the plan copies no tensor of the module into a prefetch slot (schemas/expert_graphs.py,
   the rule the planner prices): resident modules and modules read through UVA alike. An eager decode call is

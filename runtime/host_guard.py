@@ -37,6 +37,7 @@ from typing import Protocol
 
 import torch
 
+from schemas.measured import MeasuredHostLevel
 from schemas.plan_experts import bypassed_host
 
 log = logging.getLogger("runtime")
@@ -205,6 +206,7 @@ class HostGuard:
         last judged call's GPU parts and host part (hand-off included) and the last hand-off seen, in ms (0 before
         any; the cost model's host part leaves the hand-off out)."""
         gpu_ms, host_ms = self.judged
-        return {"planned": self.host, "now": 0 if self.hold else self.level, "moved_calls": self.moved_calls,
-                "all_uva_calls": self.all_uva_calls, "more_calls": self.more_calls, "gpu_ms": round(gpu_ms, 3),
-                "host_ms": round(host_ms, 3), "handoff_ms": round(self.handoff_ms, 3)}
+        return MeasuredHostLevel(  # the stats file's record of it (schemas/measured.py)
+            planned=self.host, now=0 if self.hold else self.level, moved_calls=self.moved_calls,
+            all_uva_calls=self.all_uva_calls, more_calls=self.more_calls, gpu_ms=round(gpu_ms, 3),
+            host_ms=round(host_ms, 3), handoff_ms=round(self.handoff_ms, 3)).model_dump()

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import torch
 
 from schemas.expert_graphs import GRAPHED_MAX_SHAPES, GRAPHED_MAX_TOKENS
+from schemas.measured import MeasuredGraphs
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +101,11 @@ class GraphPool:
         """The functions wrapped, the graphs they hold, those whose capture failed, the bytes their static inputs and
         outputs hold (``bytes``) and the bytes the allocator keeps in the pool's segments (``pool_bytes``: the
         graphs' intermediates, reserved for them alone)."""
-        return {"layers": len(self.members), "graphs": sum(len(g.graphs) for g in self.members),
-                "failed": sum(g.failed is not None for g in self.members),
-                "bytes": sum(t.nbytes for ts in self.statics.values() for t in ts)
-                + sum(t.nbytes for t in self.outputs.values()), "pool_bytes": self.pool_bytes()}
+        return MeasuredGraphs(  # the stats file's record of them (schemas/measured.py)
+            layers=len(self.members), graphs=sum(len(g.graphs) for g in self.members),
+            failed=sum(g.failed is not None for g in self.members),
+            bytes=sum(t.nbytes for ts in (*self.statics.values(), tuple(self.outputs.values())) for t in ts),
+            pool_bytes=self.pool_bytes()).model_dump()
 
     def pool_bytes(self) -> int:
         """The bytes of the segments PyTorch's allocator holds in the pool (0 before its first capture)."""

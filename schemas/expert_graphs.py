@@ -3,7 +3,7 @@ runtime follows and the cost model prices (planner/cost/host_experts.py, planner
 
 At decode an eager experts call is the host's launches, not the GPU's work: transformers' grouped experts call and
 the runtime's parts issue some 46 launches, a replay 4 (measured on the H200, docs/BENCHMARKS.md 2026-12-03). The
-runtime replays, with ``apply``'s default ``expert_graphs=True``, an eager call of at most ``GRAPHED_MAX_TOKENS``
+runtime replays, with ``apply``'s ``expert_graphs`` (by default where the plan's memory counts them), an eager call of at most ``GRAPHED_MAX_TOKENS``
 tokens of
 
 - a split layer's experts (``schemas/plan_experts.py``) when GPU kernels compute all of them at that call (no cpu

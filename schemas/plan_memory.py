@@ -5,11 +5,11 @@ The plan's ``summary.peak_gpu_bytes`` is the whole GPU: resident weights + buffe
 + ``activation_bytes`` + ``workspace_bytes`` + ``graph_bytes`` (``PARTS``), within ``gpu_budget_bytes``. Per
 forward of the workload (``forwards``) the plan records what it assumed (tokens, sequences, context, which
 logits) and what that forward needs: its KV cache (``batch x context x kv_bytes_per_token``) and its
-activations' peak (the largest set of activations alive at once, ``largest`` says where). The plan's KV cache is the largest
-forward's (``kv_cache: workload``), a reservation (``reserved``, ``--kv-cache SIZE``) or what the plan
-leaves of the budget (``auto``); its activations are the largest forward's. ``planner.memory`` computes
-the figures; ``schemas.memory_check`` re-proves that they add up when a plan is loaded. Plans written
-before this section existed have none: their peak is weights and buffers alone.
+activations' peak (the largest set of activations alive at once, ``largest`` says where). The plan's KV
+cache is the largest forward's (``kv_cache: workload``), a reservation (``reserved``, ``--kv-cache SIZE``)
+or what the plan leaves of the budget (``auto``); its activations are the largest forward's.
+``planner.memory`` computes the figures; ``schemas.memory_check`` re-proves that they add up when a plan is
+loaded. Plans written before this section existed have none: their peak is weights and buffers alone.
 """
 
 from __future__ import annotations

@@ -44,9 +44,8 @@ def test_a_split_layer_costs_the_cpu_the_launches_its_parts_add():
     part adds its hand-off, and the host's experts read through UVA above cpu_max_tokens a pass of their own
     (planner/cost/host_experts.py). At most GRAPHED_MAX_TOKENS with no host part, the experts call is replayed from
     a CUDA graph: the module's call and the parts' launches are replaced by the graph's few, in eager mode only."""
-    from planner.cost.host_experts import (EXPERTS_CALL_LAUNCHES, GPU_PART_LAUNCHES, GRAPH_CALL_LAUNCHES,
-                                           HOST_PART_LAUNCHES, OWN_PASS_LAUNCHES)
-    from planner.cost.layer import profile_for
+    from planner.cost.host_experts import GPU_PART_LAUNCHES, HOST_PART_LAUNCHES, OWN_PASS_LAUNCHES
+    from planner.cost.layer import EXPERTS_CALL_LAUNCHES, GRAPH_CALL_LAUNCHES, profile_for
     from schemas.expert_graphs import GRAPHED_MAX_TOKENS
 
     block = HW.moe_block_cpu_us / 1e3

@@ -173,17 +173,17 @@ def _memory(plan: Plan, workload: str, used: list[MeasuredForward], stats: Measu
     s, mem = plan.summary, plan.memory
     peaks = [f.max_memory_allocated for f in used if f.max_memory_allocated is not None]
     measured = float(max(peaks)) if peaks else None
-    parts = [("weights and buffers", s.resident_bytes + s.buffer_bytes)]
+    parts = [("weights and buffers", s.resident_bytes + s.buffer_bytes, None)]  # (what, counted, measured)
     forward = mem.forward(workload) if mem is not None else None
     if mem is not None:
         kv = forward.kv_cache_bytes if forward is not None and mem.kv_cache == "workload" else mem.kv_cache_bytes
         act = forward.activation_bytes if forward is not None and mem.activations == "model" else mem.activation_bytes
         of_forward = {"kv_cache_bytes": kv, "activation_bytes": act}  # the workload's own where sized by it
-        parts += [(PART_WORDS[name], of_forward.get(name, n)) for name, n in mem.parts(listed=True)]
-    rows = [Compared("peak GPU bytes", sum(n for _, n in parts), measured)]
-    g = stats.expert_graphs
-    held = {PART_WORDS["graph_bytes"]: float(g.bytes + g.pool_bytes)} if g is not None else {}
-    return rows + [Compared(f"  {what}", n, held.get(what)) for what, n in parts]
+        g = stats.expert_graphs
+        held = {"graph_bytes": float(g.bytes + g.pool_bytes)} if g is not None else {}  # as the stats say
+        parts += [(PART_WORDS[name], of_forward.get(name, n), held.get(name)) for name, n in mem.parts(listed=True)]
+    rows = [Compared("peak GPU bytes", sum(n for _, n, _ in parts), measured)]
+    return rows + [Compared(f"  {what}", n, got) for what, n, got in parts]
 
 
 # ---------------------------------------------------------------------------

@@ -22,13 +22,15 @@ by the GPU instead. Routing is uniform (each expert picked by a token with chanc
 gives each expert its own chance (``shares``: planner/strategy/experts.py, schemas/routing.py).
 
 In an eager call of at most ``GRAPHED_MAX_TOKENS`` tokens whose experts GPU kernels compute all (no host part), the
-runtime replays the experts from a CUDA graph (runtime/shape_graphs.py): the layer issues ``GRAPH_CALL_LAUNCHES``
-where the module's call and its parts' extra launches were (``schemas.expert_graphs.graphed``).
+runtime replays the experts from a CUDA graph (runtime/shape_graphs.py): the layer issues the graph's few launches
+where the module's call and its parts' extra launches were (``schemas.expert_graphs.graphed``;
+planner/cost/layer.py ``graphed_issue_us``).
 
 Where the host's part would take longer than the GPU reading every host-memory expert (a plan made for decode 32,
 at batch 1), the runtime's guard sends them all through UVA (runtime/host_guard.py): such a call is priced as that
-level 0 (``bypassed``), graphed as above. The planner assumes ``apply``'s defaults (``host_levels`` and
-``expert_graphs`` on).
+level 0 (``bypassed``), graphed as above. The planner assumes ``apply``'s defaults (``host_levels`` on, and
+the layer graphs, which a plan made with the spec's ``memory.graphs: 0`` runs without: its eager decode is then
+predicted faster than it runs).
 
 CUDA graph replay cannot capture the host's part: a workload in mode graph is predicted as if the host part
 ran between captured graphs (torch.compile without CUDA graphs); the runtime refuses the capture.
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 
 from planner.cost.block import ONE, Sequences
 from planner.cost.expert_reads import touched_by, uva_passes
-from planner.cost.layer import EXPERTS_CALL_LAUNCHES, GRAPH_CALL_LAUNCHES, LayerWork, layer_work
+from planner.cost.layer import LayerWork, graphed_issue_us, layer_work
 from schemas.hardware import HardwareProfile
 from schemas.plan_content import PlanLayer
 from schemas.expert_graphs import graphed
@@ -206,8 +208,9 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     if q["cpu"]:
         launches += HOST_PART_LAUNCHES if on_host else OWN_PASS_LAUNCHES
     if not on_host and graphed(layer, tokens):  # the parts' launches are in the graph, and the module's call is
-        launches = GRAPH_CALL_LAUNCHES - EXPERTS_CALL_LAUNCHES
-    issue_ms = max(0.0, hw.moe_block_cpu_us + launches * hw.launch_us) / 1e3
+        issue_ms = graphed_issue_us(hw.moe_block_cpu_us, hw) / 1e3
+    else:
+        issue_ms = (hw.moe_block_cpu_us + launches * hw.launch_us) / 1e3
     if not on_host:
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))

@@ -70,6 +70,11 @@ EXPERTS_CALL_LAUNCHES = 46
 GRAPH_CALL_LAUNCHES = 4
 
 
+def graphed_issue_us(cpu_us: float, hw: HardwareProfile) -> float:
+    """A block's host time ``cpu_us`` with its experts call replayed from a graph instead of launched."""
+    return max(0.0, cpu_us + (GRAPH_CALL_LAUNCHES - EXPERTS_CALL_LAUNCHES) * hw.launch_us)
+
+
 @dataclass(frozen=True, slots=True)
 class LayerWork:
     gpu_ms: float  # compute stream: kernels, UVA reads included
@@ -217,7 +222,7 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
     placement copies nothing of their module into a prefetch slot (schemas/expert_graphs.py), and the layer then
     issues ``GRAPH_CALL_LAUNCHES`` where the experts call was."""
     if graphable and module_graphed(graphable, on_uva, copied):  # (what is read through UVA stays put)
-        cpu_us = max(0.0, cpu_us + (GRAPH_CALL_LAUNCHES - EXPERTS_CALL_LAUNCHES) * hw.launch_us)
+        cpu_us = graphed_issue_us(cpu_us, hw)
     gpu, routed, link, routed_link = block, 0.0, 0.0, 0.0
     copy_bytes = copies = 0
     early, late_uva = block, True  # the work before the late kinds, and whether every UVA param is of one
