@@ -67,7 +67,7 @@ from compare_run import graph as graph_step  # noqa: E402
 
 import planner  # noqa: E402
 import runtime  # noqa: E402
-from runtime import expert_math, pinned  # noqa: E402
+from runtime import expert_math, host_matmul, pinned  # noqa: E402
 from planner.cost.predict import predict  # noqa: E402
 from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
@@ -123,6 +123,7 @@ class Bench:
         self.host_threads = getattr(args, "host_threads", None) or []
         self.host_pages = getattr(args, "host_pages", None) or []
         self.host_in_out = getattr(args, "host_in_out", None) or []
+        self.host_kernels = getattr(args, "host_kernel", None) or []
         self.switch_intervals = getattr(args, "switch_interval", None) or []
         self.host_guards = getattr(args, "host_guard", None) or []
         self.own_host_figures = getattr(args, "own_host_figures", False)
@@ -145,7 +146,10 @@ class Bench:
 
         figures = self.host_figures = host_experts(self.device)
         self.emit(host_figures=rounded(figures), profile_host_figures=rounded(
-            {k: getattr(self.hw, k) for k in figures}))
+            {k: getattr(self.hw, k) for k in figures}), host_kernel=host_matmul.KERNEL)
+        if "off" in self.host_kernels and host_matmul.KERNEL:  # the same figures through torch.bmm, beside them
+            with setting(host_matmul, "KERNEL", False):
+                self.emit(host_figures=rounded(host_experts(self.device)), host_kernel=False)
 
     def emit(self, **row) -> None:
         line = json.dumps(row, default=str)
@@ -550,6 +554,12 @@ class Bench:
                 with setting(expert_math, "HOST_IN_OUT", stored):
                     self.measure(kind, f"auto decode32, host stores [in, out]: {names or 'none'}",
                                  dict(plans)["auto decode32"], model, config, cases[:1])
+        for round_ in range(2 if self.host_kernels else 0):  # the host's part through its kernel or torch.bmm, twice
+            for kernel in self.host_kernels:
+                with setting(host_matmul, "KERNEL", kernel == "on"):
+                    for label in ("hybrid", "auto decode32"):
+                        self.measure(kind, f"{label}, host kernel {kernel}", dict(plans)[label], model, config,
+                                     cases[:1])
         if self.levels_exactness:
             self.exact_levels(kind, dict(plans)["hybrid"], model, config)
         for round_ in range(2 if self.host_guards else 0):  # the host plans with the guard on and off, twice
@@ -753,6 +763,9 @@ def main(argv: list[str] | None = None) -> int:
                     "storing these of its weights [E, in, out] (comma-separated names, '' for none: "
                     "runtime.expert_math.HOST_IN_OUT), side by side, twice; 'down_proj' is the host's layout before "
                     "2026-12-03")
+    ap.add_argument("--host-kernel", choices=["on", "off"], action="append", help="also measure the hybrid plan and "
+                    "auto's decode-32 plan with the host's part through runtime/host_matmul.py's kernel (on) or "
+                    "torch.bmm (off: runtime.host_matmul.KERNEL), side by side, twice")
     ap.add_argument("--switch-interval", type=float, action="append", help="also measure auto's decode-32 plan with "
                     "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
                     "issuing thread and the host's thread take turns at the GIL between torch calls")

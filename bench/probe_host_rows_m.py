@@ -13,9 +13,11 @@ On the backend's host thread (``HostWorker``, every CPU but one), rows:
   holds it; ``gate_up_host``: the same weights stored [E, H, 2I]; ``down``: [E, H, I] read transposed, the host's
   layout since this probe; ``down_in_out``: [E, I, H], the host's layout before it) at M rows an expert, GB/s of
   weights;
+- ``bmm`` also runs ``gate_up_kernel`` and ``down_kernel``: the same projections through runtime/host_matmul.py's
+  kernel (the host's part since 2026-12-03, where it builds);
 - ``host_rows``: calibrate's host part (64 of 128 experts) at 32 and 64 tokens with the padded pass's rows rounded
-  up to a multiple of ``PAD`` (``runtime.expert_math.PAD_ROWS``), ms a call (median of 6 routings, each timed on its
-  second call);
+  up to a multiple of ``PAD`` (``runtime.expert_math.PAD_ROWS``) through torch.bmm, and through the kernel
+  (``kernel``), ms a call (median of 6 routings, each timed on its second call);
 - ``threads``: the same host part at 32 tokens on fewer threads;
 - ``loop``: the 64 experts one at a time at M rows each (gate/up, the gate, down): ``plain`` with torch's linear on
   the weights as they are (oneDNN packs a weight into its blocked layout at every call), ``packed`` on weights
@@ -34,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime import expert_math  # noqa: E402
+from runtime import expert_math, host_matmul  # noqa: E402
 from runtime.calibrate_host import EXPERTS, HIDDEN, PART, WIDTH, _on_host_thread, _Part  # noqa: E402
 from runtime.timing import wall_ms  # noqa: E402
 
@@ -51,10 +53,16 @@ def bmm_rows(experts: int, hidden: int, width: int, rows: tuple[int, ...]) -> li
     for m in rows:
         x = torch.randn(experts, m, hidden).to(torch.bfloat16)
         a = torch.randn(experts, m, width).to(torch.bfloat16)
+        ids, seen = torch.arange(experts), torch.full((experts,), m)
         for name, fn, nbytes in (("gate_up", lambda: torch.bmm(x, gate_up.transpose(1, 2)), gate_up.nbytes),
                                  ("gate_up_host", lambda: torch.bmm(x, gate_up_host), gate_up.nbytes),
                                  ("down", lambda: torch.bmm(a, down.transpose(1, 2)), down.nbytes),
-                                 ("down_in_out", lambda: torch.bmm(a, down_in_out), down.nbytes)):
+                                 ("down_in_out", lambda: torch.bmm(a, down_in_out), down.nbytes),
+                                 ("gate_up_kernel", lambda: host_matmul.grouped_rows(x, gate_up, ids, seen),
+                                  gate_up.nbytes),
+                                 ("down_kernel", lambda: host_matmul.grouped_rows(a, down, ids, seen), down.nbytes)):
+            if name.endswith("_kernel") and host_matmul.library() is None:
+                continue
             ms = wall_ms(fn, 8)
             out.append({"case": "bmm", "proj": name, "rows": m, "ms": round(ms, 3),
                         "gbps": round(nbytes / ms / 1e6, 1), "threads": torch.get_num_threads()})
@@ -104,19 +112,20 @@ def expert_loop(experts: int, hidden: int, width: int, rows: tuple[int, ...]) ->
 
 def host_part(part: _Part, tokens: tuple[int, ...], pads: tuple[int, ...], threads: tuple[int, ...]) -> list[dict]:
     out = []
-    default = expert_math.PAD_ROWS
+    default, kernel_was = expert_math.PAD_ROWS, host_matmul.KERNEL
     try:
         for t in tokens:
             calls = part.calls(t, 6)
             touched = statistics.mean(b for _, b, _ in calls) / part.per_expert
-            for pad in pads:
+            for pad, kernel in [(p, False) for p in pads] + [(1, True)] * (host_matmul.library() is not None):
                 expert_math.PAD_ROWS = pad
+                host_matmul.KERNEL = kernel
                 ms = statistics.median(wall_ms(run, 1) for run, _, _ in calls)  # each routing run twice, timed once
-                out.append({"case": "host_rows", "tokens": t, "pad": pad, "ms": round(ms, 3),
+                out.append({"case": "host_rows", "tokens": t, "pad": pad, "kernel": kernel, "ms": round(ms, 3),
                             "touched": round(touched, 1),
                             "touched_gbps": round(touched * part.per_expert / ms / 1e6, 1),
                             "threads": torch.get_num_threads()})
-        expert_math.PAD_ROWS = default
+        expert_math.PAD_ROWS, host_matmul.KERNEL = default, kernel_was
         mine = torch.get_num_threads()
         calls = part.calls(32, 6)
         for n in threads:
@@ -126,6 +135,7 @@ def host_part(part: _Part, tokens: tuple[int, ...], pads: tuple[int, ...], threa
         torch.set_num_threads(mine)
     finally:
         expert_math.PAD_ROWS = default
+        host_matmul.KERNEL = kernel_was
     return out
 
 

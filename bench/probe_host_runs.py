@@ -10,7 +10,8 @@ Qwen3-MoE experts, ``runtime.calibrate_host._Part``), the same routings, four gr
 ``_runs(counts, 0)``), ``eighth`` (the runtime's default since 2026-12-02: joined while the untouched experts a
 batch reads stay at most ``JOIN_WASTE``, an eighth, of its touched ones), ``gaps2`` (runs joined across gaps of at
 most 2 untouched experts, which are then read too) and ``span`` (one run from the first touched expert to the
-last). Per grouping: ms a call (median), the touched experts' bytes and the bytes read per ms."""
+last). Per grouping: ms a call (median), the touched experts' bytes and the bytes read per ms. The groupings are the
+torch.bmm pass's: the probe turns runtime/host_matmul.py's kernel (which reads the touched experts alone) off."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime import expert_math  # noqa: E402
+from runtime import expert_math, host_matmul  # noqa: E402
 from runtime.calibrate_host import EXPERTS, HIDDEN, PART, WIDTH, _Part  # noqa: E402
 
 TODAY = expert_math._runs
@@ -54,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="8 of 16 tiny experts (the tests' smoke run)")
     args = ap.parse_args(argv)
+    kernel, host_matmul.KERNEL = host_matmul.KERNEL, False
+    try:
+        return _probe(args)
+    finally:
+        host_matmul.KERNEL = kernel
+
+
+def _probe(args: argparse.Namespace) -> int:
     part = _Part(8, 16, 64, 32) if args.small else _Part(PART, EXPERTS, HIDDEN, WIDTH)
     for tokens in (1, 8) if args.small else (1, 8, 32, 64):
         calls = part.calls(tokens, 8)

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime import host_matmul
 from schemas.grouped_tiles import padded_rows
 
 
@@ -273,9 +274,12 @@ def _padded_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Ten
     counts = torch.bincount(ids, minlength=n)
     rows = -(-int(counts.max()) // PAD_ROWS) * PAD_ROWS
     slot = torch.arange(ids.numel()) - (torch.cumsum(counts, 0) - counts)[ids]
+    up, down = weights[layout.up], weights["down_proj"]
+    if host_matmul.usable(hidden, up, layout.up_t, rows) and host_matmul.usable(hidden, down, layout.down_t, rows):
+        _kernel_rows(module, layout, weights, ids, pairs, hidden, top_k_weights, k, counts, rows, slot, out)
+        return
     x = hidden.new_zeros(n, rows, hidden.shape[-1])
     x[ids, slot] = hidden[pairs // k]
-    up, down = weights[layout.up], weights["down_proj"]
     o = None
     for s, e in _runs(counts.tolist()):
         a = torch.bmm(x[s:e], up[s:e] if layout.up_t else up[s:e].transpose(-2, -1))
@@ -289,6 +293,30 @@ def _padded_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Ten
             o = r.new_empty(n, rows, r.shape[-1])
         o[s:e] = r
     o = o[ids, slot]
+    if layout.post_norm:
+        o = module.post_expert_norm(o)
+    out[pairs] = o * top_k_weights.reshape(-1)[pairs].unsqueeze(-1)
+
+
+def _kernel_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], ids: torch.Tensor,
+                 pairs: torch.Tensor, hidden: torch.Tensor, top_k_weights: torch.Tensor, k: int, counts: torch.Tensor,
+                 rows: int, slot: torch.Tensor, out: torch.Tensor) -> None:
+    """The padded pass through ``runtime.host_matmul``'s kernel: the touched experts only, each weight read once for
+    all of its expert's rows; the gate, biases and norm are the module's own, between the two projections, at the
+    rounding points of the torch.bmm pass (each projection's sums rounded to bf16 once)."""
+    touched = torch.nonzero(counts).squeeze(-1)
+    dense = (torch.cumsum(counts > 0, 0) - 1)[ids]  # each pair's expert's place among the touched
+    x = torch.zeros(touched.numel(), rows, hidden.shape[-1], dtype=torch.float32)
+    x[dense, slot] = hidden[pairs // k].float()
+    seen = counts[touched]
+    a = host_matmul.grouped_rows(x, weights[layout.up], touched, seen)
+    if layout.has_bias:
+        a = a + weights[f"{layout.up}_bias"][touched].unsqueeze(1)
+    a = module._apply_gate(a) if layout.has_gate else module.act_fn(a)
+    r = host_matmul.grouped_rows(a, weights["down_proj"], touched, seen)
+    if layout.has_bias:
+        r = r + weights["down_proj_bias"][touched].unsqueeze(1)
+    o = r[dense, slot]
     if layout.post_norm:
         o = module.post_expert_norm(o)
     out[pairs] = o * top_k_weights.reshape(-1)[pairs].unsqueeze(-1)
