@@ -146,7 +146,8 @@ class Bench:
 
         figures = self.host_figures = host_experts(self.device)
         self.emit(host_figures=rounded(figures), profile_host_figures=rounded(
-            {k: getattr(self.hw, k) for k in figures}), host_kernel=host_matmul.KERNEL)
+            {k: getattr(self.hw, k) for k in figures}), host_kernel=host_matmul.KERNEL,
+            host_kernel_defines=list(host_matmul.DEFINES), host_kernel_built=host_matmul.library() is not None)
         if "off" in self.host_kernels and host_matmul.KERNEL:  # the same figures through torch.bmm, beside them
             with setting(host_matmul, "KERNEL", False):
                 self.emit(host_figures=rounded(host_experts(self.device)), host_kernel=False)
@@ -766,6 +767,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-kernel", choices=["on", "off"], action="append", help="also measure the hybrid plan and "
                     "auto's decode-32 plan with the host's part through runtime/host_matmul.py's kernel (on) or "
                     "torch.bmm (off: runtime.host_matmul.KERNEL), side by side, twice")
+    ap.add_argument("--host-kernel-defines", default="", help="build the host's kernel with these comma-separated "
+                    "-D defines (runtime.host_matmul.DEFINES; bench/probe_host_kernel.py's best variant), for the "
+                    "whole run")
     ap.add_argument("--switch-interval", type=float, action="append", help="also measure auto's decode-32 plan with "
                     "Python's GIL switch interval at these seconds (sys.setswitchinterval; default 0.005): the "
                     "issuing thread and the host's thread take turns at the GIL between torch calls")
@@ -787,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
                     "summing a 1 GiB tensor on one thread over and over (another load on the machine: the host slower "
                     "than planned, as the levels of runtime/host_guard.py meet it)")
     args = ap.parse_args(argv)
+    host_matmul.DEFINES = tuple(d for d in args.host_kernel_defines.split(",") if d)
+    host_matmul.library.cache_clear()
     with host_load(args.host_load, 2**20 if args.dry_run else 2**28):
         return run(args)
 

@@ -8,20 +8,27 @@
 
    At decode a routed expert sees a few rows, so each of its weights is used a few times: the pass is bound by
    reading the weights, and each is read from memory once (its row stays in cache while the expert's rows use
-   it). The sums run in float32 over LANES partial sums, added in a fixed order: deterministic for a given K. */
+   it), and OUTS weight rows are read at once (several streams from memory in flight a thread). The sums run in
+   float32 over LANES partial sums, added in a fixed order: deterministic for a given K. */
 
 #include <stdint.h>
 #include <string.h>
 
 #if defined(__AVX512F__)
 #define LANES 16 /* one 512-bit register of float32 */
-#define CHAINS 4 /* independent sums a row (an add waits for the last: 4 hide its latency; 32 registers) */
+#ifndef OUTS
+#define OUTS 4 /* weight rows read together: 4 streams from memory, each x load used 4 times (32 registers) */
+#endif
 #else
 #define LANES 8 /* one 256-bit register (AVX2), or what the compiler makes of it */
-#define CHAINS 2 /* (16 registers) */
+#ifndef OUTS
+#define OUTS 2 /* (16 registers) */
 #endif
-#define STEP (LANES * CHAINS)
-#define ROWS 4 /* rows taken together on one weight row */
+#endif
+#ifndef PREFETCH
+#define PREFETCH 0 /* bf16 values ahead of the loads to prefetch each weight row from (0: the hardware's alone) */
+#endif
+#define ROWS 4 /* rows taken together on the weight rows */
 
 static inline float widen(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -43,43 +50,58 @@ typedef float fvec_u __attribute__((vector_size(LANES * sizeof(float)), aligned(
 typedef uint32_t uvec __attribute__((vector_size(LANES * sizeof(uint32_t))));
 typedef uint16_t hvec_u __attribute__((vector_size(LANES * sizeof(uint16_t)), aligned(2)));
 
-/* res[r] = dot(x + r * K, w) for r < R; R is a constant where this is inlined (its loops unrolled, the partial
-   sums kept in vector registers: GCC's vector extensions). */
-static inline __attribute__((always_inline)) void dots(const uint16_t *restrict w, const float *restrict x,
-                                                      long K, int R, float *restrict res) {
-    fvec acc[ROWS][CHAINS];
+/* y[r * N + o] = bf16(dot(x + r * K, w + o * ldw)) for r < R, o < O; R and O are constants where this is inlined
+   (its loops unrolled, the sums kept in vector registers: GCC's vector extensions), one sum a (row, weight row). */
+static inline __attribute__((always_inline)) void dots(const uint16_t *restrict w, long ldw, int O,
+                                                      const float *restrict x, long K, int R, uint16_t *y, long N) {
+    fvec acc[ROWS][OUTS];
     for (int r = 0; r < ROWS; r++)
-        for (int c = 0; c < CHAINS; c++) acc[r][c] = (fvec){0};
+        for (int o = 0; o < OUTS; o++) acc[r][o] = (fvec){0};
     long i = 0;
-    for (; i + STEP <= K; i += STEP) {
-        for (int c = 0; c < CHAINS; c++) {
-            uvec u = __builtin_convertvector(*(const hvec_u *)(w + i + c * LANES), uvec) << 16;
-            fvec wf = (fvec)u; /* the bits as float32: bf16 widened exactly */
-            for (int r = 0; r < R; r++) acc[r][c] += *(const fvec_u *)(x + r * K + i + c * LANES) * wf;
+    for (; i + LANES <= K; i += LANES) {
+        fvec wf[OUTS];
+        for (int o = 0; o < O; o++) {
+            if (PREFETCH) __builtin_prefetch(w + o * ldw + i + PREFETCH);
+            uvec u = __builtin_convertvector(*(const hvec_u *)(w + o * ldw + i), uvec) << 16;
+            wf[o] = (fvec)u; /* the bits as float32: bf16 widened exactly */
+        }
+        for (int r = 0; r < R; r++) {
+            fvec xv = *(const fvec_u *)(x + r * K + i);
+            for (int o = 0; o < O; o++) acc[r][o] += xv * wf[o];
         }
     }
-    for (int r = 0; r < R; r++) {
-        fvec v = acc[r][0];
-        for (int c = 1; c < CHAINS; c++) v += acc[r][c];
-        float s = 0.0f;
-        for (int l = 0; l < LANES; l++) s += v[l];
-        for (long j = i; j < K; j++) s += x[r * K + j] * widen(w[j]);
-        res[r] = s;
-    }
+    for (int r = 0; r < R; r++)
+        for (int o = 0; o < O; o++) {
+            float s = 0.0f;
+            for (int l = 0; l < LANES; l++) s += acc[r][o][l];
+            for (long j = i; j < K; j++) s += x[r * K + j] * widen(w[o * ldw + j]);
+            y[r * N + o] = narrow(s);
+        }
 }
 
-static void row_block(const uint16_t *w, const float *x, long K, long m, long N, long n, uint16_t *y) {
-    float res[ROWS];
-    for (long r0 = 0; r0 < m; r0 += ROWS) {
-        long R = m - r0 < ROWS ? m - r0 : ROWS;
-        const float *xr = x + r0 * K;
-        switch (R) {
-            case 1: dots(w, xr, K, 1, res); break;
-            case 2: dots(w, xr, K, 2, res); break;
-            case 3: dots(w, xr, K, 3, res); break;
-            default: dots(w, xr, K, 4, res); break;
+/* dots at the R of a block of rows (1-4), each a constant there */
+#define DOTS(W, O, Y)                                                                                          \
+    switch (R) {                                                                                               \
+        case 1: dots(W, ldw, O, xr, K, 1, Y, N); break;                                                       \
+        case 2: dots(W, ldw, O, xr, K, 2, Y, N); break;                                                       \
+        case 3: dots(W, ldw, O, xr, K, 3, Y, N); break;                                                       \
+        default: dots(W, ldw, O, xr, K, 4, Y, N); break;                                                      \
+    }
+
+/* Weight rows [n0, n1) of one expert (``w`` its row n0) through its m rows of x, into y's columns n0.. */
+static void row_block(const uint16_t *w, long ldw, long count, const float *x, long K, long m, uint16_t *y, long N) {
+    for (long o0 = 0; o0 < count; o0 += OUTS, w += OUTS * ldw, y += OUTS) {
+        long O = count - o0 < OUTS ? count - o0 : OUTS;
+        for (long r0 = 0; r0 < m; r0 += ROWS) {
+            long R = m - r0 < ROWS ? m - r0 : ROWS;
+            const float *xr = x + r0 * K;
+            uint16_t *yr = y + r0 * N;
+            if (O == OUTS) {
+                DOTS(w, OUTS, yr)
+            } else { /* the block's last weight rows, one at a time */
+                for (long o = 0; o < O; o++) DOTS(w + o * ldw, 1, yr + o)
+            }
         }
-        for (long r = 0; r < R; r++) y[(r0 + r) * N + n] = narrow(res[r]);
     }
 }
 
@@ -94,12 +116,9 @@ void grouped_rows(const float *x, long B, long M, long K, const uint16_t *w, lon
         long b = it / blocks, n0 = (it % blocks) * block;
         long n1 = n0 + block < N ? n0 + block : N;
         long m = rows[b] < 0 ? 0 : rows[b] < M ? rows[b] : M;
-        const uint16_t *we = w + ids[b] * stride_e;
-        const float *xb = x + b * M * K;
         uint16_t *yb = y + b * M * N;
-        for (long n = n0; n < n1; n++) {
-            row_block(we + n * stride_n, xb, K, m, N, n, yb);
-            for (long r = m; r < M; r++) yb[r * N + n] = 0;
-        }
+        row_block(w + ids[b] * stride_e + n0 * stride_n, stride_n, n1 - n0, x + b * M * K, K, m, yb + n0, N);
+        for (long r = m; r < M; r++)
+            for (long n = n0; n < n1; n++) yb[r * N + n] = 0;
     }
 }

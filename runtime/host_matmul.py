@@ -36,6 +36,8 @@ SOURCE = Path(__file__).with_name("host_matmul.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-std=gnu11", "-shared", "-fPIC")
 KERNEL = os.environ.get("OFFLOAD_PLANNER_HOST_KERNEL", "1") != "0"
 """Whether the host's part uses the kernel (where it builds); False: torch.bmm, as before it."""
+DEFINES: tuple[str, ...] = ()
+"""Extra ``-D`` defines of the build ``library()`` loads (the source's defaults: none); the probes measure others."""
 MAX_ROWS = 32
 """The most rows an expert may see for the kernel: above it the weights are reused enough for oneDNN's tiles."""
 BLOCK = 16
@@ -56,9 +58,9 @@ def _cache_dir() -> Path:
     return Path(base) / "offload-planner"
 
 
-def _build(cc: str) -> Path:
+def _build(cc: str, flags: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, cc, version, _cpu_id()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), *flags, cc, version, _cpu_id()]).encode()).hexdigest()[:16]
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / "offload-planner"):
         lib = folder / f"host_matmul-{key}.so"
         if lib.exists():
@@ -69,7 +71,7 @@ def _build(cc: str) -> Path:
             os.close(fd)
         except OSError:
             continue
-        done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             os.unlink(tmp)
             raise RuntimeError(done.stderr.strip()[-2000:] or f"{cc} exited {done.returncode}")
@@ -78,22 +80,27 @@ def _build(cc: str) -> Path:
     raise RuntimeError("no writable cache folder for the built kernel")
 
 
-@functools.cache
-def library() -> ctypes.CDLL | None:
-    """The built kernel, or None (no compiler, or its build failed: logged once)."""
+def build(defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The kernel built (or found in the cache) with these extra ``-D`` defines (the probes' variants) and loaded.
+    Raises RuntimeError (no compiler, or the build failed) or OSError (not loadable)."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        log.info("host matmul kernel: no C compiler found; the host's experts run torch.bmm")
-        return None
-    try:
-        lib = ctypes.CDLL(str(_build(cc)))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        log.warning("host matmul kernel not built (%s); the host's experts run torch.bmm", exc)
-        return None
+        raise RuntimeError("no C compiler found (cc, gcc or $CC)")
+    lib = ctypes.CDLL(str(_build(cc, FLAGS + tuple(f"-D{d}" for d in defines))))
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.grouped_rows.argtypes = [ptr, i64, i64, i64, ptr, i64, i64, i64, ptr, ptr, ptr, ctypes.c_int, i64]
     lib.grouped_rows.restype = None
     return lib
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The built kernel, or None (no compiler, or its build failed: logged once)."""
+    try:
+        return build(DEFINES)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        log.warning("host matmul kernel not built (%s); the host's experts run torch.bmm", exc)
+        return None
 
 
 def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, rows: int) -> bool:
@@ -105,10 +112,12 @@ def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, rows: int) -> boo
             and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and library() is not None)
 
 
-def grouped_rows(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+def grouped_rows(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
+                 lib: ctypes.CDLL | None = None) -> torch.Tensor:
     """[B, M, N] bf16: ``x[b, :rows[b]] @ w[ids[b]].T``, the rows past ``rows[b]`` zero. ``x`` [B, M, K] (bf16 or
-    float32), ``w`` [E, N, K] bf16 (``usable``), ``ids`` and ``rows`` [B] int64. Uses torch's intra-op threads."""
-    lib = library()
+    float32), ``w`` [E, N, K] bf16 (``usable``), ``ids`` and ``rows`` [B] int64. Uses torch's intra-op threads;
+    ``lib``: a variant from ``build`` (default ``library()``)."""
+    lib = lib or library()
     x = x.to(torch.float32).contiguous()
     ids = ids.to(torch.int64).contiguous()
     rows = rows.to(torch.int64).contiguous()
