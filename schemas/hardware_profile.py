@@ -50,13 +50,17 @@ class TflopsPoint(StrictModel):
     tflops: Tflops
 
 
-# the host CPU of the H200 machine (16 cores, AMX): the padded pass (torch.bmm in bf16) on the backend's host thread
-# in the forwards of bench/results/hybrid-h200-2026-12-01/moe-hybrid-decode.jsonl, at decode 32 beside the UVA part:
-# Qwen3-MoE (64 host experts, 56 touched, 528 MB) 15.7 ms a layer, Phi-3.5-MoE (8, 7.9 touched, 1.24 GB) 27.2 ms;
-# less the call's fixed 0.42 ms, t = touched x 74 us + bytes / 47 GB/s fits both; 47 GB/s beside UVA is 55 alone
-# at the 0.85 share; at one row (Phi-3.5-MoE decode 1: one 157 MB expert in 4.4 ms) about 40
-H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=40.0), RatePoint(tokens=2, gbps=55.0)]
-H200_HOST_EXPERT_US = 74.0
+# the host CPU of the H200 machine (16 cores, AVX-512): the host's part through runtime/host_matmul.c's kernel on the
+# backend's host thread, in decode-32 forwards beside the UVA part (bench/results/kernel-h200-2026-12-03{g,h}/): the
+# guard's balanced splits gave Qwen3-MoE 58-61 touched experts (549-576 MB) in 9.2-10.3 ms a layer and Phi-3.5-MoE
+# 8.8-9.0 (1.38-1.41 GB) in 20.3-21.4 ms; less the call's fixed 0.44 ms, bytes / 65 GB/s with a few us a touched
+# expert fits both: 65 GB/s beside UVA is 95 alone at the 0.68 share planner calibrate measured there (0.66, 0.70);
+# 20 us an expert is kept for the OpenMP items and the gate between the projections. At one row the point stays the
+# torch.bmm pass's (Phi-3.5-MoE decode 1: one 157 MB expert in 4.4 ms, about 40; the kernel at one row is not yet
+# measured in a forward, and a faster figure there would move batch-1 plans onto the host)
+H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=40.0), RatePoint(tokens=2, gbps=95.0)]
+H200_HOST_EXPERT_US = 20.0
+H200_HOST_LINK_SHARE = 0.68
 
 
 # the narrow weight ``planner calibrate`` reads through UVA beside its wide one, (outputs, inputs): Llama-3-8B's key
@@ -154,11 +158,10 @@ class HardwareProfile(StrictModel):
                                 "matmuls once compute-bound (many rows an expert), TFLOP/s")
     host_call_us: Microseconds = Field(default=250.0, description="the cpu backend: host time of one layer's call "
                                        "beyond its matmuls (routing read back, sort, copies), microseconds")
-    # the padded pass at 32 tokens beside a GPU kernel reading 2 GiB through UVA: 7.6 -> 9.8 ms (48 experts),
-    # 14.2 -> 16.1 ms (64); the UVA read kept 47.5 of its 50.7 GB/s (probe-hybrid-step.jsonl); planner calibrate
-    # on the same machine kind: 0.92
-    host_link_share: Share = Field(default=0.85, description="the cpu backend: the host kernel's rate while GPU "
-                                   "kernels read host memory through UVA, as a share of its rate alone")
+    # torch.bmm's padded pass kept 0.85-0.92 of its rate beside UVA reads; the kernel, which reads host memory
+    # faster alone (68-99 GB/s against 43-77), keeps 0.66-0.70 (planner calibrate, kernel-h200-2026-12-03{g,h}/)
+    host_link_share: Share = Field(default=H200_HOST_LINK_SHARE, description="the cpu backend: the host kernel's "
+                                   "rate while GPU kernels read host memory through UVA, as a share of its rate alone")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
                            "looping over the experts (a per-expert loop); false for grouped MoE kernels")
     workspace_bytes: Count | None = Field(
