@@ -14,7 +14,7 @@ is replaced (an instance attribute, removed again by ``restore``) by ``SplitForw
 3. on a GPU whose streams can wait on a flag in host memory (``runtime.stream_wait``): the stream is told to
    wait for the host's rows, their copy to the GPU is queued behind that wait, and the host's part goes to
    ``HostWorker``, one thread of the process that reads host memory until the stream's count arrives, computes
-   the experts (``host_rows``: the padded pass, torch's oneDNN batched matmuls, every CPU of the process's
+   the experts (``host_rows``: the padded pass through runtime/host_matmul.c's kernel, every CPU of the process's
    affinity but one: that one is left to the thread issuing the forward) into the pinned rows and raises the
    flag. That thread makes no CUDA call and frees no buffer a stream used (either can wait for a stream whose
    queue is full, while the stream waits for the thread: a stalled `generate()`). The issuing thread never
@@ -37,14 +37,15 @@ from it, until both sides finish together (``ExpertSplits.host_levels`` reports 
 An error in the host's thread still raises the flag (the stream goes on with rows left zero) and is raised by the
 next call of any split layer of the plan.
 
-Why torch's batched matmul on the host and not a CPU MoE library (kt-kernel): measured on the H200's host
-(bench/probe_hybrid_step.py, bench/results/hybrid-h200-2026-12-01/) the padded pass reads 48 experts' weights at
-53 GB/s at 32 and 64 tokens (torch's grouped_mm 36-41, a per-expert loop 17-20 in bench/probe_cpu_experts.py),
-one call per projection and run of touched experts, on the weights' own layout; kt-kernel is not installed here
-nor on the GPU machine (no network), wants its own packed copy of the weights and a build for the host's AMX,
-and would have to be carried. Above a call size the host is the slower one (2,048 tokens: 298 ms a layer with
-the grouped kernel, compute-bound): ``cpu_max_tokens`` then sends the cpu experts to the GPU through UVA (their host memory is
-pinned), so a prefill runs as the UVA plan does.
+The host's matmuls are this project's kernel (``runtime/host_matmul.c``: each touched expert's weights read once
+for all of its rows, built at first use with the machine's C compiler), not a CPU MoE library (kt-kernel): measured
+on the H200's host (bench/probe_host_kernel.py, 2026-12-03) it reads 64 Qwen3-MoE experts at 68-99 GB/s at 1-4
+rows an expert where torch.bmm (oneDNN's AMX kernel) read 43-77; kt-kernel is not installed here nor on the GPU
+machine (no network), wants its own packed copy of the weights and a build for the host's AMX, and would have to
+be carried. Without a C compiler the host runs the padded torch.bmm pass (``runtime.expert_math``). Above a call
+size the host is the slower one (2,048 tokens: 298 ms a layer with torch's grouped kernel, compute-bound):
+``cpu_max_tokens`` then sends the cpu experts to the GPU through UVA (their host memory is pinned), so a prefill
+runs as the UVA plan does.
 
 CUDA graphs: the host's part is not captured (no host function is launched on the stream): a capture that
 reaches a layer whose host computes experts raises ``HostExpertsCaptureError`` naming the backend; splits

@@ -16,7 +16,8 @@ does (``rows.view(T, k, H).sum(1)``).
 ``part_rows`` is written for the GPU: no value is read back (pairs outside the part sort to the end and
 the grouped matmul stops at the last offset), so it can be captured in a CUDA graph. ``host_rows`` is the
 host CPU's version: it compacts the pairs first (data-dependent shapes cost nothing there) and runs the padded
-pass, one batched matmul a projection over the touched experts.
+pass over the touched experts, each projection through runtime/host_matmul.py's kernel where it is built (bf16,
+at most ``host_matmul.MAX_ROWS`` rows an expert, no gradient), else one torch.bmm a projection and batch of experts.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime import host_matmul
+import runtime.host_matmul as host_matmul
 from schemas.grouped_tiles import padded_rows
 
 

@@ -1,17 +1,18 @@
 """The host's grouped bf16 matmul at few rows an expert: a small C kernel built on the machine that runs it.
 
 At decode a routed expert the host computes sees a few rows (32 tokens of top-8 over 128 experts: about 2), so
-its part is bound by reading the experts' weights. torch.bmm (oneDNN's AMX kernel on the H200's host) read them
-at 57 GB/s at 2 rows where the host's memory gives 116 (bench/probe_host_rows_m.py, 2026-12-03): its tiles are
-made for tall inputs. ``host_matmul.c`` reads each weight row once and uses it for every row of its expert,
-widening bf16 to float32 exactly and summing in float32, one rounding to bf16 at the end as a bf16 matmul rounds
-(its sums are added in another order than oneDNN's: the rows can differ in the last bf16 bit, as two GPU kernels'
-do). It also reads only the touched experts (``ids``), with no batch spanning untouched ones.
+its part is bound by reading the experts' weights. torch.bmm (oneDNN's AMX kernel on the H200's host) read 64
+Qwen3-MoE experts at 43-77 GB/s at 1-4 rows an expert, its tiles made for tall inputs; ``host_matmul.c`` read them
+at 68-99 (bench/probe_host_kernel.py, 2026-12-03). It reads each weight row once and uses it for every row of its
+expert (several weight rows at once, several streams from memory a thread), widening bf16 to float32 exactly and
+summing in float32, one rounding to bf16 at the end as a bf16 matmul rounds (its sums are added in another order
+than oneDNN's: the rows can differ in the last bf16 bit, as two GPU kernels' do). It also reads only the touched
+experts (``ids``), with no batch spanning untouched ones.
 
 Built at first use with the machine's C compiler (``cc -O3 -march=native -fopenmp``: the host's own vector
-instructions, fused multiply-adds) into a cache keyed by the source, the flags, the compiler and the CPU, and loaded with ctypes
-(which lets go of the GIL during the call). Where there is no compiler, or the build fails, ``library()`` is None
-and the host's part runs torch.bmm as before (said once in the log). ``KERNEL`` (or the environment's
+instructions, fused multiply-adds) into a cache keyed by the source, the flags, the compiler and the CPU, and
+loaded with ctypes (which lets go of the GIL during the call). Where there is no compiler, or the build fails,
+``library()`` is None and the host's part runs torch.bmm as before (said once in the log). ``KERNEL`` (or the environment's
 ``OFFLOAD_PLANNER_HOST_KERNEL=0``) turns it off, for side-by-side measurements.
 """
 
@@ -39,7 +40,9 @@ KERNEL = os.environ.get("OFFLOAD_PLANNER_HOST_KERNEL", "1") != "0"
 DEFINES: tuple[str, ...] = ()
 """Extra ``-D`` defines of the build ``library()`` loads (the source's defaults: none); the probes measure others."""
 MAX_ROWS = 32
-"""The most rows an expert may see for the kernel: above it the weights are reused enough for oneDNN's tiles."""
+"""The most rows an expert may see for the kernel (the decode batches up to about 64 tokens of top-8 over 128
+experts); torch.bmm above it. Measured at 1-4 rows; the first build (one weight row at a time) was slower than
+torch.bmm at 8 rows (43 against 60-83 GB/s), the default build past 4 rows is not measured."""
 BLOCK = 16
 """Output rows of one expert a thread takes at a time."""
 
@@ -127,7 +130,8 @@ def grouped_rows(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, rows: torc
         raise ValueError(f"grouped_rows: x {tuple(x.shape)}, w {tuple(w.shape)}, ids {ids.numel()}, rows "
                          f"{rows.numel()} do not agree")
     if b and (int(ids.min()) < 0 or int(ids.max()) >= w.shape[0]):
-        raise ValueError(f"grouped_rows: expert ids {int(ids.min())}..{int(ids.max())} outside w's {w.shape[0]} experts")
+        raise ValueError(f"grouped_rows: expert ids {int(ids.min())}..{int(ids.max())} outside w's "
+                         f"{w.shape[0]} experts")
     y = torch.empty((b, m, n), dtype=torch.bfloat16)
     if b:
         lib.grouped_rows(x.data_ptr(), b, m, k, w.data_ptr(), w.stride(0), w.stride(1), n, ids.data_ptr(),
