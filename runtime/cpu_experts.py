@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+import runtime.host_matmul as host_matmul
 from runtime.errors import ApplyError, ConcurrentForwardError
 from runtime.forward_gate import ForwardGate, callers
 from runtime.host_guard import CudaMarks, HostGuard, Marks
@@ -514,6 +515,7 @@ class ExpertSplits:
             if layer.experts is not None:
                 self._split_layer(layer, model, pin)
         if any(layer.experts is not None and layer.experts.cpu for layer in plan.layers):
+            host_matmul.library()  # built (or loaded) now, not in the first forward's host part (a second or two)
             self.threads = torch.get_num_threads()
             # the issuing thread computes the host's part itself, or, where the host's thread does, keeps one CPU
             # for issuing (its own torch work stays small; a team of its own would contend with the host's)

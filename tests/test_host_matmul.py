@@ -188,3 +188,21 @@ def test_the_build_is_cached_by_source_and_machine(monkeypatch, tmp_path):
         assert [p.stat().st_mtime_ns for p in tmp_path.rglob("host_matmul-*.so")] == [stamp]  # reused, not rebuilt
     finally:
         host_matmul.library.cache_clear()
+
+
+def test_apply_builds_the_kernel_before_any_forward(monkeypatch):
+    """The build (a second or two) happens in ``apply``, not in the first forward's host part, whose time the
+    guard would read as a slow host; a plan without host experts does not build it."""
+    import runtime
+    from moe_models import split_plan
+
+    built = []
+    monkeypatch.setattr(host_matmul, "library", lambda: built.append(1))
+    model = make_moe(ARCHITECTURES[0])
+    with runtime.apply(split_plan(model), model, device="cpu", host_threads=1):
+        assert built == [1]
+    built.clear()
+    halves = lambda n: {"gpu": list(range(n // 2)), "uva": list(range(n // 2, n)), "cpu": []}  # noqa: E731
+    uva_only = split_plan(model, places=halves)
+    with runtime.apply(uva_only, model, device="cpu", host_threads=1):
+        assert built == []
