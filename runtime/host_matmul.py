@@ -9,11 +9,12 @@ summing in float32, one rounding to bf16 at the end as a bf16 matmul rounds (its
 than oneDNN's: the rows can differ in the last bf16 bit, as two GPU kernels' do). It also reads only the touched
 experts (``ids``), with no batch spanning untouched ones.
 
-Built at first use with the machine's C compiler (``cc -O3 -march=native -fopenmp``: the host's own vector
-instructions, fused multiply-adds) into a cache keyed by the source, the flags, the compiler and the CPU, and
-loaded with ctypes (which lets go of the GIL during the call). Where there is no compiler, or the build fails,
-``library()`` is None and the host's part runs torch.bmm as before (said once in the log). ``KERNEL`` (or the environment's
-``OFFLOAD_PLANNER_HOST_KERNEL=0``) turns it off, for side-by-side measurements.
+Built with the machine's C compiler (``cc -O3 -march=native -fopenmp``: the host's own vector instructions, fused
+multiply-adds) when a plan with host experts is applied (or at first use), into a cache keyed by the source, the
+flags, the compiler and the CPU, and loaded with ctypes (which lets go of the GIL during the call). Where there is no
+compiler, or the build fails, ``library()`` is None and the host's part runs torch.bmm as before (said once in the
+log). ``KERNEL`` (or the environment's ``OFFLOAD_PLANNER_HOST_KERNEL=0``) turns it off, for side-by-side
+measurements.
 """
 
 from __future__ import annotations
