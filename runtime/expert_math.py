@@ -293,10 +293,7 @@ def _padded_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Ten
         if o is None:
             o = r.new_empty(n, rows, r.shape[-1])
         o[s:e] = r
-    o = o[ids, slot]
-    if layout.post_norm:
-        o = module.post_expert_norm(o)
-    out[pairs] = o * top_k_weights.reshape(-1)[pairs].unsqueeze(-1)
+    _weighted(module, layout, o[ids, slot], pairs, top_k_weights, out)
 
 
 def _kernel_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Tensor], ids: torch.Tensor,
@@ -317,7 +314,13 @@ def _kernel_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Ten
     r = host_matmul.grouped_rows(a, weights["down_proj"], touched, seen)
     if layout.has_bias:
         r = r + weights["down_proj_bias"][touched].unsqueeze(1)
-    o = r[dense, slot]
+    _weighted(module, layout, r[dense, slot], pairs, top_k_weights, out)
+
+
+def _weighted(module: nn.Module, layout: Layout, o: torch.Tensor, pairs: torch.Tensor, top_k_weights: torch.Tensor,
+              out: torch.Tensor) -> None:
+    """The padded pass's last step, either way: each pair's expert output (``o``, in ``pairs``' order) through the
+    module's post-expert norm, weighted by its routing weight into its row of ``out``."""
     if layout.post_norm:
         o = module.post_expert_norm(o)
     out[pairs] = o * top_k_weights.reshape(-1)[pairs].unsqueeze(-1)

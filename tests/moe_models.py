@@ -46,6 +46,17 @@ def make_moe(arch: str, seed: int = 0, implementation: str = "eager"):
     return model
 
 
+def random_call(config, experts: int, tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An experts module's call at ``tokens`` random tokens of a model of ``config``: bf16 hidden states, each
+    token's top-k distinct experts of ``experts`` and their softmax weights (bf16)."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(tokens, config.hidden_size, generator=g).to(torch.bfloat16)
+    k = config.num_experts_per_tok
+    index = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)])
+    topw = torch.softmax(torch.randn(tokens, k, generator=g), -1).to(torch.bfloat16)
+    return hidden, index, topw
+
+
 def by_thirds(experts: int) -> dict[str, list[int]]:
     """Expert e on the GPU, through UVA or on the host by e mod 3."""
     places = ("gpu", "uva", "cpu")

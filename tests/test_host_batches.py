@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from moe_models import ARCHITECTURES, make_moe  # noqa: E402
+from moe_models import ARCHITECTURES, make_moe, random_call  # noqa: E402
 from runtime import expert_math  # noqa: E402
 from runtime.expert_math import Layout, _runs, host_rows, is_experts_module, rows_dtype  # noqa: E402
 
@@ -56,11 +56,8 @@ def _host_call(arch: str, tokens: int, seed: int):
     layout = Layout.of(experts)
     weights = {name: getattr(experts, name).detach() for name in layout.names}
     n = weights["down_proj"].shape[0]
-    g = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(tokens, model.config.hidden_size, generator=g).to(torch.bfloat16)
+    hidden, index, topw = random_call(model.config, n, tokens, seed)
     k = model.config.num_experts_per_tok
-    index = torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(tokens)])
-    topw = torch.softmax(torch.randn(tokens, k, generator=g), -1).to(torch.bfloat16)
 
     def call() -> torch.Tensor:
         out = torch.zeros(tokens * k, model.config.hidden_size, dtype=rows_dtype(hidden, topw))

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from moe_models import ARCHITECTURES, make_moe  # noqa: E402
+from moe_models import ARCHITECTURES, make_moe, random_call  # noqa: E402
 from runtime import expert_math, host_matmul  # noqa: E402
 from runtime.expert_math import Layout, host_rows, is_experts_module, rows_dtype  # noqa: E402
 
@@ -104,11 +104,8 @@ def _host_call(arch: str, tokens: int, seed: int):
         if name in Layout.of(experts).flipped(layout):
             weights[name] = weights[name].transpose(-2, -1).contiguous()
     n = weights["down_proj"].shape[0]
-    g = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(tokens, model.config.hidden_size, generator=g).to(torch.bfloat16)
+    hidden, index, topw = random_call(model.config, n, tokens, seed)
     k = model.config.num_experts_per_tok
-    index = torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(tokens)])
-    topw = torch.softmax(torch.randn(tokens, k, generator=g), -1).to(torch.bfloat16)
     table = torch.arange(n)  # the part holds all but the last expert, whose id is the part's size: in no part
 
     def call() -> torch.Tensor:
