@@ -127,6 +127,9 @@ class Bench:
         self.switch_intervals = getattr(args, "switch_interval", None) or []
         self.host_guards = getattr(args, "host_guard", None) or []
         self.own_host_figures = getattr(args, "own_host_figures", False)
+        # a profile ``planner calibrate`` measured on this machine: every prediction is also made with it
+        calibrated = getattr(args, "calibrated", None)
+        self.calibrated = load_hardware(calibrated) if calibrated else None
         self.levels_exactness = getattr(args, "exact_levels", False)
         self.turn_rounds = getattr(args, "turn_rounds", None) or 5
         self.turns_only = getattr(args, "turns_only", False)
@@ -184,9 +187,12 @@ class Bench:
             spec = spec.model_copy(update={"memory": spec.memory.model_copy(update=WEIGHTS_ONLY)})
         return planner.plan(spec, gpu_budget=budget, hardware=self.hw, workload=workload, **options)
 
-    def predicted(self, plan, tokens: int, mode: str = "eager", shares=None, own_cpu: bool = False) -> float:
+    def predicted(self, plan, tokens: int, mode: str = "eager", shares=None, own_cpu: bool = False,
+                  calibrated: bool = False) -> float:
+        """The plan's predicted step: with the profile plans are made with, with the resident model's CPU figures
+        measured in this run in its place (``own_cpu``), or with ``--calibrated``'s profile (``calibrated``)."""
         workload = Workload({"step": WorkloadItem(tokens=tokens, mode=mode)})
-        hw = self.hw.model_copy(update=self.cpu_figures) if own_cpu else self.hw
+        hw = self.calibrated if calibrated else self.hw.model_copy(update=self.cpu_figures) if own_cpu else self.hw
         return predict(plan, hw, workload, shares).workloads[0].step_ms
 
     def own_cpu(self, model, config, kind: str) -> None:
@@ -242,6 +248,9 @@ class Bench:
                                        shares={layer: [round(x, 7) for x in q] for layer, q in routed.items()})
                     if own is not None and mode == "eager":
                         row.update(predicted_model_cpu_ms=own, ratio_model_cpu=round(own / ms, 4))
+                    if self.calibrated is not None:
+                        c = self.predicted(plan, tokens, mode, shares, calibrated=True)
+                        row.update(predicted_calibrated_ms=c, ratio_calibrated=round(c / ms, 4))
                     if mode == "eager" and handle._splits is not None:  # runtime/shape_graphs.py
                         row["expert_graphs"] = handle.stats().get("expert_graphs", expert_graphs)
                     if link is not None:
@@ -285,6 +294,9 @@ class Bench:
         if self.cpu_figures:
             row["predicted_model_cpu_ms"] = {label: self.predicted(plan, 1, "eager", shares, own_cpu=True)
                                              for label, plan, options, shares in turns if not options}
+        if self.calibrated is not None:
+            row["predicted_calibrated_ms"] = {label: self.predicted(plan, 1, "eager", shares, calibrated=True)
+                                              for label, plan, options, shares in turns if not options}
         for r in range(1 if self.dry else rounds):
             for label, plan, options, _ in (turns if r % 2 == 0 else turns[::-1]):  # a drift favours no turn
                 handle = runtime.apply(plan, model, device=str(self.device), **options)
@@ -394,6 +406,9 @@ class Bench:
             if self.cpu_figures and mode == "eager":
                 own = self.predicted(plan, tokens, mode, own_cpu=True)
                 row.update(predicted_model_cpu_ms=own, ratio_model_cpu=round(own / ms, 4))
+            if self.calibrated is not None:
+                c = self.predicted(plan, tokens, mode, calibrated=True)
+                row.update(predicted_calibrated_ms=c, ratio_calibrated=round(c / ms, 4))
             self.emit(**row)
 
     def exactness(self, model, config):
@@ -748,6 +763,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", choices=CASES, action="append", help="the workloads measured (default: all)")
     ap.add_argument("--profile", default="h200", help="the hardware profile plans are made and predicted with "
                     "(a bundled name or a file, as `planner plan --hardware`; default the bundled h200)")
+    ap.add_argument("--calibrated", help="a profile `planner calibrate` wrote on this machine (run it just before): "
+                    "every prediction is also made with it (``predicted_calibrated_ms``), the prediction a user "
+                    "who calibrated gets; plans are still made with --profile")
     ap.add_argument("--join-waste", type=float, action="append", help="measure the host plans with the padded "
                     "pass's batches joined at each of these values of runtime.expert_math.JOIN_WASTE, side by side "
                     "(0: each run of touched experts apart; default the runtime's)")

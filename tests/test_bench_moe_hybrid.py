@@ -139,3 +139,21 @@ def test_the_turns_alone(tmp_path):
     assert all(len(v) == 1 for v in turns["span_ratio_per_round"].values())
     assert list(turns["turns"]) == ["uva", "hot", "uva, expert_graphs off", "hot, expert_graphs off"]
     assert len(uniform) == 1
+
+
+def test_predictions_with_a_calibrated_profile(tmp_path):
+    """--calibrated FILE: every measured row and every side-by-side turn is also predicted with that profile (the
+    one `planner calibrate` writes on the machine), the plans still made with --profile."""
+    from conftest import ROOT as root
+
+    profile = str(root / "schemas" / "profiles" / "h200.yaml")
+    rows = _dry_run(tmp_path, "--only", "qwen3_moe", "--cases", "decode1", "--calibrated", profile)
+    measured = [r for r in rows if "measured_ms" in r]
+    assert measured and all(r["ratio_calibrated"] == pytest.approx(r["predicted_calibrated_ms"] / r["measured_ms"],
+                                                                   rel=1e-3) for r in measured)
+    # the dry run plans with a fast host (its own profile); the bundled one prices the hybrid's host part slower
+    hybrid = next(r for r in measured if r["plan"] == "hybrid")
+    assert hybrid["predicted_calibrated_ms"] > hybrid["predicted_ms"]
+    (turns,) = [r for r in rows if r.get("plan", "").startswith("in turn")]
+    assert set(turns["predicted_calibrated_ms"]) == set(turns["predicted_ms"])
+    assert all(v > 0 for v in turns["predicted_calibrated_ms"].values())
