@@ -99,6 +99,7 @@ BUDGETS = {"qwen3_moe": 12 * GB, "phimoe": 8 * GB}
 HOT_SHARE, HOT_TARGET = 0.2, 0.8
 HOT_TOLERANCE, BISECTIONS = 0.02, 8  # how near the target the bias search stops, and its most halvings
 CASES = ("decode32", "prefill", "decode1")
+TURN_TOKENS = 8  # the distinct one-token inputs the side-by-side turns cycle over (``in_turn``)
 
 
 class Bench:
@@ -282,10 +283,20 @@ class Bench:
         from one measurement to the next on the H200's host (2026-12-03): only turns taken side by side compare.
         Each turn applied with ``apply``'s defaults also has its prediction (``predicted_ms``, and with the run's own
         CPU figures ``predicted_model_cpu_ms``; the planner assumes the defaults). In the first round's turns with
-        split layers, also one split layer's experts call alone (``one_layer_call_us``)."""
+        split layers, also one split layer's experts call alone (``one_layer_call_us``).
+
+        The steps cycle over ``TURN_TOKENS`` distinct one-token inputs, one timing a cycle (the span a step is its
+        time / ``TURN_TOKENS``), as a decode's tokens differ from step to step: one input repeated routes to the same
+        experts every step, a sample of one routing (PhiMoE's 8 layers at top-2 of 16: whether a layer's two experts
+        are both in host memory, one or none moves its host part 2x). ``predicted_routed_ms``: each turn predicted
+        with the routing those inputs take (recorded on the resident model before the turns)."""
         if "decode1" not in self.cases:
             return
-        ids = self.ids((1, 1), config.vocab_size)
+        inputs = [self.ids((1, 1), config.vocab_size, seed=1 + i) for i in range(TURN_TOKENS)]
+        with record_routing(model) as recorder, torch.inference_mode():
+            for ids in inputs:
+                model(ids, use_cache=False)
+            routed = recorder.stats("turns").shares()
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         taken: dict[str, list[dict]] = {label: [] for label, _, _, _ in turns}
         row = {"model": model_name, "plan": "in turn: " + ", ".join(taken), "workload": "decode1", "mode": "eager"}
@@ -297,26 +308,36 @@ class Bench:
         if self.calibrated is not None:
             row["predicted_calibrated_ms"] = {label: self.predicted(plan, 1, "eager", shares, calibrated=True)
                                               for label, plan, options, shares in turns if not options}
+        for key, kwargs in (("predicted_routed_ms", {}), ("predicted_calibrated_routed_ms", {"calibrated": True})):
+            if key == "predicted_routed_ms" or self.calibrated is not None:
+                row[key] = {label: self.predicted(plan, 1, "eager", routed, **kwargs)
+                            for label, plan, options, _ in turns if not options}
+        row["inputs"] = TURN_TOKENS
         for r in range(1 if self.dry else rounds):
             for label, plan, options, _ in (turns if r % 2 == 0 else turns[::-1]):  # a drift favours no turn
                 handle = runtime.apply(plan, model, device=str(self.device), **options)
                 try:
                     issue = []
 
-                    def step():
+                    def step(ids):
                         t = time.perf_counter()
                         model(ids, use_cache=False)
                         issue.append((time.perf_counter() - t) * 1e3)
 
+                    def cycle():
+                        for ids in inputs:
+                            step(ids)
+
                     with torch.inference_mode():
-                        step(), step(), step()  # a shape's second call captures its graphs
+                        for i in range(3):  # a shape's second call captures its graphs
+                            step(inputs[i % TURN_TOKENS])
                         if handle._splits is not None and handle._splits.guards and not self.dry:
-                            for _ in range(SETTLE):  # the host guard's levels settle (runtime/host_guard.py)
-                                step()
+                            for i in range(SETTLE):  # the host guard's levels settle (runtime/host_guard.py)
+                                step(inputs[i % TURN_TOKENS])
                         sync()
-                    span = self.time_ms(step, 1)
-                    taken[label].append({"span_ms": round(span, 3),
-                                         "issue_ms": round(statistics.median(issue[-self.repeat:]), 3)})
+                    span = self.time_ms(cycle, 1) / TURN_TOKENS
+                    taken[label].append({"span_ms": round(span, 3), "issue_ms": round(
+                        statistics.median(issue[-self.repeat * TURN_TOKENS:]), 3)})
                     if r == 0 and handle._splits is not None and options.get("expert_graphs", True):
                         row.setdefault("one_layer_call_us", self._one_layer(handle._splits.forwards[0][2], config,
                                                                             sync))

@@ -139,6 +139,15 @@ def test_the_turns_alone(tmp_path):
     assert all(len(v) == 1 for v in turns["span_ratio_per_round"].values())
     assert list(turns["turns"]) == ["uva", "hot", "uva, expert_graphs off", "hot, expert_graphs off"]
     assert len(uniform) == 1
+    # the turns cycle over distinct one-token inputs, and are also predicted with the routing those inputs take
+    import bench_moe_hybrid
+
+    for row in (turns, *uniform):
+        assert row["inputs"] == bench_moe_hybrid.TURN_TOKENS > 1
+        assert set(row["predicted_routed_ms"]) == set(row["predicted_ms"])
+        assert all(v > 0 for v in row["predicted_routed_ms"].values())
+    # at one token the all-UVA plan reads k experts whatever the routing: the same prediction either way
+    assert uniform[0]["predicted_routed_ms"]["uva"] == pytest.approx(uniform[0]["predicted_ms"]["uva"], rel=1e-6)
 
 
 def test_predictions_with_a_calibrated_profile(tmp_path):
