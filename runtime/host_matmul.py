@@ -40,10 +40,13 @@ KERNEL = os.environ.get("OFFLOAD_PLANNER_HOST_KERNEL", "1") != "0"
 """Whether the host's part uses the kernel (where it builds); False: torch.bmm, as before it."""
 DEFINES: tuple[str, ...] = ()
 """Extra ``-D`` defines of the build ``library()`` loads (the source's defaults: none); the probes measure others."""
-MAX_ROWS = 32
-"""The most rows an expert may see for the kernel (the decode batches up to about 64 tokens of top-8 over 128
-experts); torch.bmm above it. Measured at 1-4 rows; the first build (one weight row at a time) was slower than
-torch.bmm at 8 rows (43 against 60-83 GB/s), the default build past 4 rows is not measured."""
+MAX_ROWS = 4
+"""The most rows the touched experts of a call may see on average for the kernel; torch.bmm's padded pass above
+it. The kernel reads an expert's weights once for all of its rows, at its best at a few (decode); past a few
+oneDNN's batched kernel reads faster. On the H200's host (bench/probe_host_rows_m.py, 64 Qwen3-MoE experts, gate/up
+and down, GB/s of weights, kernel against torch.bmm): 116 / 96 against 95 / 104 at 1 row, 112 / 88 against 85 / 85
+at 2, 65 / 49 against 72 / 92 at 8, 37 / 29 against 72 / 75 at 16 (2026-12-03, call j); 85 / 68 against 53 / 64 at 4
+on another host (call g)."""
 BLOCK = 16
 """Output rows of one expert a thread takes at a time."""
 
@@ -107,10 +110,10 @@ def library() -> ctypes.CDLL | None:
         return None
 
 
-def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, rows: int) -> bool:
-    """Whether ``grouped_rows`` can compute ``x``'s rows through ``w`` ([E, out, in], each row's values contiguous):
-    bf16 both, on the host, at most ``MAX_ROWS`` rows an expert, no gradient asked for (the kernel has no backward),
-    and the kernel built."""
+def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, rows: float) -> bool:
+    """Whether ``grouped_rows`` computes ``x``'s rows through ``w`` ([E, out, in], each row's values contiguous):
+    bf16 both, on the host, at most ``MAX_ROWS`` rows a touched expert on average (``rows``; faster than torch.bmm
+    there), no gradient asked for (the kernel has no backward), and the kernel built."""
     return (KERNEL and not transposed and rows <= MAX_ROWS and x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16
             and x.device.type == "cpu" and w.device.type == "cpu" and w.dim() == 3 and w.stride(-1) == 1
             and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and library() is not None)

@@ -123,6 +123,7 @@ def _host_call(arch: str, tokens: int, seed: int):
 def test_the_kernels_rows_are_the_bmm_passes_to_a_rounding(arch, tokens, monkeypatch):
     """The host's part through the kernel against the same part through torch.bmm: the same pairs written (the
     last expert's, in no part, left zero), each row within the bf16 rounding the sums' order can move."""
+    monkeypatch.setattr(host_matmul, "MAX_ROWS", 1 << 20)  # the kernel at every row count (the arithmetic here)
     call = _host_call(arch, tokens, seed=tokens)
     calls = []
     real = host_matmul.grouped_rows
@@ -136,6 +137,25 @@ def test_the_kernels_rows_are_the_bmm_passes_to_a_rounding(arch, tokens, monkeyp
     assert bmm.abs().sum() > 0
     scale = bmm.abs().max().item()
     assert (kernel.float() - bmm.float()).abs().max().item() <= 2 ** -8 * scale
+
+
+@needs_kernel
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_past_a_few_rows_a_touched_expert_the_host_runs_torch_bmm(arch, monkeypatch):
+    """The kernel where a call's touched experts see at most ``MAX_ROWS`` rows on average (faster than torch.bmm
+    there, slower past it on the H200's host); torch.bmm's padded pass above, whatever the most any expert sees."""
+    calls = []
+    real = host_matmul.grouped_rows
+    monkeypatch.setattr(host_matmul, "grouped_rows", lambda *a: calls.append(1) or real(*a))
+    _host_call(arch, 1, seed=3)()
+    assert len(calls) == 2  # one token: a row an expert, the kernel for both projections
+    many = _host_call(arch, 64, seed=3)
+    calls.clear()
+    many()  # 64 tokens over a tiny model's few experts: many rows each
+    assert not calls
+    monkeypatch.setattr(host_matmul, "MAX_ROWS", 1 << 20)
+    many()
+    assert len(calls) == 2
 
 
 def test_without_a_compiler_the_host_runs_torch_bmm(monkeypatch, tmp_path):
