@@ -182,11 +182,13 @@ class Bench:
         return timer(self.device, fn, 3 if long else self.repeat, min(1, self.warmup) if long else self.warmup)
 
     # -- plans ------------------------------------------------------------------------------------------
-    def plan(self, spec, budget: int, tokens: int, **options):
+    def plan(self, spec, budget: int, tokens: int, hardware=None, **options):
+        """The plan of ``spec`` at ``budget`` for a step of ``tokens``, made with ``hardware`` (default the run's
+        profile)."""
         workload = Workload({"step": WorkloadItem(tokens=tokens)})
         if self.dry:  # tiny models: their budgets are about weights (no workspace or activations counted)
             spec = spec.model_copy(update={"memory": spec.memory.model_copy(update=WEIGHTS_ONLY)})
-        return planner.plan(spec, gpu_budget=budget, hardware=self.hw, workload=workload, **options)
+        return planner.plan(spec, gpu_budget=budget, hardware=hardware or self.hw, workload=workload, **options)
 
     def predicted(self, plan, tokens: int, mode: str = "eager", shares=None, own_cpu: bool = False,
                   calibrated: bool = False) -> float:
@@ -548,7 +550,10 @@ class Bench:
         only = {"auto prefill": cases[1:2], "auto decode32": cases[:1]}
         by_label = dict(plans)
         turns = [("uva", by_label["uva"], {}, None), ("hybrid", by_label["hybrid"], {}, None),
+                 ("auto decode1", self.plan(spec, budget, 1), {}, None),
                  ("uva, expert_graphs off", by_label["uva"], {"expert_graphs": False}, None)]
+        if self.calibrated is not None:  # auto's batch-1 plan as a user who calibrated gets it
+            turns.insert(3, ("auto decode1, calibrated", self.plan(spec, budget, 1, self.calibrated), {}, None))
         self.in_turn(kind, model, config, turns, rounds=self.turn_rounds)
         for label, plan in [] if self.turns_only else plans:
             self.emit(model=kind, plan=label, notes=plan.summary.notes, backend=plan.summary.backend,
@@ -824,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
                     "experts in host memory on the host, half the plan's, the plan's, every one)")
     ap.add_argument("--turn-rounds", type=int, help="rounds of the side-by-side eager turns at decode 1 (the skewed "
                     "part: all-UVA, hot, both without their layer graphs; each uniform model: all-UVA, hybrid, "
-                    "all-UVA without its layer graphs; default 5)")
+                    "auto's plan for decode at batch 1, all-UVA without its layer graphs; default 5)")
     ap.add_argument("--turns-only", action="store_true", help="measure only those turns (no other plan or case)")
     ap.add_argument("--host-load", type=int, default=0, help="run this many other processes for the whole run, each "
                     "summing a 1 GiB tensor on one thread over and over (another load on the machine: the host slower "

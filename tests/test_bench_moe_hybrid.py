@@ -63,10 +63,10 @@ def test_the_dry_run_writes_every_row(tmp_path):
     assert set(ab["predicted_ms"]) == set(ab["predicted_model_cpu_ms"]) == {"uva", "hot"}
     assert set(ab["span_ratio_median_to"]) == {"uva", "uva, expert_graphs off"}
     assert set(ab["span_ratio_median_to"]["uva, expert_graphs off"]) == {"uva", "hot", "hot, expert_graphs off"}
-    for model in ("qwen3_moe", "phimoe"):  # each uniform model's turns at decode 1: all-UVA, hybrid, all-UVA launched
+    for model in ("qwen3_moe", "phimoe"):  # each uniform model's turns at decode 1: all-UVA, hybrid, auto, all-UVA launched
         (row,) = [r for r in rows if r.get("plan", "").startswith("in turn") and r["model"] == model]
-        assert list(row["turns"]) == ["uva", "hybrid", "uva, expert_graphs off"]
-        assert set(row["predicted_ms"]) == {"uva", "hybrid"}
+        assert list(row["turns"]) == ["uva", "hybrid", "auto decode1", "uva, expert_graphs off"]
+        assert set(row["predicted_ms"]) == {"uva", "hybrid", "auto decode1"}
         assert row["one_uva_layer_call_us"]["launched"]["done_us"] > 0  # the module's own forward (no graphs here)
     assert set(ab["span_ratio_median"]) == {"hot", "uva, expert_graphs off", "hot, expert_graphs off"}
     link = {r["plan"]: r["link_bytes_per_step"] for r in skewed if r["plan"] != "resident"}
@@ -164,5 +164,7 @@ def test_predictions_with_a_calibrated_profile(tmp_path):
     hybrid = next(r for r in measured if r["plan"] == "hybrid")
     assert hybrid["predicted_calibrated_ms"] > hybrid["predicted_ms"]
     (turns,) = [r for r in rows if r.get("plan", "").startswith("in turn")]
+    assert list(turns["turns"]) == ["uva", "hybrid", "auto decode1", "auto decode1, calibrated",
+                                    "uva, expert_graphs off"]
     assert set(turns["predicted_calibrated_ms"]) == set(turns["predicted_ms"])
     assert all(v > 0 for v in turns["predicted_calibrated_ms"].values())
