@@ -298,7 +298,10 @@ class Bench:
         with record_routing(model) as recorder, torch.inference_mode():
             for ids in inputs:
                 model(ids, use_cache=False)
-            routed = recorder.stats("turns").shares()
+            stats = recorder.stats(model_name, f"bench_moe_hybrid: the {TURN_TOKENS} one-token inputs of the turns")
+        routed = stats.shares()
+        path = self.folder / f"routing-turns-{model_name.replace(' ', '-')}.yaml"  # to predict the turns again with
+        path.write_text(dump_model(stats))
         sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
         taken: dict[str, list[dict]] = {label: [] for label, _, _, _ in turns}
         row = {"model": model_name, "plan": "in turn: " + ", ".join(taken), "workload": "decode1", "mode": "eager"}
@@ -314,7 +317,7 @@ class Bench:
             if key == "predicted_routed_ms" or self.calibrated is not None:
                 row[key] = {label: self.predicted(plan, 1, "eager", routed, **kwargs)
                             for label, plan, options, _ in turns if not options}
-        row["inputs"] = TURN_TOKENS
+        row["inputs"], row["inputs_routing"] = TURN_TOKENS, path.name
         for r in range(1 if self.dry else rounds):
             for label, plan, options, _ in (turns if r % 2 == 0 else turns[::-1]):  # a drift favours no turn
                 handle = runtime.apply(plan, model, device=str(self.device), **options)
