@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from schemas.errors import InputError
+from schemas.expert_graphs import graphs_on
 from schemas.hardware import HardwareProfile, load_hardware
 from schemas.io import gc_paused
 from schemas.plan import Plan
@@ -60,7 +61,8 @@ class _Model:
     def placed(self, assignment: Assignment, profile: HardwareProfile, workload: Workload) -> Assignment:
         """A strategy's assignment with its host kinds shared between the host and the link and, with measured
         routing, the most used experts kept on the GPU (planner/strategy/experts.py)."""
-        chosen = to_host(assignment, self.layers, self.host, profile, workload, self.host_optional)
+        graphs = self.cost.graphs
+        chosen = to_host(assignment, self.layers, self.host, profile, workload, self.host_optional, graphs)
         if self.routing is None:
             return chosen
 
@@ -69,7 +71,7 @@ class _Model:
 
         host = frozenset() if self.host_optional else self.host  # the trial's host keeps the layers it took
         return keep_hot(chosen, self.layers, self.shares, self.memory.gpu_budget, host, profile, workload,
-                        peak).assignment
+                        peak, graphs).assignment
 
     def finished(self, plan: Plan, profile: HardwareProfile, workload: Workload) -> Plan:
         """The plan with its predictions (at the measured routing rates) and the routing it was made with."""
@@ -83,7 +85,8 @@ class _Model:
         """The placement cost a search walks: with the host's kinds (placed as UVA) priced as the plan runs them."""
         if not self.host:
             return self.cost
-        return PlacementCost(self.layers, *self.cost.given, host=frozenset(self.host), optional=self.host_optional)
+        return PlacementCost(self.layers, *self.cost.given, host=frozenset(self.host), optional=self.host_optional,
+                             graphs=self.cost.graphs)
 
     @property
     def by_kind(self) -> bool:
@@ -118,7 +121,8 @@ def _merge(spec: SpecFile, memory: dict, offload: dict) -> tuple[MemorySection, 
 
 
 def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection, hardware: HardwareProfile | None = None,
-           workload: Workload | None = None) -> _Model:
+           workload: Workload | None = None, graphs: bool = True) -> _Model:
+    """The spec read for a strategy; ``graphs``: the plan runs with the layer graphs (its placement cost prices so)."""
     graph = build_graph(spec.model.expanded())
     layers = layers_in_order(graph)
     stack = find_block_stack(graph)
@@ -130,7 +134,8 @@ def _model(spec: SpecFile, memory: MemorySection, offload: OffloadSection, hardw
         if eligible:
             candidates.append((by_name[name].index, eligible))
     total = sum(layer.nbytes for layer in layers)
-    cost = PlacementCost(layers, hardware or load_hardware(spec.hardware), workload or spec.workload or DEFAULT_WORKLOAD)
+    cost = PlacementCost(layers, hardware or load_hardware(spec.hardware),
+                         workload or spec.workload or DEFAULT_WORKLOAD, graphs=graphs)
     return _Model(layers, stack, shared, candidates, total, memory, offload, cost)
 
 
@@ -268,10 +273,11 @@ class _Links:
 def _plan_for(spec: SpecFile, sizes: MemoryModel, memory: MemorySection, offload: OffloadSection,
               profile: HardwareProfile, workload: Workload, links: _Links) -> Plan:
     """The plan for ``workload`` (every batch given): the memory besides the weights off the budget, then a
-    strategy for the weights and buffers (the one point where the budget the strategies see is set)."""
+    strategy for the weights and buffers (the one point where the budget the strategies see is set), priced with
+    the layer graphs where the plan, with this memory section, runs with them (``graphs_on``)."""
     mem = sizes.plan_memory(workload, profile)
     m = replace(_model(spec, memory.model_copy(update={"gpu_budget": weights_budget(memory.gpu_budget, mem)}),
-                       offload, profile, workload),
+                       offload, profile, workload, graphs_on(mem)),
                 host=frozenset(links.host), routing=links.routing, routing_ref=links.routing_ref)
     routing, routing_ref = links.routing, links.routing_ref
     if routing is not None:

@@ -30,6 +30,7 @@ from runtime.ties import extent, storage_key
 from runtime.uva import UvaOffloader
 from runtime.experts_forward import ExpertsForwards
 from runtime.writes import WriteWatch, backend_of_each, report_writes
+from schemas.expert_graphs import graphs_on
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
 from schemas.spec import SpecFile
@@ -185,9 +186,10 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
     GPU, the eager calls of at most 64 tokens of a split layer's experts whose GPU kernels compute (no host part),
     and of an experts module not split (resident or read through UVA) whose forward reads nothing back, replay a CUDA graph per input
     shape, captured at the shape's second call (schemas/expert_graphs.py, runtime/shape_graphs.py: the eager
-    decode's launches; ``Handle.stats()["expert_graphs"]``); False runs them as launched (the planner's eager
-    predictions assume True); None (the default): as the plan's memory counts them (``memory.graph_bytes``: on, but
-    where the spec's ``memory.graphs: 0`` left them out; on for a plan without a memory section).
+    decode's launches; ``Handle.stats()["expert_graphs"]``); False runs them as launched; None (the default): as the
+    plan's memory counts them (``memory.graph_bytes``: on, but where the spec's ``memory.graphs: 0`` left them out;
+    on for a plan without a memory section: schemas/expert_graphs.py ``graphs_on``), which is what the planner's
+    eager predictions price.
     """
     who = this_rank(rank, process_group)
     plan, loaded = choose_plan(plan, who)  # a loaded file has had every check of the plan file already
@@ -206,8 +208,8 @@ def apply(plan: Plan | str | Path | Sequence[Plan], model: nn.Module, device: st
 
 def graphs_counted(plan: Plan) -> bool:
     """Whether ``plan``'s memory counts the layer graphs (``memory.graph_bytes``; a plan without a memory section,
-    written before it, is taken to)."""
-    return plan.memory is None or plan.memory.graph_bytes > 0
+    written before it, is taken to): schemas/expert_graphs.py ``graphs_on``, the rule the cost model prices by."""
+    return graphs_on(plan.memory)
 
 
 def _apply(plan: Plan, loaded: bool, who, model: nn.Module, device: str | torch.device, *, stats: bool,

@@ -15,6 +15,9 @@ tokens of
 and in both only where nothing else of the experts module is offloaded in a way that moves its place between calls
 (a tensor copied into a prefetch slot): a graph reads the addresses it was captured with. A prefill's launches are
 few beside its work, so it runs as launched.
+
+All of that only in a plan applied with the layer graphs (``graphs_on``): not one whose memory counts none (the
+spec's ``memory.graphs: 0``), where every eager experts call is launched, and the cost model prices it so.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from schemas.kinds import param_kind
 from schemas.plan_experts import experts_module, host_computes
+from schemas.plan_memory import PlanMemory
 
 # a schemas.plan_content.PlanLayer (that module imports schemas.plan_experts, which this one does too)
 PlanLayer = Any
@@ -36,6 +40,15 @@ GRAPHED_MAX_SHAPES = 8
 
 ROUTING_ID_BYTES = 8  # the routing's expert ids: int64
 ROUTING_WEIGHT_BYTES = 4  # its weights: float32 at most (Mixtral's router keeps them so, Qwen3-MoE's in bf16)
+
+
+def graphs_on(memory: PlanMemory | None) -> bool:
+    """Whether a plan whose memory section is ``memory`` runs with the layer graphs (``apply``'s default
+    ``expert_graphs=None``): where its memory counts them (``graph_bytes``; the spec's ``memory.graphs: 0`` leaves
+    them out, and a model without stacked routed experts has none), and in a plan without a memory section (written
+    before it). The runtime applies the plan so (runtime/apply.py ``graphs_counted``), ``predict`` prices it so and
+    the search prices by the memory section it gives the plan (planner/build.py)."""
+    return memory is None or memory.graph_bytes > 0
 
 
 def static_bytes(tokens: int, hidden: int, top_k: int, act_bytes: int) -> int:

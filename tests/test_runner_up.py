@@ -1,6 +1,8 @@
 """Pricing a plan without assembling it (issue 18): ``PlacementCost.plan_timelines`` simulates the forward that
 ``predict`` simulates for the assembled plan, figure for figure, so strategy auto's runner-up (the budget
-strategy's best plan at the same budget) is priced from its placement, never assembled."""
+strategy's best plan at the same budget) is priced from its placement, never assembled. The specs here count no
+layer graphs (``weights_only``: ``memory.graphs: 0``), so their eager experts calls are priced launched; the
+search's own costs price the graphs as the plan it writes runs them either way."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from planner.cost.placement import PlacementCost
 from planner.cost.predict import weighted_step_ms
 from planner.layers import build_graph, layers_in_order
 from schemas import load_spec
+from schemas.expert_graphs import graphs_on
 from schemas.hardware import load_hardware
 from schemas.io import load_model, load_routing
 from schemas.plan import Plan
@@ -32,7 +35,12 @@ MIXED = Workload({"decode": WorkloadItem(tokens=4, weight=3.0, mode="graph"), "p
 
 
 def _spec(name: str) -> SpecFile:
-    return weights_only(load_spec(GENERATED / f"{name}.yaml"))
+    """A bundled spec's weights alone (no layer graphs counted); ``NAME+graphs``: with the layer graphs counted."""
+    name, _, graphs = name.partition("+")
+    spec = weights_only(load_spec(GENERATED / f"{name}.yaml"))
+    if graphs:
+        spec = spec.model_copy(update={"memory": spec.memory.model_copy(update={"graphs": None})})
+    return spec
 
 
 def _kinds_spec() -> SpecFile:
@@ -58,7 +66,7 @@ def _priced(spec: SpecFile, plan: Plan, workload: Workload, shares=None) -> tupl
             experts[i] = split
         if layer.prefetch is not None and layer.prefetch.span:
             span.append(i)
-    cost = PlacementCost(layers, load_hardware(spec.hardware), workload)
+    cost = PlacementCost(layers, load_hardware(spec.hardware), workload, graphs=graphs_on(plan.memory))
     timelines = cost.plan_timelines(where, plan.summary.prefetch_step or 1, span, experts, shares)
     steps = [round(t.step_ms, 4) for t in timelines]
     return steps, weighted_step_ms([(s, item.weight) for s, (_, item) in zip(steps, workload.items())])
@@ -73,7 +81,7 @@ CASES = [
     ("qwen3-30b-a3b", {"strategy": "auto"}, 12_000_000_000, DECODE32),  # auto's trial of the host
     ("qwen3-30b-a3b", {"strategy": "budget", "backend": "uva", "backends": {"routed_experts": "cpu"}},
      16_000_000_000, DECODE32),
-    ("qwen3-30b-a3b", {"strategy": "budget", "backend": "uva"}, 16_000_000_000, EAGER),  # experts graphed
+    ("qwen3-30b-a3b", {"strategy": "budget", "backend": "uva"}, 16_000_000_000, EAGER),
     ("qwen3-30b-a3b", {"strategy": "budget", "backend": "prefetch"}, 40_000_000_000, EAGER),  # copied: launched
     ("qwen3-30b-a3b", {"strategy": "auto"}, 24_000_000_000, EAGER),
 ]
@@ -85,6 +93,35 @@ def test_a_plan_priced_from_its_placement_predicts_as_the_assembled_plan(name, o
     plan = planner.plan(spec, gpu_budget=budget, workload=workload, **options)
     assert plan.summary.offloaded_bytes > 0
     steps, weighted = _priced(spec, plan, workload)
+    assert steps == [row.step_ms for row in plan.predictions.workloads]
+    assert weighted == plan.predictions.weighted_step_ms
+
+
+@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("options, budget", [
+    ({"strategy": "budget", "backend": "uva"}, 16 * 10**9),
+    ({"strategy": "auto"}, 24 * 10**9),
+    ({"strategy": "auto"}, 12 * 10**9),  # with auto's trial of the host
+    ({"strategy": "budget", "backend": "uva", "backends": {"routed_experts": "cpu"}}, 16 * 10**9),
+])
+def test_the_search_prices_the_layer_graphs_as_the_plan_it_writes_runs_them(monkeypatch, counted, options, budget):
+    """Every placement cost the planner builds prices the layer graphs exactly where the plan it writes counts them
+    (``counted``; else the spec's ``memory.graphs: 0``), and the plan's placement priced by such a cost is the plan's
+    prediction (``_priced``), eager decode calls graphed or launched alike."""
+    made = []
+    real = build.PlacementCost
+
+    def recorded(*args, **kwargs):
+        cost = real(*args, **kwargs)
+        made.append(cost.graphs)
+        return cost
+
+    monkeypatch.setattr(build, "PlacementCost", recorded)
+    spec = _spec("qwen3-30b-a3b+graphs" if counted else "qwen3-30b-a3b")
+    plan = planner.plan(spec, gpu_budget=budget, workload=EAGER, **options)
+    assert graphs_on(plan.memory) is counted
+    assert made and set(made) == {counted}
+    steps, weighted = _priced(spec, plan, EAGER)  # by graphs_on(plan.memory)
     assert steps == [row.step_ms for row in plan.predictions.workloads]
     assert weighted == plan.predictions.weighted_step_ms
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.errors import InputError
+from schemas.expert_graphs import graphs_on
 from schemas.hardware_profile import HardwareProfile
 from schemas.plan import Plan
 from schemas.sizes import format_bytes
@@ -105,7 +106,8 @@ def _memory_panel(ax: Any, plan: Plan) -> tuple[Any, Any]:
 
 def _timeline_panel(ax: Any, plan: Plan, hw: HardwareProfile, name: str, tokens: int) -> tuple[Any, ...]:
     t = timeline(plan, hw, tokens, plan_sequences(plan, name, tokens))
-    cpu_ends = list(accumulate(w.cpu_ms for w in layers_work(plan.layers, tokens, hw)))
+    issued = layers_work(plan.layers, tokens, hw, graphs=graphs_on(plan.memory))
+    cpu_ends = list(accumulate(w.cpu_ms for w in issued))
     y = _ROWS
     colors = [_COLORS["offloaded_layer"] if layer.offloaded else _COLORS["compute"] for layer in plan.layers]
     compute = ax.barh([y["compute"]] * len(t.layers), [lt.end - lt.start for lt in t.layers],

@@ -19,6 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from schemas.errors import InputError, suggest
+from schemas.expert_graphs import graphs_on
 from schemas.hardware_profile import HardwareProfile
 from schemas.measured import MeasuredForward, MeasuredStats
 from schemas.plan import Plan
@@ -142,7 +143,7 @@ def explain(plan: Plan, stats: MeasuredStats, hw: HardwareProfile, workload: str
     for layer, lt in zip(plan.layers, t.layers):
         if layer.prefetch is None or layer.prefetch.once:  # a layer copied once, at apply time: no copy per forward
             continue
-        work = layer_work(layer, tokens, hw)
+        work = layer_work(layer, tokens, hw, graphs=graphs_on(plan.memory))
         predicted_bytes += work.copy_bytes
         measured = [m for f in used for m in f.layers if m.name == layer.name]
         row = LayerComparison(

@@ -24,13 +24,14 @@ gives each expert its own chance (``shares``: planner/strategy/experts.py, schem
 In an eager call of at most ``GRAPHED_MAX_TOKENS`` tokens whose experts GPU kernels compute all (no host part), the
 runtime replays the experts from a CUDA graph (runtime/shape_graphs.py): the layer issues the graph's few launches
 where the module's call and its parts' extra launches were (``schemas.expert_graphs.graphed``;
-planner/cost/layer.py ``graphed_issue_us``).
+planner/cost/layer.py ``graphed_issue_us``). That is in a plan applied with the layer graphs (``graphs``: what the
+plan's memory section says, ``schemas.expert_graphs.graphs_on``); a plan made with the spec's ``memory.graphs: 0``
+runs without them, and every such call is priced as launched: the module's call and its parts' launches.
 
 Where the host's part would take longer than the GPU reading every host-memory expert (a plan made for decode 32,
 at batch 1), the runtime's guard sends them all through UVA (runtime/host_guard.py): such a call is priced as that
 level 0 (``bypassed``), graphed as above. The planner assumes ``apply``'s defaults (``host_levels`` on, and
-the layer graphs, which a plan made with the spec's ``memory.graphs: 0`` runs without: its eager decode is then
-predicted faster than it runs).
+``expert_graphs`` as the plan's memory counts the layer graphs).
 
 CUDA graph replay cannot capture the host's part: a workload in mode graph is predicted as if the host part
 ran between captured graphs (torch.compile without CUDA graphs); the runtime refuses the capture.
@@ -186,28 +187,28 @@ def through_uva(split: ExpertSplit) -> ExpertSplit:
 
 
 def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Sequence[float] | None = None,
-               seqs: Sequences = ONE) -> LayerWork:
+               seqs: Sequences = ONE, graphs: bool = True) -> LayerWork:
     """The work of a layer with ``experts``: its other params as planner/cost/layer.py costs them (its attention
     over the context of ``seqs`` included), its parts as above, the host's part on its own thread beside the
     GPU's parts, joined at the layer's end; where the runtime's guard would send the host's experts through UVA
-    (``bypassed``), the layer's work so."""
+    (``bypassed``), the layer's work so. ``graphs``: the plan runs with the layer graphs (the module docstring)."""
     split = layer.experts
     shape = ExpertShape.of(layer)
     by_expert = set(split.params)
     rest = layer.model_copy(update={
         "params": {r: p for r, p in layer.params.items() if r not in by_expert},
         "offloaded": [r for r in layer.offloaded if r not in by_expert], "experts": None, "moe": None})
-    base = layer_work(rest, tokens, hw, seqs, block_moe=moe_shape(layer.moe))  # an MoE block's floor
+    base = layer_work(rest, tokens, hw, seqs, block_moe=moe_shape(layer.moe), graphs=graphs)  # an MoE block's floor
     q = chances(split, shape, shares)
     on_host = host_computes(split, tokens)
     if on_host and bypassed(q, tokens, shape, hw):
-        return split_work(layer.model_copy(update={"experts": through_uva(split)}), tokens, hw, shares, seqs)
+        return split_work(layer.model_copy(update={"experts": through_uva(split)}), tokens, hw, shares, seqs, graphs)
     parts_ms = gpu_parts_ms(q, on_host, tokens, shape, hw)
     gpu_parts = sum(1 for x in (q["gpu"], q["uva"]) if x)
     launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES
     if q["cpu"]:
         launches += HOST_PART_LAUNCHES if on_host else OWN_PASS_LAUNCHES
-    if not on_host and graphed(layer, tokens):  # the parts' launches are in the graph, and the module's call is
+    if graphs and not on_host and graphed(layer, tokens):  # the parts' launches are in the graph, and the call is
         issue_ms = graphed_issue_us(hw.moe_block_cpu_us, hw) / 1e3
     else:
         issue_ms = (hw.moe_block_cpu_us + launches * hw.launch_us) / 1e3

@@ -55,10 +55,11 @@ def plan_layer(layer: Layer, split: ExpertSplit) -> PlanLayer:
 
 
 def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Workload,
-             shares: Sequence[float] | None = None, margin: float = 0.0) -> ExpertSplit:
+             shares: Sequence[float] | None = None, margin: float = 0.0, graphs: bool = True) -> ExpertSplit:
     """``split`` with its cpu experts cut back to the count (the least used first) that gives the layer its least
     predicted time over ``workload`` (fewer on ties); the others read through UVA. With ``margin`` a count above
-    zero is weighed that much slower (the host takes experts only where it clearly pays)."""
+    zero is weighed that much slower (the host takes experts only where it clearly pays). ``graphs``: the plan runs
+    with the layer graphs (planner/cost/host_experts.py ``split_work``)."""
     pool = sorted(split.cpu, key=lambda e: (shares[e] if shares is not None else 0.0, e))
     whole = split.model_copy(update={"cpu": sorted(pool)})
     limit = cpu_max_tokens(plan_layer(layer, whole), hw, shares)
@@ -70,7 +71,8 @@ def balanced(layer: Layer, split: ExpertSplit, hw: HardwareProfile, workload: Wo
         cand = split.model_copy(update={"cpu": cpu, "uva": sorted(set(split.uva) | set(pool[count:])),
                                         "cpu_max_tokens": limit if cpu else None})
         ms = sum(item.weight / total * split_work(plan_layer(layer, cand), item.rows, profile_for(hw, item.mode),
-                                                  shares).alone_ms() for _, item in items) / (1 - margin if cpu else 1)
+                                                  shares, graphs=graphs).alone_ms()
+                 for _, item in items) / (1 - margin if cpu else 1)
         if best is None or ms < best[0] - 1e-9:
             best = (ms, cand)
     return best[1]

@@ -25,6 +25,11 @@ is copied into a slot by the prefetch stream) and a hardware profile:
   is the rate between the two, and what a call pays beyond it, with the routing's small kernels, lies in the
   block floor ``moe_block_gpu_us``).
 
+An eager experts call of an MoE block that may replay a layer graph (schemas/expert_graphs.py) issues the graph's
+few launches instead of its own (``graphed_issue_us``) in a plan applied with the layer graphs (``graphs``: as the
+plan's memory section says, ``schemas.expert_graphs.graphs_on``); in one without them (the spec's
+``memory.graphs: 0``) every such call is priced as launched.
+
 In CUDA graph replay (a workload's ``mode: graph``) the CPU issues nothing per kernel, nothing is read back
 mid-layer and a UVA matmul pays no fixed time beyond its bytes: ``profile_for`` gives the profile with those
 costs at zero.
@@ -274,14 +279,15 @@ def block_floor_ms(moe: tuple[int, int] | None, hw: HardwareProfile) -> float:
 
 def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw: HardwareProfile,
                 seqs: Sequences = ONE, shares: Sequence[float] | None = None,
-                block_moe: tuple[int, int] | None = None
+                block_moe: tuple[int, int] | None = None, graphs: bool = True
                 ) -> tuple[list[ParamTime], float, float, bool, float, tuple[str, ...]]:
     """Per-param times and (cpu µs, expert µs, synced, block ms, graphable) of a layer whose params are (rel,
     PlanParam) pairs, at ``tokens`` in ``seqs`` (``shares``: its measured routing, else uniform). ``block_moe``: the
     MoE shape of the block these params belong to where they are priced without its experts (a split layer's other
     params, planner/cost/host_experts.py): the block's floor is still an MoE block's. ``graphable``: the stacked
     routed experts params whose eager call replays a graph unless copied (``placed_work``): at most
-    ``GRAPHED_MAX_TOKENS`` tokens of an MoE block that reads nothing back (not ``moe_sync``); else empty."""
+    ``GRAPHED_MAX_TOKENS`` tokens of an MoE block that reads nothing back (not ``moe_sync``), in a plan applied with
+    the layer graphs (``graphs``: the module docstring); else empty."""
     times = [param_time(name, rel, p, tokens, hw, moe, shares) for rel, p in params]
     roles = [(rel, p, _role(name, rel, p)) for rel, p in params]
     matrices = sum(1 for _, _, role in roles if role in ("matmul", "routed"))
@@ -290,20 +296,21 @@ def layer_times(name: str, params, moe: tuple[int, int] | None, tokens: int, hw:
     block = block_ms(block_shape(roles, moe), tokens, seqs, hw) + block_floor_ms(of_moe, hw) \
         if of_moe is not None or matrices >= 4 else 0.0
     graphable = stacked_experts(name, params) if (
-        moe is not None and not hw.moe_sync and tokens <= GRAPHED_MAX_TOKENS) else ()
+        graphs and moe is not None and not hw.moe_sync and tokens <= GRAPHED_MAX_TOKENS) else ()
     return times, base, expert, moe is not None and hw.moe_sync, block, graphable
 
 
 def layer_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, seqs: Sequences = ONE,
-               shares: Sequence[float] | None = None, block_moe: tuple[int, int] | None = None) -> LayerWork:
+               shares: Sequence[float] | None = None, block_moe: tuple[int, int] | None = None,
+               graphs: bool = True) -> LayerWork:
     """The layer's GPU, CPU and copy time at ``tokens``: its ``uva`` params read over the link, its other
-    offloaded params copied; ``shares``: its experts' measured routing (else uniform); ``block_moe``: as
-    ``layer_times`` says."""
+    offloaded params copied; ``shares``: its experts' measured routing (else uniform); ``block_moe`` and
+    ``graphs``: as ``layer_times`` says."""
     on_uva = set(layer.uva)
     copied = set(layer.offloaded) - on_uva
     moe = moe_shape(layer.moe)
     return placed_work(*layer_times(layer.name, list(layer.params.items()), moe, tokens, hw, seqs,
-                                    shares if moe is not None else None, block_moe), on_uva, copied, hw)
+                                    shares if moe is not None else None, block_moe, graphs), on_uva, copied, hw)
 
 
 def _description(layer: PlanLayer) -> tuple:
@@ -314,9 +321,10 @@ def _description(layer: PlanLayer) -> tuple:
 
 
 def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile, seqs: Sequences = ONE,
-                routing: Mapping[str, Sequence[float]] | None = None) -> list[LayerWork]:
+                routing: Mapping[str, Sequence[float]] | None = None, graphs: bool = True) -> list[LayerWork]:
     """``layer_work`` of each layer, computed once per distinct description (a stack of a thousand
-    equal blocks is costed once); ``routing``: layer name -> its experts' measured chances of being picked."""
+    equal blocks is costed once); ``routing``: layer name -> its experts' measured chances of being picked;
+    ``graphs``: as ``layer_times`` says."""
     seen: dict[tuple, LayerWork] = {}
     described: dict[tuple, tuple] = {}  # the same param objects, name key and placement: the same description
     out = []
@@ -330,7 +338,7 @@ def layers_work(layers: list[PlanLayer], tokens: int, hw: HardwareProfile, seqs:
         key = description if shares is None else (description, tuple(shares))
         work = seen.get(key)
         if work is None:
-            work = seen[key] = layer_work(layer, tokens, hw, seqs, shares)
+            work = seen[key] = layer_work(layer, tokens, hw, seqs, shares, graphs=graphs)
         out.append(work)
     return out
 

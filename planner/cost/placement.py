@@ -10,6 +10,10 @@ kinds read through UVA are one experts module is priced as the plan will run it:
 its experts with the split of least predicted time (planner/cost/host_split.py, planner/cost/host_experts.py);
 ``optional`` (auto's trial of the host): only where that split gives the host some experts, the layer otherwise
 read through UVA as without ``host``.
+
+``graphs``: the plan runs with the layer graphs (``schemas.expert_graphs.graphs_on`` of the memory section the
+plan gets: planner/build.py), as ``predict`` then prices it; one cost prices for one setting, so its caches hold
+that setting's figures alone.
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ _GPU, _CPU, _HOST, _SYNCED = (attrgetter(f) for f in ("gpu_ms", "cpu_ms", "host_
 
 
 class PlacementCost:
-    """Predicted weighted step time of placements of ``layers`` on ``hw`` for ``workload``."""
+    """Predicted weighted step time of placements of ``layers`` on ``hw`` for ``workload`` (``graphs``: with the
+    layer graphs, the module docstring)."""
 
     def __init__(self, layers: Sequence[Layer], hw: HardwareProfile, workload: Workload,
-                 host: frozenset[str] = frozenset(), optional: bool = False):
-        self.layers, self.host, self.optional = layers, host, optional
+                 host: frozenset[str] = frozenset(), optional: bool = False, graphs: bool = True):
+        self.layers, self.host, self.optional, self.graphs = layers, host, optional, graphs
         self.given = (hw, workload)  # the profile and workload it prices for
         items = workload.items()
         total = sum(item.weight for _, item in items)
@@ -99,7 +104,7 @@ class PlacementCost:
                 work = self._work[key] = placed_work(*times, on_uva, copied, hw)
             else:
                 work = self._work[key] = split_work(self._split_layer(position, split, on_uva, copied), tokens, hw,
-                                                    None, seqs)
+                                                    None, seqs, self.graphs)
         return work
 
     def _host_split(self, position: int, on_uva: frozenset) -> ExpertSplit | None:
@@ -110,7 +115,8 @@ class PlacementCost:
             layer = self.layers[position]
             whole = whole_split(layer, on_uva, self.host)
             split = None if whole is None else balanced(layer, whole, *self.given,
-                                                        margin=HOST_MARGIN if self.optional else 0.0)
+                                                        margin=HOST_MARGIN if self.optional else 0.0,
+                                                        graphs=self.graphs)
             self._host_splits[key] = None if split is None or (self.optional and not split.cpu) else split
         return self._host_splits[key]
 
@@ -212,7 +218,8 @@ class PlacementCost:
             moved = [(p, self._layer_work(p, tokens, mode, seqs, uva, copied)) for p, (uva, copied) in placed.items()]
             moved += [(p, self._routed_work(p, tokens, mode, seqs, *placed.get(p, none), shares[self.layers[p].name]))
                       for p in routed]
-            moved += [(p, split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs))
+            moved += [(p, split_work(layer, tokens, self._hw[mode], (shares or {}).get(layer.name), seqs,
+                                     self.graphs))
                       for p, layer in split_layers.items()]  # a split layer's work wins over its placement's
             out.append(simulate(self.forward(k, moved), copies, self._link, self._cpu_start[k]))
         return out
@@ -222,7 +229,7 @@ class PlacementCost:
         """``layer_times`` of the layer at ``position`` (its class's params; ``shares``: its measured routing)."""
         layer = self.layers[position]
         return layer_times(layer.name, self._params[self._class[position]], moe_shape(layer.moe), tokens,
-                           self._hw[mode], seqs, shares)
+                           self._hw[mode], seqs, shares, graphs=self.graphs)
 
     def _routed_work(self, position: int, tokens: int, mode: str, seqs: Sequences, on_uva: frozenset,
                      copied: frozenset, shares: Sequence[float]) -> LayerWork:

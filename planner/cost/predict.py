@@ -1,10 +1,12 @@
-"""A plan's predicted cost: per workload, one simulated forward (``planner.cost.timeline``)."""
+"""A plan's predicted cost: per workload, one simulated forward (``planner.cost.timeline``), with the layer graphs as
+the plan is applied with them (``schemas.expert_graphs.graphs_on``: its memory section says)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 
+from schemas.expert_graphs import graphs_on
 from schemas.hardware import HardwareProfile
 from schemas.plan import Plan
 from schemas.prediction import Prediction, Predictions
@@ -29,13 +31,15 @@ def copies_of(plan: Plan) -> list[Copy]:
 def timeline(plan: Plan, hw: HardwareProfile, tokens: int, seqs: Sequences = ONE, routing=None) -> Timeline:
     """One forward of ``plan`` at ``tokens`` (in ``seqs``) on ``hw``; ``routing``: layer name -> each expert's
     chance of being picked by a token (measured routing), for every MoE layer: whole (planner/cost/layer.py) or
-    with its experts split (planner/cost/host_experts.py)."""
-    work = layers_work(plan.layers, tokens, hw, seqs, routing)
+    with its experts split (planner/cost/host_experts.py). Eager experts calls replay the layer graphs where the
+    plan runs with them (``graphs_on``)."""
+    graphs = graphs_on(plan.memory)
+    work = layers_work(plan.layers, tokens, hw, seqs, routing, graphs)
     for i, layer in enumerate(plan.layers):
         if layer.prefetch is not None and layer.prefetch.once:  # its slot keeps it: nothing to copy
             work[i] = replace(work[i], copy_ms=0.0, copy_bytes=0)
         if layer.experts is not None:
-            work[i] = split_work(layer, tokens, hw, (routing or {}).get(layer.name), seqs)
+            work[i] = split_work(layer, tokens, hw, (routing or {}).get(layer.name), seqs, graphs)
     return simulate(work, copies_of(plan), link_share(hw), model_cpu_ms(hw))
 
 

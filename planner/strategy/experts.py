@@ -50,11 +50,12 @@ def link_view(offload: OffloadSection) -> tuple[OffloadSection, frozenset[str]]:
 
 
 def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[str], hw: HardwareProfile,
-            workload: Workload, optional: bool = False) -> Assignment:
+            workload: Workload, optional: bool = False, graphs: bool = True) -> Assignment:
     """``assignment`` with the UVA params of ``kinds`` shared between the host and the link, expert by expert.
     ``optional`` (auto's trial): only a layer whose experts module is read through UVA whole and for which the
     split gives the host experts (``balanced`` with ``HOST_MARGIN``); the others stay on UVA as they are (the
-    placement cost priced them so: planner/cost/placement.py)."""
+    placement cost priced them so: planner/cost/placement.py). ``graphs``: the plan runs with the layer graphs
+    (``balanced``)."""
     if not kinds:
         return assignment
     by_name = {layer.name: layer for layer in layers}
@@ -72,7 +73,7 @@ def to_host(assignment: Assignment, layers: Sequence[Layer], kinds: frozenset[st
                frozenset(chosen))
         if key not in splits:
             splits[key] = None if whole is None else balanced(layer, whole, hw, workload,
-                                                              margin=HOST_MARGIN if optional else 0.0)
+                                                              margin=HOST_MARGIN if optional else 0.0, graphs=graphs)
         split = splits[key]
         if split is None or (optional and not split.cpu):
             continue
@@ -125,9 +126,9 @@ def _experts_parent(layer: Layer) -> str | None:
 
 def keep_hot(assignment: Assignment, layers: Sequence[Layer], shares: Mapping[str, Sequence[float]],
              gpu_budget: int | None, host: frozenset[str], hw: HardwareProfile, workload: Workload,
-             peak_of: Callable[[Assignment], int]) -> HotResult:
+             peak_of: Callable[[Assignment], int], graphs: bool = True) -> HotResult:
     """``assignment`` with every MoE layer's experts split and the most used kept on the GPU within the budget
-    (``peak_of``: the peak GPU bytes of an assignment's plan)."""
+    (``peak_of``: the peak GPU bytes of an assignment's plan; ``graphs``: the plan runs with the layer graphs)."""
     where = {name: dict(params) for name, params in assignment.where.items()}
     experts = dict(assignment.experts)
     split_layers: list[Layer] = []
@@ -164,7 +165,7 @@ def keep_hot(assignment: Assignment, layers: Sequence[Layer], shares: Mapping[st
             kept.setdefault(layer.name, []).append(e)
     for layer in split_layers:
         experts[layer.name] = _with_gpu(experts[layer.name], sorted(kept.get(layer.name, [])), layer, hw,
-                                        workload, shares[layer.name])
+                                        workload, shares[layer.name], graphs)
     whole = [name for name, split in experts.items() if split is not None and not split.host]
     for name in whole:
         del experts[name]
@@ -176,12 +177,13 @@ def keep_hot(assignment: Assignment, layers: Sequence[Layer], shares: Mapping[st
 
 
 def _with_gpu(split: ExpertSplit, gpu: list[int], layer: Layer, hw: HardwareProfile, workload: Workload,
-              shares: Sequence[float]) -> ExpertSplit:
+              shares: Sequence[float], graphs: bool) -> ExpertSplit:
     """``split`` with ``gpu`` kept on the GPU; a host layer's other experts shared between the host and the link."""
     kept = set(gpu)
     if split.cpu:
         rest = [e for e in range(layer.moe.experts) if e not in kept]
-        return balanced(layer, split.model_copy(update={"gpu": gpu, "cpu": rest, "uva": []}), hw, workload, shares)
+        return balanced(layer, split.model_copy(update={"gpu": gpu, "cpu": rest, "uva": []}), hw, workload, shares,
+                        graphs=graphs)
     return split.model_copy(update={"gpu": gpu, "uva": [e for e in split.uva if e not in kept]})
 
 
