@@ -128,27 +128,29 @@ def gpu_part_sd(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwar
     return _spread(q, tokens) * shape.nbytes / rate / 1e6
 
 
-def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool) -> float:
-    """A GPU part: its touched experts from GPU memory, or over the link (``uva``)."""
+def gpu_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, uva: bool,
+                graphed: bool = False) -> float:
+    """A GPU part: its touched experts from GPU memory, or over the link (``uva``: a fixed ``uva_expert_call_ms``
+    a launched call, none in a ``graphed`` one, as planner/cost/layer.py ``placed_work`` says)."""
     if not q:
         return 0.0
     touched, rows = touched_by(q, tokens)
     flops = 2.0 * rows * shape.numel
     rate = hw.uva_gbps if uva else hw.experts_gbps
     passes = _uva_passes(q, tokens, touched, rows, shape, hw) if uva else 1.0
-    fixed = hw.uva_expert_call_ms if uva else 0.0
+    fixed = hw.uva_expert_call_ms if uva and not graphed else 0.0
     tflops = hw.experts_tflops_at(rows / max(touched, 1e-9))
     return fixed + max(flops / (tflops * 1e9), touched * shape.nbytes * passes / rate / 1e6)
 
 
 def gpu_parts_ms(q: dict[str, list[float]], on_host: bool, tokens: int, shape: ExpertShape,
-                 hw: HardwareProfile) -> float:
+                 hw: HardwareProfile, graphed: bool = False) -> float:
     """The GPU's parts of a split layer's experts (``q``: ``chances``): its gpu and uva experts, and where the host
     does not compute its cpu experts (``on_host``) those read through UVA in a grouped call of their own
-    (runtime/cpu_experts.py SplitForward)."""
+    (runtime/cpu_experts.py SplitForward); ``graphed``: the call replays the layer's graph."""
     via_uva = [] if on_host else q["cpu"]
-    return gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(q["uva"], tokens, shape, hw, True) + \
-        gpu_part_ms(via_uva, tokens, shape, hw, True)
+    return gpu_part_ms(q["gpu"], tokens, shape, hw, False) + gpu_part_ms(q["uva"], tokens, shape, hw, True, graphed) \
+        + gpu_part_ms(via_uva, tokens, shape, hw, True, graphed)
 
 
 def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:
@@ -203,12 +205,13 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
     on_host = host_computes(split, tokens)
     if on_host and bypassed(q, tokens, shape, hw):
         return split_work(layer.model_copy(update={"experts": through_uva(split)}), tokens, hw, shares, seqs, graphs)
-    parts_ms = gpu_parts_ms(q, on_host, tokens, shape, hw)
+    replayed = graphs and not on_host and graphed(layer, tokens)
+    parts_ms = gpu_parts_ms(q, on_host, tokens, shape, hw, replayed)
     gpu_parts = sum(1 for x in (q["gpu"], q["uva"]) if x)
     launches = max(0, gpu_parts - 1) * GPU_PART_LAUNCHES
     if q["cpu"]:
         launches += HOST_PART_LAUNCHES if on_host else OWN_PASS_LAUNCHES
-    if graphs and not on_host and graphed(layer, tokens):  # the parts' launches are in the graph, and the call is
+    if replayed:  # the parts' launches are in the graph, the call replays it
         issue_ms = graphed_issue_us(hw.moe_block_cpu_us, hw) / 1e3
     else:
         issue_ms = (hw.moe_block_cpu_us + launches * hw.launch_us) / 1e3

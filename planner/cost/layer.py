@@ -209,6 +209,7 @@ class ParamTime:
     uva_ms: float
     uva_link_ms: float  # the host link's part of uva_ms
     late: bool = False  # of a kind that runs after the block's attention (schemas/kinds.py ``AFTER_ATTENTION``)
+    uva_call_ms: float = 0.0  # uva_ms's fixed time a call (``uva_expert_call_ms``), which a graph's replay does not pay
 
 
 def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProfile,
@@ -216,7 +217,8 @@ def param_time(layer: str, rel: str, p: PlanParam, tokens: int, hw: HardwareProf
     role = _role(layer, rel, p)
     uva, link = _param_ms(role, p, tokens, hw, "uva", moe, shares)
     return ParamTime(rel, p.bytes, role == "routed", _param_ms(role, p, tokens, hw, "gpu", moe, shares)[0], uva, link,
-                     (p.kind or param_kind(layer, rel)) in AFTER_ATTENTION)
+                     (p.kind or param_kind(layer, rel)) in AFTER_ATTENTION,
+                     hw.uva_expert_call_ms if role == "routed" else 0.0)
 
 
 def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_sync: bool, block: float,
@@ -225,15 +227,18 @@ def placed_work(times: list[ParamTime], cpu_us: float, expert_us: float, moe_syn
     ``block``: the GPU ms of its work besides the params' kernels (planner/cost/block.py); ``graphable``: its
     stacked routed experts where an eager call of them may replay a graph (``layer_times``): it does when the
     placement copies nothing of their module into a prefetch slot (schemas/expert_graphs.py), and the layer then
-    issues ``GRAPH_CALL_LAUNCHES`` where the experts call was."""
-    if graphable and module_graphed(graphable, on_uva, copied):  # (what is read through UVA stays put)
+    issues ``GRAPH_CALL_LAUNCHES`` where the experts call was, and its matmuls through UVA pay no fixed time a call
+    (``uva_expert_call_ms``: calibrate measures it in launched calls; in a replay the next kernel starts as the last
+    ends, as ``profile_for`` says of graph mode)."""
+    graphed = bool(graphable) and module_graphed(graphable, on_uva, copied)  # (what is read through UVA stays put)
+    if graphed:
         cpu_us = graphed_issue_us(cpu_us, hw)
     gpu, routed, link, routed_link = block, 0.0, 0.0, 0.0
     copy_bytes = copies = 0
     early, late_uva = block, True  # the work before the late kinds, and whether every UVA param is of one
     for t in times:
         if t.rel in on_uva:
-            ms = t.uva_ms
+            ms = t.uva_ms - (t.uva_call_ms if graphed and t.rel in graphable else 0.0)
             link += t.uva_link_ms
             routed_link += t.uva_link_ms if t.routed else 0.0
             late_uva = late_uva and t.late
