@@ -17,7 +17,8 @@ does (``rows.view(T, k, H).sum(1)``).
 the grouped matmul stops at the last offset), so it can be captured in a CUDA graph. ``host_rows`` is the
 host CPU's version: it compacts the pairs first (data-dependent shapes cost nothing there) and runs the padded
 pass over the touched experts, each projection through runtime/host_matmul.py's kernel where it is built (bf16,
-at most ``host_matmul.MAX_ROWS`` rows a touched expert on average, no gradient), else one torch.bmm a projection and batch of experts.
+at most ``host_matmul.MAX_BLOCKS`` passes of 4 rows a touched expert on average, no gradient), else one torch.bmm
+a projection and batch of experts.
 """
 
 from __future__ import annotations
@@ -276,8 +277,8 @@ def _padded_rows(module: nn.Module, layout: Layout, weights: dict[str, torch.Ten
     rows = -(-int(counts.max()) // PAD_ROWS) * PAD_ROWS
     slot = torch.arange(ids.numel()) - (torch.cumsum(counts, 0) - counts)[ids]
     up, down = weights[layout.up], weights["down_proj"]
-    mean = ids.numel() / max(1, int((counts > 0).sum()))  # the rows a touched expert sees on average
-    if host_matmul.usable(hidden, up, layout.up_t, mean) and host_matmul.usable(hidden, down, layout.down_t, mean):
+    passes = host_matmul.passes(counts)  # the kernel's passes a touched expert takes on average
+    if host_matmul.usable(hidden, up, layout.up_t, passes) and host_matmul.usable(hidden, down, layout.down_t, passes):
         _kernel_rows(module, layout, weights, ids, pairs, hidden, top_k_weights, k, counts, rows, slot, out)
         return
     x = hidden.new_zeros(n, rows, hidden.shape[-1])

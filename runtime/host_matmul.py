@@ -40,13 +40,28 @@ KERNEL = os.environ.get("OFFLOAD_PLANNER_HOST_KERNEL", "1") != "0"
 """Whether the host's part uses the kernel (where it builds); False: torch.bmm, as before it."""
 DEFINES: tuple[str, ...] = ()
 """Extra ``-D`` defines of the build ``library()`` loads (the source's defaults: none); the probes measure others."""
-MAX_ROWS = 4
-"""The most rows the touched experts of a call may see on average for the kernel; torch.bmm's padded pass above
-it. The kernel reads an expert's weights once for all of its rows, at its best at a few (decode); past a few
-oneDNN's batched kernel reads faster. On the H200's host (bench/probe_host_rows_m.py, 64 Qwen3-MoE experts, gate/up
-and down, GB/s of weights, kernel against torch.bmm): 116 / 96 against 95 / 104 at 1 row, 112 / 88 against 85 / 85
-at 2, 65 / 49 against 72 / 92 at 8, 37 / 29 against 72 / 75 at 16 (2026-12-03, call j); 85 / 68 against 53 / 64 at 4
-on another host (call g)."""
+ROW_BLOCK = 4
+"""The rows the kernel takes together on a block of weight rows (``ROWS`` in host_matmul.c): an expert seeing r rows
+takes ceil(r / 4) passes over its weights' block."""
+MAX_BLOCKS = 1.65
+"""The most passes of ``ROW_BLOCK`` rows the touched experts of a call may take on average for the kernel;
+torch.bmm's padded pass above it. The kernel is at its best at one pass (up to 4 rows an expert: decode), and a
+second pass costs about half a first; oneDNN's batched kernel reads at a rate about flat in the rows. On the H200's
+host (bench/probe_host_rows_m.py, 64 Qwen3-MoE experts, gate/up and down, GB/s of weights, kernel against
+torch.bmm, every expert the same rows): 116 / 96 against 95 / 104 at 1 row, 112 / 88 against 85 / 85 at 2, 65 / 49
+against 72 / 92 at 8, 37 / 29 against 72 / 75 at 16 (2026-12-03, call j); 92 / 74 against 67 / 62 at 3, 95 / 73
+against 68 / 66 at 4, 63 / 51 against 68 / 56 at 5, 63 / 50 against 66 / 63 at 6 (2026-12-04, call c). The two
+meet at about 1.65 passes (1.8 for gate/up, 1.4 for down, weighted by their bytes): the bound. PhiMoE at decode
+32 (about 4 rows an expert, some 5-8: 1.2-1.6 passes with uniform routing) ran its host part in 18.2-20.3 ms a
+layer through the kernel against 25.0-27.3 through torch.bmm, side by side in one run (call c)."""
+
+
+def passes(counts: torch.Tensor) -> float:
+    """The passes of ``ROW_BLOCK`` rows a touched expert takes on average, from the rows each expert sees."""
+    touched = int((counts > 0).sum())
+    return int(counts.add(ROW_BLOCK - 1).div(ROW_BLOCK, rounding_mode="floor").sum()) / max(1, touched)
+
+
 BLOCK = 16
 """Output rows of one expert a thread takes at a time."""
 
@@ -110,11 +125,13 @@ def library() -> ctypes.CDLL | None:
         return None
 
 
-def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, rows: float) -> bool:
+def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, passes: float) -> bool:
     """Whether ``grouped_rows`` computes ``x``'s rows through ``w`` ([E, out, in], each row's values contiguous):
-    bf16 both, on the host, at most ``MAX_ROWS`` rows a touched expert on average (``rows``; faster than torch.bmm
-    there), no gradient asked for (the kernel has no backward), and the kernel built."""
-    return (KERNEL and not transposed and rows <= MAX_ROWS and x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16
+    bf16 both, on the host, at most ``MAX_BLOCKS`` passes a touched expert on average (``passes``, from
+    ``passes()``; faster than torch.bmm there), no gradient asked for (the kernel has no backward), and the kernel
+    built."""
+    return (KERNEL and not transposed and passes <= MAX_BLOCKS and x.dtype == torch.bfloat16
+            and w.dtype == torch.bfloat16
             and x.device.type == "cpu" and w.device.type == "cpu" and w.dim() == 3 and w.stride(-1) == 1
             and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and library() is not None)
 

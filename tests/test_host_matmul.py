@@ -84,15 +84,25 @@ def test_mismatched_shapes_are_refused():
 def test_what_the_kernel_takes():
     x = torch.zeros(4, 8, dtype=torch.bfloat16)
     w = torch.zeros(3, 6, 8, dtype=torch.bfloat16)
-    assert host_matmul.usable(x, w, False, 2)
-    assert not host_matmul.usable(x, w, True, 2)  # stored [in, out]
-    assert not host_matmul.usable(x, w, False, host_matmul.MAX_ROWS + 1)
-    assert not host_matmul.usable(x.float(), w, False, 2)
-    assert not host_matmul.usable(x, w.float(), False, 2)
-    assert not host_matmul.usable(x, w.transpose(1, 2), False, 2)
-    assert not host_matmul.usable(x.requires_grad_(), w, False, 2)
+    assert host_matmul.usable(x, w, False, 1)
+    assert not host_matmul.usable(x, w, True, 1)  # stored [in, out]
+    assert not host_matmul.usable(x, w, False, host_matmul.MAX_BLOCKS + 0.01)
+    assert not host_matmul.usable(x.float(), w, False, 1)
+    assert not host_matmul.usable(x, w.float(), False, 1)
+    assert not host_matmul.usable(x, w.transpose(1, 2), False, 1)
+    assert not host_matmul.usable(x.requires_grad_(), w, False, 1)
     with torch.no_grad():
-        assert host_matmul.usable(x, w, False, 2)
+        assert host_matmul.usable(x, w, False, 1)
+
+
+def test_the_kernels_passes_count_each_touched_experts_blocks_of_rows():
+    """An expert seeing r rows takes ceil(r / 4) passes of the kernel; untouched experts count for nothing."""
+    assert host_matmul.passes(torch.tensor([0, 1, 4, 5, 8, 9, 0])) == (1 + 1 + 2 + 2 + 3) / 5
+    assert host_matmul.passes(torch.tensor([2, 3, 4, 1])) == 1.0
+    assert host_matmul.passes(torch.zeros(3, dtype=torch.int64)) == 0.0
+    # about 4 rows an expert on average, most at 4 or fewer (PhiMoE at decode 32): the kernel's, not torch.bmm's
+    assert host_matmul.passes(torch.tensor([4, 3, 5, 4, 2, 6, 4, 4, 3, 5])) <= host_matmul.MAX_BLOCKS
+    assert host_matmul.passes(torch.tensor([6, 7, 5, 8])) > host_matmul.MAX_BLOCKS  # every expert past 4 rows
 
 
 def _host_call(arch: str, tokens: int, seed: int):
@@ -123,7 +133,7 @@ def _host_call(arch: str, tokens: int, seed: int):
 def test_the_kernels_rows_are_the_bmm_passes_to_a_rounding(arch, tokens, monkeypatch):
     """The host's part through the kernel against the same part through torch.bmm: the same pairs written (the
     last expert's, in no part, left zero), each row within the bf16 rounding the sums' order can move."""
-    monkeypatch.setattr(host_matmul, "MAX_ROWS", 1 << 20)  # the kernel at every row count (the arithmetic here)
+    monkeypatch.setattr(host_matmul, "MAX_BLOCKS", 1 << 20)  # the kernel at every row count (the arithmetic here)
     call = _host_call(arch, tokens, seed=tokens)
     calls = []
     real = host_matmul.grouped_rows
@@ -142,8 +152,9 @@ def test_the_kernels_rows_are_the_bmm_passes_to_a_rounding(arch, tokens, monkeyp
 @needs_kernel
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_past_a_few_rows_a_touched_expert_the_host_runs_torch_bmm(arch, monkeypatch):
-    """The kernel where a call's touched experts see at most ``MAX_ROWS`` rows on average (faster than torch.bmm
-    there, slower past it on the H200's host); torch.bmm's padded pass above, whatever the most any expert sees."""
+    """The kernel where a call's touched experts take at most ``MAX_BLOCKS`` passes of 4 rows on average (faster
+    than torch.bmm there, slower past it on the H200's host); torch.bmm's padded pass above, whatever the most any
+    expert sees."""
     calls = []
     real = host_matmul.grouped_rows
     monkeypatch.setattr(host_matmul, "grouped_rows", lambda *a: calls.append(1) or real(*a))
@@ -153,7 +164,7 @@ def test_past_a_few_rows_a_touched_expert_the_host_runs_torch_bmm(arch, monkeypa
     calls.clear()
     many()  # 64 tokens over a tiny model's few experts: many rows each
     assert not calls
-    monkeypatch.setattr(host_matmul, "MAX_ROWS", 1 << 20)
+    monkeypatch.setattr(host_matmul, "MAX_BLOCKS", 1 << 20)
     many()
     assert len(calls) == 2
 
@@ -223,3 +234,9 @@ def test_apply_builds_the_kernel_before_any_forward(monkeypatch):
     uva_only = split_plan(model, places=halves)
     with runtime.apply(uva_only, model, device="cpu", host_threads=1):
         assert built == []
+
+
+def test_the_passes_count_the_rows_the_kernel_takes_together():
+    """``ROW_BLOCK`` is the kernel source's ``ROWS``: the rule's passes are the kernel's."""
+    source = host_matmul.SOURCE.read_text()
+    assert f"#define ROWS {host_matmul.ROW_BLOCK} " in source
