@@ -97,6 +97,28 @@ def test_the_host_rows_probe_times_each_row_count_and_pad_and_restores_the_pad(c
     assert all(r["ms"] > 0 for r in rows) and expert_math.PAD_ROWS == 1
 
 
+def test_the_host_rule_probe_runs_each_way_and_restores_the_rule(capsys):
+    import probe_host_rule
+
+    from runtime import host_matmul
+
+    before = host_matmul.MAX_BLOCKS
+    assert probe_host_rule.main(["--small", "--routings", "3"]) == 0
+    rows = _rows(capsys)
+    assert {(r["shape"], r["tokens"], r["way"]) for r in rows} == {
+        (s, t, w) for s, shape in probe_host_rule.SMALL.items() for t in shape[5] for w in ("rule", "kernel", "bmm")}
+    built = host_matmul.library() is not None
+    for r in rows:
+        assert r["ms"] > 0 and len(r["passes"]) == 3 and r["calls"] == 6
+        if r["way"] == "bmm" or not built:
+            assert r["kernel_calls"] == 0
+        elif r["way"] == "kernel":
+            assert r["kernel_calls"] == 6
+        else:  # the rule: the kernel exactly for the routings at most MAX_BLOCKS passes
+            assert r["kernel_calls"] == 2 * sum(p <= host_matmul.MAX_BLOCKS for p in r["passes"])
+    assert host_matmul.KERNEL and host_matmul.MAX_BLOCKS == before
+
+
 def test_the_expert_prediction_probe_scores_both_guesses(capsys):
     import probe_expert_prediction
 
