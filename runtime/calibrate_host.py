@@ -1,7 +1,7 @@
 """The host CPU's figures for the cpu backend (``planner calibrate``; schemas/hardware.py ``host_*``).
 
 Measured as the backend runs: ``runtime.expert_math.host_rows`` (the padded pass) on the backend's own host
-thread (``runtime.cpu_experts.HostWorker``, its thread count), over a host part of 64 of a layer's 128
+thread (``runtime.host_worker.HostWorker``, its thread count), over a host part of 64 of a layer's 128
 Qwen3-MoE-shaped experts (hidden 2048, width 768, bf16: 604 MB), each call routed afresh at random (top-8, as a
 decode step of that many tokens is), so that the rows each expert sees, the padding and the runs of touched
 experts vary from call to call as they do in a forward:
@@ -134,7 +134,7 @@ def _with_uva(device: torch.device, fn: Callable[[], object]) -> object | None:
 
 def _on_host_thread(fn: Callable[[], object]) -> object:
     """``fn()`` on the backend's host thread (its thread count), as the runtime calls the host's part."""
-    from runtime.cpu_experts import HostWorker, host_threads
+    from runtime.host_worker import HostWorker, host_threads
 
     worker, done, result = HostWorker(max(1, host_threads() - 1)), threading.Event(), []
 

@@ -61,8 +61,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +71,7 @@ from torch import nn
 
 import runtime.host_matmul as host_matmul
 from runtime.errors import ApplyError, ConcurrentForwardError
+from runtime.host_worker import CPU_BACKEND, HostWorker, host_threads
 from runtime.forward_gate import ForwardGate, callers
 from runtime.host_guard import CudaMarks, HostGuard, Marks
 from runtime.expert_math import Layout, host_rows, is_experts_module, join_rows, parts_rows, rows_dtype
@@ -93,7 +92,6 @@ def new_marks(device: torch.device) -> Marks | None:
     return CudaMarks() if device.type == "cuda" else None
 
 _ABSENT = object()
-CPU_BACKEND = "the cpu backend (plan layers whose experts.cpu lists experts the host computes)"
 
 
 REENTERED = (
@@ -104,48 +102,6 @@ REENTERED = (
 
 class HostExpertsCaptureError(ApplyError):
     """A CUDA graph capture reached experts the host computes: host work is not part of a captured graph."""
-
-
-def host_threads() -> int:
-    """The threads the host's expert kernels use: every CPU this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-class HostWorker:
-    """The thread that computes the host's experts of every split layer of one applied plan, in call order."""
-
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-        self.error: BaseException | None = None
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    def submit(self, job: Callable[[], None]) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="host-experts", daemon=True)
-            self._thread.start()
-        self._jobs.put(job)
-
-    def _run(self) -> None:
-        torch.set_num_threads(self.threads)  # this thread's team; the caller's setting is restored at remove
-        while (job := self._jobs.get()) is not None:
-            job()
-
-    def check(self) -> None:
-        """Raise the first error a job met (once)."""
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise ApplyError(f"the host's part of a split experts layer failed ({CPU_BACKEND}): {error!r}") from error
-
-    def close(self) -> None:
-        """Finish the jobs queued (each waits for the GPU only) and end the thread."""
-        if self._thread is not None:
-            self._jobs.put(None)
-            self._thread.join()
-            self._thread = None
 
 
 def _module_path(split_params: list[str]) -> tuple[str, list[str]]:
