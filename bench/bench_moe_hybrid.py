@@ -603,7 +603,7 @@ class Bench:
         for round_ in range(2 if self.host_kernels else 0):  # the host's part through its kernel or torch.bmm, twice
             for kernel in self.host_kernels:
                 with setting(host_matmul, "KERNEL", kernel == "on"), \
-                        setting(host_matmul, "MAX_BLOCKS", math.inf if kernel == "on" else host_matmul.MAX_BLOCKS):
+                        setting(host_matmul, "MAX_PASSES", math.inf if kernel == "on" else host_matmul.MAX_PASSES):
                     for label in ("hybrid", "auto decode32"):
                         self.measure(kind, f"{label}, host kernel {kernel}", dict(plans)[label], model, config,
                                      cases[:1])
@@ -815,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
                     "2026-12-03")
     ap.add_argument("--host-kernel", choices=["on", "off"], action="append", help="also measure the hybrid plan and "
                     "auto's decode-32 plan with the host's part through runtime/host_matmul.py's kernel at any rows an "
-                    "expert (on: runtime.host_matmul.MAX_BLOCKS lifted) or always torch.bmm (off: "
+                    "expert (on: runtime.host_matmul.MAX_PASSES lifted) or always torch.bmm (off: "
                     "runtime.host_matmul.KERNEL), side by side, twice; the plain rows take the runtime's rule")
     ap.add_argument("--host-kernel-defines", default="", help="build the host's kernel with these comma-separated "
                     "-D defines (runtime.host_matmul.DEFINES; bench/probe_host_kernel.py's best variant), for the "

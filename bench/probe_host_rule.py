@@ -3,7 +3,7 @@
     PYTHONPATH=. python bench/probe_host_rule.py > $OUT/host-rule.jsonl     # the H200's host (about 40 s)
     python bench/probe_host_rule.py --small                                 # tiny shapes (the tests)
 
-``runtime.host_matmul.MAX_BLOCKS`` sends a host part to the kernel where its touched experts take at most that many
+``runtime.host_matmul.MAX_PASSES`` sends a host part to the kernel where its touched experts take at most that many
 passes of 4 rows on average, else to torch.bmm's padded pass. Here a host part as a split layer holds it (PhiMoE:
 9 of 16 experts, top 2; Qwen3-MoE: 64 of 128, top 8), called with fresh random routings at a decode's tokens,
 through ``runtime.expert_math.host_rows`` on the backend's host thread three ways: the rule, the kernel at any
@@ -32,7 +32,7 @@ from runtime.expert_math import host_rows, rows_dtype  # noqa: E402
 # name: (experts in the part, experts in the layer, hidden, width, top k, tokens)
 SHAPES = {"phimoe": (9, 16, 4096, 6400, 2, (32,)), "qwen3_moe": (64, 128, 2048, 768, 8, (32, 64))}
 SMALL = {"phimoe": (9, 16, 64, 96, 2, (32,)), "qwen3_moe": (16, 32, 64, 32, 8, (8, 16))}
-WAYS = {"rule": {}, "kernel": {"MAX_BLOCKS": math.inf}, "bmm": {"KERNEL": False}}
+WAYS = {"rule": {}, "kernel": {"MAX_PASSES": math.inf}, "bmm": {"KERNEL": False}}
 
 
 def part(experts: int, hidden: int, width: int, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -85,7 +85,7 @@ def probe(shapes: dict, routings: int) -> list[dict]:
                 rows.append({"shape": name, "tokens": tokens, "way": way, "ms": round(statistics.median(times), 3),
                              "ms_each": [round(t, 3) for t in times], "passes": [round(p, 3) for p in passes],
                              "kernel_calls": len(kernel_calls) // 2, "calls": routings * 2,
-                             "max_blocks": host_matmul.MAX_BLOCKS})
+                             "max_passes": host_matmul.MAX_PASSES})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
 

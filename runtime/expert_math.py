@@ -17,7 +17,7 @@ does (``rows.view(T, k, H).sum(1)``).
 the grouped matmul stops at the last offset), so it can be captured in a CUDA graph. ``host_rows`` is the
 host CPU's version: it compacts the pairs first (data-dependent shapes cost nothing there) and runs the padded
 pass over the touched experts, each projection through runtime/host_matmul.py's kernel where it is built (bf16,
-at most ``host_matmul.MAX_BLOCKS`` passes of 4 rows a touched expert on average, no gradient), else one torch.bmm
+at most ``host_matmul.MAX_PASSES`` passes of 4 rows a touched expert on average, no gradient), else one torch.bmm
 a projection and batch of experts.
 """
 

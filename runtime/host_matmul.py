@@ -43,7 +43,7 @@ DEFINES: tuple[str, ...] = ()
 ROW_BLOCK = 4
 """The rows the kernel takes together on a block of weight rows (``ROWS`` in host_matmul.c): an expert seeing r rows
 takes ceil(r / 4) passes over its weights' block."""
-MAX_BLOCKS = 1.65
+MAX_PASSES = 1.65
 """The most passes of ``ROW_BLOCK`` rows the touched experts of a call may take on average for the kernel;
 torch.bmm's padded pass above it. The kernel is at its best at one pass (up to 4 rows an expert: decode), and a
 second pass costs about half a first; oneDNN's batched kernel reads at a rate about flat in the rows. On the H200's
@@ -125,12 +125,12 @@ def library() -> ctypes.CDLL | None:
         return None
 
 
-def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, passes: float) -> bool:
+def usable(x: torch.Tensor, w: torch.Tensor, transposed: bool, mean_passes: float) -> bool:
     """Whether ``grouped_rows`` computes ``x``'s rows through ``w`` ([E, out, in], each row's values contiguous):
-    bf16 both, on the host, at most ``MAX_BLOCKS`` passes a touched expert on average (``passes``, from
+    bf16 both, on the host, at most ``MAX_PASSES`` passes a touched expert on average (``mean_passes``, from
     ``passes()``; faster than torch.bmm there), no gradient asked for (the kernel has no backward), and the kernel
     built."""
-    return (KERNEL and not transposed and passes <= MAX_BLOCKS and x.dtype == torch.bfloat16
+    return (KERNEL and not transposed and mean_passes <= MAX_PASSES and x.dtype == torch.bfloat16
             and w.dtype == torch.bfloat16
             and x.device.type == "cpu" and w.device.type == "cpu" and w.dim() == 3 and w.stride(-1) == 1
             and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)) and library() is not None)

@@ -102,7 +102,7 @@ def test_the_host_rule_probe_runs_each_way_and_restores_the_rule(capsys):
 
     from runtime import host_matmul
 
-    before = host_matmul.MAX_BLOCKS
+    before = host_matmul.MAX_PASSES
     assert probe_host_rule.main(["--small", "--routings", "3"]) == 0
     rows = _rows(capsys)
     assert {(r["shape"], r["tokens"], r["way"]) for r in rows} == {
@@ -114,9 +114,9 @@ def test_the_host_rule_probe_runs_each_way_and_restores_the_rule(capsys):
             assert r["kernel_calls"] == 0
         elif r["way"] == "kernel":
             assert r["kernel_calls"] == 6
-        else:  # the rule: the kernel exactly for the routings at most MAX_BLOCKS passes
-            assert r["kernel_calls"] == 2 * sum(p <= host_matmul.MAX_BLOCKS for p in r["passes"])
-    assert host_matmul.KERNEL and host_matmul.MAX_BLOCKS == before
+        else:  # the rule: the kernel exactly for the routings at most MAX_PASSES passes
+            assert r["kernel_calls"] == 2 * sum(p <= host_matmul.MAX_PASSES for p in r["passes"])
+    assert host_matmul.KERNEL and host_matmul.MAX_PASSES == before
 
 
 def test_the_expert_prediction_probe_scores_both_guesses(capsys):

@@ -86,7 +86,7 @@ def test_what_the_kernel_takes():
     w = torch.zeros(3, 6, 8, dtype=torch.bfloat16)
     assert host_matmul.usable(x, w, False, 1)
     assert not host_matmul.usable(x, w, True, 1)  # stored [in, out]
-    assert not host_matmul.usable(x, w, False, host_matmul.MAX_BLOCKS + 0.01)
+    assert not host_matmul.usable(x, w, False, host_matmul.MAX_PASSES + 0.01)
     assert not host_matmul.usable(x.float(), w, False, 1)
     assert not host_matmul.usable(x, w.float(), False, 1)
     assert not host_matmul.usable(x, w.transpose(1, 2), False, 1)
@@ -101,8 +101,8 @@ def test_the_kernels_passes_count_each_touched_experts_blocks_of_rows():
     assert host_matmul.passes(torch.tensor([2, 3, 4, 1])) == 1.0
     assert host_matmul.passes(torch.zeros(3, dtype=torch.int64)) == 0.0
     # about 4 rows an expert on average, most at 4 or fewer (PhiMoE at decode 32): the kernel's, not torch.bmm's
-    assert host_matmul.passes(torch.tensor([4, 3, 5, 4, 2, 6, 4, 4, 3, 5])) <= host_matmul.MAX_BLOCKS
-    assert host_matmul.passes(torch.tensor([6, 7, 5, 8])) > host_matmul.MAX_BLOCKS  # every expert past 4 rows
+    assert host_matmul.passes(torch.tensor([4, 3, 5, 4, 2, 6, 4, 4, 3, 5])) <= host_matmul.MAX_PASSES
+    assert host_matmul.passes(torch.tensor([6, 7, 5, 8])) > host_matmul.MAX_PASSES  # every expert past 4 rows
 
 
 def _host_call(arch: str, tokens: int, seed: int):
@@ -133,7 +133,7 @@ def _host_call(arch: str, tokens: int, seed: int):
 def test_the_kernels_rows_are_the_bmm_passes_to_a_rounding(arch, tokens, monkeypatch):
     """The host's part through the kernel against the same part through torch.bmm: the same pairs written (the
     last expert's, in no part, left zero), each row within the bf16 rounding the sums' order can move."""
-    monkeypatch.setattr(host_matmul, "MAX_BLOCKS", 1 << 20)  # the kernel at every row count (the arithmetic here)
+    monkeypatch.setattr(host_matmul, "MAX_PASSES", 1 << 20)  # the kernel at every row count (the arithmetic here)
     call = _host_call(arch, tokens, seed=tokens)
     calls = []
     real = host_matmul.grouped_rows
@@ -152,7 +152,7 @@ def test_the_kernels_rows_are_the_bmm_passes_to_a_rounding(arch, tokens, monkeyp
 @needs_kernel
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_past_a_few_rows_a_touched_expert_the_host_runs_torch_bmm(arch, monkeypatch):
-    """The kernel where a call's touched experts take at most ``MAX_BLOCKS`` passes of 4 rows on average (faster
+    """The kernel where a call's touched experts take at most ``MAX_PASSES`` passes of 4 rows on average (faster
     than torch.bmm there, slower past it on the H200's host); torch.bmm's padded pass above, whatever the most any
     expert sees."""
     calls = []
@@ -164,7 +164,7 @@ def test_past_a_few_rows_a_touched_expert_the_host_runs_torch_bmm(arch, monkeypa
     calls.clear()
     many()  # 64 tokens over a tiny model's few experts: many rows each
     assert not calls
-    monkeypatch.setattr(host_matmul, "MAX_BLOCKS", 1 << 20)
+    monkeypatch.setattr(host_matmul, "MAX_PASSES", 1 << 20)
     many()
     assert len(calls) == 2
 
