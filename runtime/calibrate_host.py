@@ -56,7 +56,7 @@ class _Experts(nn.Module):
 class _Part:
     """A host part of ``experts`` of ``total`` experts (the first ones), with random routings to call it with."""
 
-    def __init__(self, experts: int, total: int, hidden: int, width: int, seed: int = 0) -> None:
+    def __init__(self, experts: int, total: int, hidden: int, width: int, seed: int = 0, top_k: int = TOP_K) -> None:
         self.g = torch.Generator().manual_seed(seed)
         self.module, self.layout = _Experts(), MODULE_LAYOUT.for_host()
         up = (torch.randn(experts, 2 * width, hidden, generator=self.g) / 40).to(torch.bfloat16)  # [E, out, in]
@@ -64,26 +64,30 @@ class _Part:
         self.weights = {name: w.transpose(-2, -1).contiguous() if name in MODULE_LAYOUT.flipped(self.layout) else w
                         for name, w in (("gate_up_proj", up), ("down_proj", down))}  # the host's layout
         self.per_expert = (2 * width * hidden + width * hidden) * 2
-        self.experts, self.total, self.hidden = experts, total, hidden
+        self.experts, self.total, self.hidden, self.top_k = experts, total, hidden, top_k
         self.table = torch.full((total,), experts, dtype=torch.long)
         self.table[:experts] = torch.arange(experts)
+
+    def call(self, tokens: int) -> tuple[Callable[[], None], torch.Tensor]:
+        """One call at ``tokens`` tokens, routed afresh: (the call, the rows each of the part's experts sees)."""
+        index = torch.rand(tokens, self.total, generator=self.g).argsort(dim=-1)[:, :self.top_k]
+        routing = torch.softmax(torch.randn(tokens, self.top_k, generator=self.g), -1).to(torch.bfloat16)
+        hidden_states = torch.randn(tokens, self.hidden, generator=self.g).to(torch.bfloat16)
+
+        def run() -> None:
+            out = torch.zeros(index.numel(), self.hidden, dtype=rows_dtype(hidden_states, routing))
+            host_rows(self.module, self.layout, self.weights, self.table, hidden_states, index, routing, out)
+
+        return run, torch.bincount(index[index < self.experts], minlength=self.experts)
 
     def calls(self, tokens: int, count: int) -> list[tuple[Callable[[], object], int, float]]:
         """``count`` calls at ``tokens`` tokens: (the call, the bytes of the experts it touches, rows a touched
         expert sees)."""
         made = []
         for _ in range(count):
-            index = torch.rand(tokens, self.total, generator=self.g).argsort(dim=-1)[:, :TOP_K]
-            routing = torch.softmax(torch.randn(tokens, TOP_K, generator=self.g), -1).to(torch.bfloat16)
-            hidden_states = torch.randn(tokens, self.hidden, generator=self.g).to(torch.bfloat16)
-            local = index[index < self.experts]
-            touched = int(torch.unique(local).numel())
-
-            def run(index=index, routing=routing, hidden_states=hidden_states) -> None:
-                out = torch.zeros(index.numel(), self.hidden, dtype=rows_dtype(hidden_states, routing))
-                host_rows(self.module, self.layout, self.weights, self.table, hidden_states, index, routing, out)
-
-            made.append((run, touched * self.per_expert, local.numel() / max(touched, 1)))
+            run, counts = self.call(tokens)
+            touched = int((counts > 0).sum())
+            made.append((run, touched * self.per_expert, int(counts.sum()) / max(touched, 1)))
         return made
 
 
