@@ -74,7 +74,7 @@ from schemas.kinds import param_kind  # noqa: E402
 from runtime.routing import record_routing  # noqa: E402
 from runtime.experts_forward import ExpertsForward  # noqa: E402
 from schemas.hardware import load_hardware  # noqa: E402
-from schemas.hardware_profile import RatePoint  # noqa: E402
+from schemas.hardware_profile import HostRatePoint  # noqa: E402
 from schemas.io import dump_model, load_routing  # noqa: E402
 from schemas.routing import RoutingRef  # noqa: E402
 from schemas.workload import Workload, WorkloadItem  # noqa: E402
@@ -112,8 +112,8 @@ class Bench:
         self.hw = load_hardware(args.profile)
         if self.dry:  # a fast host and a slow link, so that the tiny plans give the host experts and the run exercises it
             self.hw = self.hw.model_copy(update={"host_call_us": 1.0, "host_expert_us": 0.0, "uva_gbps": 0.01,
-                                                 "moe_block_cpu_us": 1.0, "host_expert_gbps": [RatePoint(tokens=1,
-                                                                                                         gbps=500.0)]})
+                                                 "moe_block_cpu_us": 1.0, "host_expert_gbps": [HostRatePoint(tokens=1,
+                                                                                                             gbps=500.0)]})
             torch.set_num_threads(1)  # tiny matmuls: threads only contend
         self.prefill = 48 if self.dry else 2048
         self.repeat = 1 if self.dry else 5

@@ -6,10 +6,11 @@ Qwen3-MoE-shaped experts (hidden 2048, width 768, bf16: 604 MB), each call route
 decode step of that many tokens is), so that the rows each expert sees, the padding and the runs of touched
 experts vary from call to call as they do in a forward:
 
-- ``host_expert_us``: what a touched expert costs beyond its bytes, from a second part of 16 experts four times as
-  wide routed so that they see the same rows at 32 tokens (two sizes, two unknowns);
-- ``host_expert_gbps``: GB/s of the touched experts' weights beyond that, at 1, 8, 32 and 64 tokens (by the rows a
-  touched expert saw on average);
+- ``host_expert_gbps``: at 1, 8, 32 and 64 tokens (by the rows a touched expert saw on average), GB/s of the
+  touched experts' weights beyond what a touched expert costs there (``expert_us``), both solved from the part and
+  a second part of 16 experts four times as wide routed so that its experts see about the same rows (two sizes,
+  two unknowns);
+- ``host_expert_us``: that cost at 32 tokens, for a point that gives none;
 - ``host_tflops``: the arithmetic rate at 4,096 tokens (compute-bound);
 - ``host_call_us``: a call over tiny experts (the sort, the copies, the Python) plus, on a GPU machine, the round
   trip of the routing to the host and the rows back;
@@ -33,12 +34,13 @@ from torch import nn
 from runtime.expert_math import Layout, host_rows, rows_dtype
 from runtime.timing import wall_ms
 from runtime.uva import device_view
-from schemas.hardware_profile import RatePoint
+from schemas.hardware_profile import HostRatePoint
 
 HIDDEN, WIDTH, EXPERTS, PART, TOP_K = 2048, 768, 128, 64, 8
 MODULE_LAYOUT = Layout("gate_up_proj", True, False, False, False, False)  # Qwen3-MoE's experts module
 TOKENS = (1, 8, 32, 64)
 ROUTINGS = 6  # calls timed at each token count, each its own routing
+SMALL_CALLS = 8  # below this many tokens, ROUTINGS times this many over the tokens (calls_at)
 
 
 class _Experts(nn.Module):
@@ -173,24 +175,43 @@ def bytes_rate(nbytes: int, ms: float, fixed_ms: float) -> float:
     return nbytes / max(ms - fixed_ms, ms / 2, 1e-6) / 1e6
 
 
+def _expert_ms(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """What a touched expert costs beyond its bytes, from ``_timed``'s (ms, bytes, experts touched) of two parts
+    whose experts differ in size (two timings, two unknowns: that cost and the bytes' rate); 0 where the timings'
+    noise makes it negative."""
+    (ms_a, bytes_a, n_a), (ms_b, bytes_b, n_b) = a, b
+    det = n_a * bytes_b - n_b * bytes_a
+    return max(0.0, (ms_a * bytes_b - ms_b * bytes_a) / det) if det else 0.0
+
+
+def calls_at(tokens: int) -> int:
+    """Calls timed at ``tokens`` tokens: ``ROUTINGS``, more at a few tokens, where a call touches a few experts in
+    well under a millisecond (at 1 token about 4 of the part's, 38 MB), so each point reads about as many bytes."""
+    return ROUTINGS * max(1, SMALL_CALLS // tokens)
+
+
 def _figures(device: torch.device) -> dict[str, object]:
     small = _Part(8, 16, 64, 32, seed=1)
     fixed_ms = statistics.median(wall_ms(run, repeat=3) for run, _, _ in small.calls(4, 3))
     part = _Part(PART, EXPERTS, HIDDEN, WIDTH)
-    # the time a touched expert costs beyond its bytes: experts 4x wider, routed so they see the same rows
+    # experts 4x wider, routed so that they see about the rows the part's do: at each point the two parts give
+    # what a touched expert costs beyond its bytes there and the bytes' rate (at 1 row the cost is most of a
+    # small expert's time, and a rate taken with 32 tokens' cost read Phi-3.5-MoE's 157 MB experts at 70 GB/s
+    # where the kernel read them at 115-125: docs/BENCHMARKS.md, 2026-12-04)
     wide = _Part(PART // 4, EXPERTS * 7 // 8, HIDDEN, 4 * WIDTH, seed=2)
-    ms_n, bytes_n, n_n = _timed(part, part.calls(32, ROUTINGS), fixed_ms)
-    ms_w, bytes_w, n_w = _timed(wide, wide.calls(32, ROUTINGS), fixed_ms)
-    det = n_n * bytes_w - n_w * bytes_n
-    expert_ms = max(0.0, (ms_n * bytes_w - ms_w * bytes_n) / det) if det else 0.0
-    points = []
+    measured = {}
     for tokens in TOKENS:
-        calls = part.calls(tokens, ROUTINGS)
-        ms, nbytes, touched = _timed(part, calls, fixed_ms)
+        calls = part.calls(tokens, calls_at(tokens))
+        narrow = _timed(part, calls, fixed_ms)
+        wider = _timed(wide, wide.calls(tokens, calls_at(tokens)), fixed_ms)
+        each = _expert_ms(narrow, wider)
         rows = statistics.mean(r for _, _, r in calls[1:])
-        points.append((rows, bytes_rate(nbytes, ms, touched * expert_ms)))
-    points.sort()
-    merged = [RatePoint(tokens=max(1, round(rows)), gbps=round(gbps, 3)) for rows, gbps in points]
+        gbps = bytes_rate(narrow[1] + wider[1], narrow[0] + wider[0], (narrow[2] + wider[2]) * each)
+        measured[tokens] = (rows, gbps, each)
+    points = sorted(measured.values())
+    expert_ms = measured.get(32, points[0])[2]  # the profile's figure for points that give none: 32 tokens'
+    merged = [HostRatePoint(tokens=max(1, round(rows)), gbps=round(gbps, 3), expert_us=round(each * 1e3, 3))
+              for rows, gbps, each in points]
     merged = [p for i, p in enumerate(merged) if i == 0 or p.tokens > merged[i - 1].tokens]
     big = part.calls(4096, 2)
     flops = sum(2.0 * rows * (touched // part.per_expert) * 3 * WIDTH * HIDDEN for _, touched, rows in big[1:])

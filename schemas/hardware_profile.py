@@ -43,6 +43,14 @@ class RatePoint(StrictModel):
     gbps: Rate
 
 
+class HostRatePoint(RatePoint):
+    """The host's rate at a number of rows, with what a touched expert costs beyond its bytes there when measured
+    at those rows (``planner calibrate`` solves both from two expert sizes at each point; absent: the profile's
+    ``host_expert_us``)."""
+
+    expert_us: Microseconds | None = None
+
+
 class TflopsPoint(StrictModel):
     """A compute rate at a number of rows: grouped expert matmuls whose experts see ``tokens`` rows each."""
 
@@ -58,7 +66,7 @@ class TflopsPoint(StrictModel):
 # 20 us an expert is kept for the OpenMP items and the gate between the projections. At one row the point stays the
 # torch.bmm pass's (Phi-3.5-MoE decode 1: one 157 MB expert in 4.4 ms, about 40; the kernel at one row is not yet
 # measured in a forward, and a faster figure there would move batch-1 plans onto the host)
-H200_HOST_EXPERTS = [RatePoint(tokens=1, gbps=40.0), RatePoint(tokens=2, gbps=95.0)]
+H200_HOST_EXPERTS = [HostRatePoint(tokens=1, gbps=40.0), HostRatePoint(tokens=2, gbps=95.0)]
 H200_HOST_EXPERT_US = 20.0
 H200_HOST_LINK_SHARE = 0.68
 
@@ -147,13 +155,15 @@ class HardwareProfile(StrictModel):
         default=0.0, description="fixed GPU time of one dense matmul whose weight is read through UVA, beyond its "
         "bytes at uva_gbps (the read's ramp and tail: what a matmul of one weight loses against uva_gbps, which a "
         "large read measures), milliseconds")
-    host_expert_gbps: list[RatePoint] = Field(
+    host_expert_gbps: list[HostRatePoint] = Field(
         default_factory=lambda: list(H200_HOST_EXPERTS), min_length=1,
         description="the cpu backend: GB/s of expert weights the host CPU's padded pass reads, by the rows each "
-        "expert sees; linear between points (default: the H200 machine's host)")
+        "expert sees, each point with its own expert_us where measured there; linear between points (default: "
+        "the H200 machine's host)")
     host_expert_us: Microseconds = Field(
         default=H200_HOST_EXPERT_US, description="the cpu backend: the host's time per expert its call touches beyond "
-        "reading the expert's bytes (its share of the batched matmuls' calls and padding), microseconds")
+        "reading the expert's bytes (its share of the batched matmuls' calls and padding), microseconds, where "
+        "host_expert_gbps's points give none")
     host_tflops: Tflops = Field(default=0.52, description="the cpu backend: the host's bf16 rate on the experts' "
                                 "matmuls once compute-bound (many rows an expert), TFLOP/s")
     host_call_us: Microseconds = Field(default=250.0, description="the cpu backend: host time of one layer's call "
@@ -188,6 +198,12 @@ class HardwareProfile(StrictModel):
         """The host expert kernel's GB/s when each expert sees ``rows`` rows: linear between the points, flat
         outside them."""
         return _flat_between([(p.tokens, p.gbps) for p in self.host_expert_gbps], rows)
+
+    def host_expert_us_at(self, rows: float) -> float:
+        """What a touched expert costs the host beyond its bytes when each expert sees ``rows`` rows: the points'
+        own ``expert_us`` (``host_expert_us`` where a point has none), linear between the points, flat outside."""
+        return _flat_between([(p.tokens, self.host_expert_us if p.expert_us is None else p.expert_us)
+                              for p in self.host_expert_gbps], rows)
 
     def matmul_gbps_at(self, rows: float) -> float:
         """A dense matmul's read rate from GPU memory at ``rows`` rows: ``matmul_gbps_rows`` (linear between its

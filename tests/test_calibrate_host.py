@@ -30,6 +30,26 @@ def test_the_figures_make_a_profile(tiny):
     assert "host_link_share" not in figures  # no GPU: no UVA reads to share the host's memory with
     profile = load_hardware("h200").model_copy(update=figures)
     assert profile.host_gbps(1.0) == points[0].gbps
+    assert all(p.expert_us is not None and p.expert_us >= 0 for p in points)  # each point its own expert cost
+    assert profile.host_expert_us_at(1.0) == points[0].expert_us
+
+
+def test_two_expert_sizes_give_the_expert_cost_and_the_rate():
+    """``_expert_ms`` solves (cost a touched expert, rate) from two parts' timings: exact on timings made from
+    known figures, 0 (not negative) where noise would make it so, and the rate beyond it is the known one."""
+    expert_ms, per_ms = 0.05, 1 / 100e6  # 50 us an expert, 100 GB/s (ms a byte)
+    narrow = (10 * expert_ms + 10 * 9e6 * per_ms, 10 * 9e6, 10)  # 10 experts of 9 MB
+    wide = (3 * expert_ms + 3 * 36e6 * per_ms, 3 * 36e6, 3)  # 3 experts of 36 MB
+    assert calibrate_host._expert_ms(narrow, wide) == pytest.approx(expert_ms)
+    gbps = calibrate_host.bytes_rate(narrow[1] + wide[1], narrow[0] + wide[0], 13 * expert_ms)
+    assert gbps == pytest.approx(100.0)
+    assert calibrate_host._expert_ms(narrow, (wide[0] * 3, *wide[1:])) == 0.0  # the wide part slow: cost < 0
+    assert calibrate_host._expert_ms(narrow, narrow) == 0.0  # one size: no solution
+
+
+def test_few_tokens_are_timed_over_more_calls():
+    assert calibrate_host.calls_at(1) > calibrate_host.calls_at(8) == calibrate_host.calls_at(64) == \
+        calibrate_host.ROUTINGS
 
 
 def test_a_part_s_calls_route_at_random_and_report_what_they_touch():
@@ -58,6 +78,6 @@ def test_the_bytes_rate_stays_within_twice_the_plain_rate(fixed_ms):
     rate = calibrate_host.bytes_rate(10**9, 1.0, fixed_ms)
     assert plain <= rate <= 2 * plain
     assert rate == pytest.approx(plain / (1 - fixed_ms) if fixed_ms <= 0.5 else 2 * plain)
-    from schemas.hardware_profile import RatePoint
+    from schemas.hardware_profile import HostRatePoint
 
-    RatePoint(tokens=1, gbps=round(rate, 3))  # a profile takes it
+    HostRatePoint(tokens=1, gbps=round(rate, 3))  # a profile takes it

@@ -14,7 +14,7 @@ from planner.strategy.auto_order import GREEDY_MOST_LAYERS, build_order, candida
 from planner.strategy.auto_slots import AutoPath
 from schemas import load_spec
 from schemas.hardware import load_hardware
-from schemas.hardware_profile import RatePoint
+from schemas.hardware_profile import HostRatePoint
 from schemas.workload import Workload, WorkloadItem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ import bench_search  # noqa: E402
 HW = load_hardware("h200")
 # the H200's host as torch.bmm's padded pass ran it (the profile's host figures before runtime/host_matmul.c, whose
 # faster host makes the tiered orders win at every budget of the greedy order's test below)
-BMM_HOST = HW.model_copy(update={"host_expert_gbps": [RatePoint(tokens=1, gbps=40.0), RatePoint(tokens=2, gbps=55.0)],
+BMM_HOST = HW.model_copy(update={"host_expert_gbps": [HostRatePoint(tokens=1, gbps=40.0), HostRatePoint(tokens=2, gbps=55.0)],
                                  "host_expert_us": 74.0, "host_link_share": 0.85})
 DECODE = Workload({"decode": WorkloadItem(tokens=1)})
 

@@ -255,3 +255,25 @@ def test_an_experts_module_not_split_is_priced_graphed_at_eager_decode():
     assert graphed(resident, 1) and layer_work(resident, 1, HW).cpu_ms == pytest.approx(launched - saving)
     assert layer_work(resident, 1, HW).gpu_ms < layer_work(whole, 1, HW).gpu_ms
     assert layer_work(whole, 1, profile_for(HW, "graph")).cpu_ms == 0
+
+
+def test_a_point_s_own_expert_cost_prices_the_host_at_its_rows():
+    """A calibrated point carries what a touched expert costs at its rows (runtime/calibrate_host.py solves it with
+    the rate there); a point without one falls back to ``host_expert_us``. The host part's time moves with it by
+    exactly the touched experts times the difference, at that point's rows only."""
+    from planner.cost.expert_reads import touched_by
+    from planner.cost.host_experts import ExpertShape, host_part_ms
+    from schemas.hardware_profile import HostRatePoint
+
+    points = [HostRatePoint(tokens=1, gbps=80.0, expert_us=300.0), HostRatePoint(tokens=4, gbps=100.0)]
+    own = HW.model_copy(update={"host_expert_gbps": points, "host_expert_us": 20.0})
+    assert own.host_expert_us_at(1.0) == 300.0 and own.host_expert_us_at(4.0) == 20.0
+    assert own.host_expert_us_at(2.5) == pytest.approx(160.0) and own.host_expert_us_at(0.5) == 300.0
+    plain = own.model_copy(update={"host_expert_gbps": [p.model_copy(update={"expert_us": None}) for p in points]})
+    assert plain.host_expert_us_at(1.0) == 20.0
+    host = layer(uva=list(range(64)), cpu=list(range(64, E)))
+    shape = ExpertShape.of(host)
+    q = [K / E] * 64
+    touched, _ = touched_by(q, 1)
+    assert host_part_ms(q, 1, shape, own, False) - host_part_ms(q, 1, shape, plain, False) == \
+        pytest.approx(touched * 0.28)

@@ -8,7 +8,7 @@ A split layer runs its other params as any layer does (planner/cost/layer.py); i
   skewed routing: planner/cost/expert_reads.py; ``uva_expert_call_ms``);
 - cpu experts: the host CPU's padded pass (runtime/expert_math.py) reads the touched experts' bytes at
   ``host_gbps(rows)`` (times ``host_link_share`` while the link reads host memory for this layer's uva
-  experts) plus ``host_expert_us`` a touched expert, or computes at ``host_tflops`` when that is slower, plus
+  experts) plus ``host_expert_us_at(rows)`` a touched expert, or computes at ``host_tflops`` when that is slower, plus
   ``host_call_us``; the routed tokens'
   hidden states go to the host and the experts' rows (T·k of them) come back over the link.
 
@@ -153,9 +153,13 @@ def gpu_parts_ms(q: dict[str, list[float]], on_host: bool, tokens: int, shape: E
         + gpu_part_ms(via_uva, tokens, shape, hw, True, graphed)
 
 
-def _host_rate(q: Sequence[float], tokens: int, hw: HardwareProfile, link_busy: bool) -> float:
+def _host_expert_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, link_busy: bool) -> float:
+    """What one touched expert of the host's part costs: its own cost and its bytes at the host's rate, both at the
+    rows a touched expert sees (the rate times ``host_link_share`` while the link reads this layer's uva experts)."""
     touched, rows = touched_by(q, tokens)
-    return hw.host_gbps(rows / max(touched, 1e-9)) * (hw.host_link_share if link_busy else 1.0)
+    each = rows / max(touched, 1e-9)
+    rate = hw.host_gbps(each) * (hw.host_link_share if link_busy else 1.0)
+    return hw.host_expert_us_at(each) / 1e3 + shape.nbytes / rate / 1e6
 
 
 def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: HardwareProfile, link_busy: bool) -> float:
@@ -164,8 +168,7 @@ def host_part_ms(q: Sequence[float], tokens: int, shape: ExpertShape, hw: Hardwa
     if not q:
         return 0.0
     touched, rows = touched_by(q, tokens)
-    rate = _host_rate(q, tokens, hw, link_busy)
-    read = touched * (hw.host_expert_us / 1e3 + shape.nbytes / rate / 1e6)
+    read = touched * _host_expert_ms(q, tokens, shape, hw, link_busy)
     compute = max(read, 2.0 * rows * shape.numel / (hw.host_tflops * 1e9))
     trips = tokens * shape.width * shape.itemsize * (1 + shape.top_k) / hw.h2d_gbps / 1e6
     return hw.host_call_us / 1e3 + compute + trips
@@ -219,8 +222,7 @@ def split_work(layer: PlanLayer, tokens: int, hw: HardwareProfile, shares: Seque
         return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes)
     host_ms = host_part_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
     parts_sd = math.hypot(gpu_part_sd(q["gpu"], tokens, shape, hw, False), gpu_part_sd(q["uva"], tokens, shape, hw, True))
-    per_expert = hw.host_expert_us / 1e3 + shape.nbytes / _host_rate(q["cpu"], tokens, hw, bool(q["uva"])) / 1e6
-    host_sd = _spread(q["cpu"], tokens) * per_expert
+    host_sd = _spread(q["cpu"], tokens) * _host_expert_ms(q["cpu"], tokens, shape, hw, bool(q["uva"]))
     return LayerWork(base.gpu_ms + parts_ms, issue_ms, base.copy_ms, base.copy_bytes, host_ms=host_ms,
                      beside_ms=parts_ms, joined_ms=expected_max(parts_ms, parts_sd, host_ms, host_sd))
 
