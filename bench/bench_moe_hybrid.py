@@ -84,7 +84,20 @@ WEIGHTS_ONLY = {"workspace": 0, "activations": 0, "graphs": 0}  # a dry run's ti
 GB = 10**9
 HOST_LEVEL_KEYS = ("planned", "now", "moved_calls", "all_uva_calls", "more_calls")  # HostGuard.summary's, summed
 HOST_JUDGED_KEYS = ("gpu_ms", "host_ms", "handoff_ms")  # HostGuard.summary's, the median layer's
-EXACT_SEEDS = tuple(range(5, 13))  # decode-32 inputs the logits are compared on: 256 positions
+EXACT_SEEDS = tuple(range(5, 13))  # decode-32 inputs the logits are compared on: 256 positions (--exact-batches)
+
+
+def _position_maxima(outs: list, refs: list) -> list[float]:
+    """Each position's largest |logit difference| over the vocabulary, every batch's positions in turn."""
+    return [v for out, ref in zip(outs, refs) for v in (out - ref).abs().amax(-1).flatten().tolist()]
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    """The spread of per-position maxima: a maximum over 256 positions is one extreme draw, these are steadier."""
+    ranked = sorted(values)
+    at = lambda q: ranked[min(len(ranked) - 1, int(q * len(ranked)))]  # noqa: E731
+    return {"mean": round(statistics.mean(ranked), 5), "median": round(at(0.5), 5), "p90": round(at(0.9), 5),
+            "p99": round(at(0.99), 5), "max": round(ranked[-1], 5)}
 SETTLE = 40  # forwards before a guarded host plan is timed: its levels move a call after each measured one
 QWEN = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=32,
             num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
@@ -133,6 +146,7 @@ class Bench:
         calibrated = getattr(args, "calibrated", None)
         self.calibrated = load_hardware(calibrated) if calibrated else None
         self.levels_exactness = getattr(args, "exact_levels", False)
+        self.exact_batches = getattr(args, "exact_batches", None) or len(EXACT_SEEDS)
         self.turn_rounds = getattr(args, "turn_rounds", None) or 5
         self.turns_only = getattr(args, "turns_only", False)
         self.references: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> ``exactness``'s compare
@@ -448,31 +462,41 @@ class Bench:
         made = self.references.get(model)
         if made is not None:
             return made
-        batches = [self.ids((32, 1), config.vocab_size, seed=s) for s in (EXACT_SEEDS[:1] if self.dry else EXACT_SEEDS)]
+        seeds = EXACT_SEEDS[:1] if self.dry else tuple(range(EXACT_SEEDS[0], EXACT_SEEDS[0] + self.exact_batches))
+        batches = [self.ids((32, 1), config.vocab_size, seed=s) for s in seeds]
         with torch.inference_mode():
             refs = [model(ids, use_cache=False).logits.float() for ids in batches]
-            pair = pair_top1 = None
+            pair = pair_top1 = pair_positions = None
             if hasattr(model, "set_experts_implementation"):
                 model.set_experts_implementation("eager")
                 loops = [model(ids, use_cache=False).logits.float() for ids in batches]
                 model.set_experts_implementation("grouped_mm")
                 pair = [(loop - ref).abs().max().item() for loop, ref in zip(loops, refs)]
+                pair_positions = _position_maxima(loops, refs)
                 pair_top1 = statistics.mean((loop.argmax(-1) == ref.argmax(-1)).float().mean().item()
                                             for loop, ref in zip(loops, refs))
                 del loops
 
         def compare(applied) -> dict:
-            diffs, agree = [], []
+            diffs, agree, outs = [], [], []
             with torch.inference_mode():
                 for ids, ref in zip(batches, refs):
                     out = applied(ids, use_cache=False).logits.float()
                     diffs.append((out - ref).abs().max().item())
                     agree.append((out.argmax(-1) == ref.argmax(-1)).float().mean().item())
-            return {"max_abs_diff": round(max(diffs), 5), "tolerance": round(max(pair), 5) if pair else None,
-                    "top1_agree": round(statistics.mean(agree), 4), "positions": 32 * len(batches),
-                    "tolerance_top1_agree": round(pair_top1, 4) if pair else None,
-                    "batch_max_abs_diff": [round(d, 5) for d in diffs],
-                    "batch_tolerance": [round(d, 5) for d in pair] if pair else None}
+                    outs.append(out)
+            positions = _position_maxima(outs, refs)
+            row = {"max_abs_diff": round(max(diffs), 5), "tolerance": round(max(pair), 5) if pair else None,
+                   "top1_agree": round(statistics.mean(agree), 4), "positions": 32 * len(batches),
+                   "tolerance_top1_agree": round(pair_top1, 4) if pair else None,
+                   "batch_max_abs_diff": [round(d, 5) for d in diffs],
+                   "batch_tolerance": [round(d, 5) for d in pair] if pair else None,
+                   "position_max": _quantiles(positions)}
+            if pair_positions is not None:
+                row["tolerance_position_max"] = _quantiles(pair_positions)
+                row["positions_above_pair_median"] = round(statistics.mean(
+                    p > statistics.median(pair_positions) for p in positions), 4)
+            return row
 
         self.references[model] = compare
         return compare
@@ -830,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--own-host-figures", action="store_true", help="also plan auto for decode 32 with the host's "
                     "figures measured at the start of this run in place of the profile's, and measure it beside "
                     "auto's plan from the profile, twice (their predictions with the figures each was planned with)")
+    ap.add_argument("--exact-batches", type=int, help="decode-32 batches the logits are compared on (default "
+                    f"{len(EXACT_SEEDS)}: {32 * len(EXACT_SEEDS)} positions)")
     ap.add_argument("--exact-levels", action="store_true", help="also compare the hybrid plan's logits with the "
                     "resident model's with every split layer held at one level (none of the "
                     "experts in host memory on the host, half the plan's, the plan's, every one)")

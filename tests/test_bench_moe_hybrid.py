@@ -44,6 +44,10 @@ def test_the_dry_run_writes_every_row(tmp_path):
         assert all(r["host_ms_per_layer"]["layers"] > 0 for r in hybrid)  # the host computed in every workload
         exact = next(r["exactness"] for r in hybrid if r["workload"] == "decode32")
         assert exact["max_abs_diff"] <= exact["tolerance"] + 1e-6 and exact["top1_agree"] >= 0.99
+        spread, pair = exact["position_max"], exact["tolerance_position_max"]  # per-position maxima's spread
+        assert spread["max"] == exact["max_abs_diff"] and pair["max"] == exact["tolerance"]
+        assert spread["median"] <= spread["p90"] <= spread["p99"] <= spread["max"]
+        assert 0 <= exact["positions_above_pair_median"] <= 1
         assert (model, "auto decode32") in plans
     assert all(r["predicted_ms"] > 0 and r["measured_ms"] > 0 for r in measured)
     # eager rows are also predicted with the resident model's own block CPU time, measured in the run
