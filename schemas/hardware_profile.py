@@ -58,17 +58,21 @@ class TflopsPoint(StrictModel):
     tflops: Tflops
 
 
-# the host CPU of the H200 machine (16 cores, AVX-512): the host's part through runtime/host_matmul.c's kernel on the
-# backend's host thread, in decode-32 forwards beside the UVA part (bench/results/kernel-h200-2026-12-03{g,h}/): the
-# guard's balanced splits gave Qwen3-MoE 58-61 touched experts (549-576 MB) in 9.2-10.3 ms a layer and Phi-3.5-MoE
-# 8.8-9.0 (1.38-1.41 GB) in 20.3-21.4 ms; less the call's fixed 0.44 ms, bytes / 65 GB/s with a few us a touched
-# expert fits both: 65 GB/s beside UVA is 95 alone at the 0.68 share planner calibrate measured there (0.66, 0.70);
-# 20 us an expert is kept for the OpenMP items and the gate between the projections. At one row the point stays the
-# torch.bmm pass's (Phi-3.5-MoE decode 1: one 157 MB expert in 4.4 ms, about 40; the kernel at one row is not yet
-# measured in a forward, and a faster figure there would move batch-1 plans onto the host)
-H200_HOST_EXPERTS = [HostRatePoint(tokens=1, gbps=40.0), HostRatePoint(tokens=2, gbps=95.0)]
-H200_HOST_EXPERT_US = 20.0
-H200_HOST_LINK_SHARE = 0.68
+# the host CPU of the H200 machine (16 cores, AVX-512): what planner calibrate measured of runtime/host_matmul.c's
+# kernel on the backend's host thread in the start of bench/results/calibrated-h200-2026-12-04e/ (each point's
+# rate with its own cost a touched expert, from two expert sizes), with which that start's 8 eager batch-1 plans
+# were predicted within 0.90-1.12 of measured and Phi-3.5-MoE's decode-32 hybrid at 1.11 (docs/BENCHMARKS.md,
+# 2026-12-04 10:23 UTC). Before: 40 GB/s at one row (torch.bmm's pass) and 95 at two with 20 us an expert at a 0.68
+# share, fitted to decode-32 forwards of 2026-12-03; they kept Phi-3.5-MoE all-UVA at batch 1, where its host plan
+# measured 0.78-0.83x that step. The host's figures move between starts (that day's other calibrate: 61 GB/s and
+# 146 us at one row): `planner calibrate` measures the machine at hand.
+H200_HOST_EXPERTS = [HostRatePoint(tokens=1, gbps=108.085, expert_us=70.536),
+                     HostRatePoint(tokens=2, gbps=107.016, expert_us=31.248),
+                     HostRatePoint(tokens=4, gbps=86.414, expert_us=35.185)]
+H200_HOST_EXPERT_US = 31.248
+H200_HOST_LINK_SHARE = 0.901
+H200_HOST_TFLOPS = 1.15
+H200_HOST_CALL_US = 814.363
 
 
 # the narrow weight ``planner calibrate`` reads through UVA beside its wide one, (outputs, inputs): Llama-3-8B's key
@@ -164,12 +168,12 @@ class HardwareProfile(StrictModel):
         default=H200_HOST_EXPERT_US, description="the cpu backend: the host's time per expert its call touches beyond "
         "reading the expert's bytes (its share of the batched matmuls' calls and padding), microseconds, where "
         "host_expert_gbps's points give none")
-    host_tflops: Tflops = Field(default=0.52, description="the cpu backend: the host's bf16 rate on the experts' "
-                                "matmuls once compute-bound (many rows an expert), TFLOP/s")
-    host_call_us: Microseconds = Field(default=250.0, description="the cpu backend: host time of one layer's call "
-                                       "beyond its matmuls (routing read back, sort, copies), microseconds")
-    # torch.bmm's padded pass kept 0.85-0.92 of its rate beside UVA reads; the kernel, which reads host memory
-    # faster alone (68-99 GB/s against 43-77), keeps 0.66-0.70 (planner calibrate, kernel-h200-2026-12-03{g,h}/)
+    host_tflops: Tflops = Field(default=H200_HOST_TFLOPS, description="the cpu backend: the host's bf16 rate on the "
+                                "experts' matmuls once compute-bound (many rows an expert), TFLOP/s")
+    host_call_us: Microseconds = Field(default=H200_HOST_CALL_US, description="the cpu backend: host time of one "
+                                       "layer's call beyond its matmuls (routing read back, sort, copies), microseconds")
+    # torch.bmm's padded pass kept 0.85-0.92 of its rate beside UVA reads; the kernel kept 0.66-0.70 in
+    # kernel-h200-2026-12-03{g,h}/ and 0.69-0.97 in the calibrate runs of 2026-12-04 (the H200's default: one of them)
     host_link_share: Share = Field(default=H200_HOST_LINK_SHARE, description="the cpu backend: the host kernel's "
                                    "rate while GPU kernels read host memory through UVA, as a share of its rate alone")
     moe_sync: StrictBool = Field(default=False, description="MoE blocks read the routing back to the CPU before "
