@@ -190,15 +190,24 @@ def calls_at(tokens: int) -> int:
     return ROUTINGS * max(1, SMALL_CALLS // tokens)
 
 
+def call_fixed_ms(small: _Part, routings: int = 5) -> float:
+    """A call's cost beyond its experts: the least of ``routings`` tiny calls' median times (a transient only adds
+    to it, and every timed call has this subtracted: a median once taken from calls slowed to 12 ms on a freshly
+    started H200 machine made the host's figures 58,290 GB/s, bench/results/bundled-h200-2026-12-04g/)."""
+    return min(wall_ms(run, repeat=3) for run, _, _ in small.calls(4, routings))
+
+
 def _figures(device: torch.device) -> dict[str, object]:
     small = _Part(8, 16, 64, 32, seed=1)
-    fixed_ms = statistics.median(wall_ms(run, repeat=3) for run, _, _ in small.calls(4, 3))
     part = _Part(PART, EXPERTS, HIDDEN, WIDTH)
     # experts 4x wider, routed so that they see about the rows the part's do: at each point the two parts give
     # what a touched expert costs beyond its bytes there and the bytes' rate (at 1 row the cost is most of a
     # small expert's time, and a rate taken with 32 tokens' cost read Phi-3.5-MoE's 157 MB experts at 70 GB/s
     # where the kernel read them at 115-125: docs/BENCHMARKS.md, 2026-12-04)
     wide = _Part(PART // 4, EXPERTS * 7 // 8, HIDDEN, 4 * WIDTH, seed=2)
+    for first in (small, part, wide):  # first calls (the kernel's build, its threads' start) are not timed
+        first.call(8)[0]()
+    fixed_ms = call_fixed_ms(small)
     measured = {}
     for tokens in TOKENS:
         calls = part.calls(tokens, calls_at(tokens))
