@@ -1,5 +1,5 @@
 """Measure a hardware profile on the local GPU (``planner calibrate``): link, UVA, memory,
-matmul and eager-PyTorch CPU costs, in well under a minute. One module a measurement: ``timers`` (the clocks),
+matmul and eager-PyTorch CPU costs, in about a minute (52-55 s on the H200). One module a measurement: ``timers`` (the clocks),
 ``link`` (copies, UVA reads, matmuls), ``cpu`` (issue costs), ``experts`` (grouped expert matmuls), ``block``
 (what a block costs beyond its matrices), ``workspace``, and the host's expert kernel in runtime/calibrate_host.py;
 this module runs them in order (``calibrate``).
