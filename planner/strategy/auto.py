@@ -6,7 +6,8 @@ Which order: without ``offload.prefer`` several orders are weighed (``candidate_
 predicted at a fixed grid of budgets spread between the lowest peak any of them reaches and the whole
 model (the fastest of its first steps that fit there with each slot count), and the one whose plans predict
 the step closest to the fastest order's at every grid budget (the least worst ratio, then the least mean;
-orders within ``NEAR`` of the least worst told apart on a grid ``CLOSER`` times as fine) is kept for every
+an order within ``AVERAGE_TIE`` of the least worst whose mean is lower by more than that kept instead;
+orders within ``NEAR`` of the kept one's worst told apart on a grid ``CLOSER`` times as fine) is kept for every
 budget. The grids never depend on the budget asked for, so neither does the order: a larger budget takes a
 step no later on the same path.
 """
@@ -43,6 +44,12 @@ GREEDY_GRID = 16
 # of bench/bench_search.py 33 -> 34 of 36, no other cell moved, 2026-12-03)
 NEAR = 0.005
 CLOSER = 4
+# an order whose worst ratio is at most this share above the least worst is kept instead where its mean ratio over
+# the grid is lower by more than this: one grid budget must not choose the order for all the others (deepseek-v2-lite
+# prefill with moe_block_cpu_us 1,245: the least worst order, 1.576, was 1.24-1.58x the fastest at every budget of
+# the grid; the order at 1.620 was within 1.08 of the fastest at every budget but the one nearest the whole model,
+# and auto's plan at 25% predicted 713.7 ms where that order's gave 483.0; docs/BENCHMARKS.md, 2026-12-04)
+AVERAGE_TIE = 0.10
 
 
 @dataclass(frozen=True)
@@ -221,13 +228,26 @@ def _keep(paths: Mapping, cpu_budget: int | None, total_bytes: int, points: int 
             for e in bounded:
                 e.exact()
     worst = max(ratios(keep))
-    near = []  # the orders this grid cannot tell from the kept one (their worst ratios within NEAR of its), where
-    # the kept one is not within NEAR of the fastest at every budget already
+
+    def mean(p) -> float:
+        return sum(ratios(p)) / len(grid)
+
+    # an order nearly as good at its worst budget and far better on average is kept instead (AVERAGE_TIE)
+    close = [p for p in reach if p != keep and max(ratios(p)) <= worst * (1 + AVERAGE_TIE)]  # bounds first
+    for p in close:
+        for e in rows[p]:
+            e.exact()
+    close = [p for p in close if max(ratios(p)) <= worst * (1 + AVERAGE_TIE) and mean(p) < mean(keep) - AVERAGE_TIE]
+    if close:
+        keep = min(close, key=lambda p: (mean(p), max(ratios(p)), index[p]))
+        worst = max(ratios(keep))
+    near = []  # the orders this grid cannot tell from the kept one (their worst ratios within NEAR of its, their mean
+    # not AVERAGE_TIE above it), where the kept one is not within NEAR of the fastest at every budget already
     for p in reach if worst > 1 + NEAR else ():
         if p != keep and max(ratios(p)) <= worst * (1 + NEAR):  # a bound first, then the ratio itself
             for e in rows[p]:
                 e.exact()
-            if max(ratios(p)) <= worst * (1 + NEAR):
+            if max(ratios(p)) <= worst * (1 + NEAR) and mean(p) <= mean(keep) + AVERAGE_TIE:
                 near.append(p)
     if near:
         fine = _least_worst(paths, [keep, *near], cpu_budget, floor, total_bytes, CLOSER * points)
