@@ -8,8 +8,8 @@ experts vary from call to call as they do in a forward:
 
 - ``host_expert_gbps``: at 1, 8, 32 and 64 tokens (by the rows a touched expert saw on average), GB/s of the
   touched experts' weights beyond what a touched expert costs there (``expert_us``), both solved from the part and
-  a second part of 16 experts four times as wide routed so that its experts see about the same rows (two sizes,
-  two unknowns);
+  a second part of 16 experts four times as wide in a layer of as many experts routed alike, so that an expert
+  of either part sees the same rows in distribution (two sizes, two unknowns);
 - ``host_expert_us``: that cost at 32 tokens, for a point that gives none;
 - ``host_tflops``: the arithmetic rate at 4,096 tokens (compute-bound);
 - ``host_call_us``: a call over tiny experts (the sort, the copies, the Python) plus, on a GPU machine, the round
@@ -197,14 +197,22 @@ def call_fixed_ms(small: _Part, routings: int = 5) -> float:
     return min(wall_ms(run, repeat=3) for run, _, _ in small.calls(4, routings))
 
 
+def parts() -> tuple[_Part, _Part, _Part]:
+    """The parts calibrate times: tiny experts (a call's fixed cost), the part, and experts 4x wider.
+
+    The wide part's experts are of a layer of as many experts routed alike (top 8 of 128), so that an expert of
+    either part sees the same rows in distribution and takes the kernel's passes as often: at each point the two
+    give what a touched expert costs beyond its bytes there and the bytes' rate. (A layer of 112 gave the wide
+    experts 1.52 passes at 64 tokens against the part's 1.40, and the solve 4-row points of 38.6 and 41.5 GB/s with
+    no cost of their own: bench/results/host-figures-h200-2026-12-04h/, calibrate-h200-2026-12-04i/. At 1 row the
+    cost is most of a small expert's time, and a rate taken with 32 tokens' cost read Phi-3.5-MoE's 157 MB experts
+    at 70 GB/s where the kernel read them at 115-125: docs/BENCHMARKS.md, 2026-12-04.)"""
+    return (_Part(8, 16, 64, 32, seed=1), _Part(PART, EXPERTS, HIDDEN, WIDTH),
+            _Part(PART // 4, EXPERTS, HIDDEN, 4 * WIDTH, seed=2))
+
+
 def _figures(device: torch.device) -> dict[str, object]:
-    small = _Part(8, 16, 64, 32, seed=1)
-    part = _Part(PART, EXPERTS, HIDDEN, WIDTH)
-    # experts 4x wider, routed so that they see about the rows the part's do: at each point the two parts give
-    # what a touched expert costs beyond its bytes there and the bytes' rate (at 1 row the cost is most of a
-    # small expert's time, and a rate taken with 32 tokens' cost read Phi-3.5-MoE's 157 MB experts at 70 GB/s
-    # where the kernel read them at 115-125: docs/BENCHMARKS.md, 2026-12-04)
-    wide = _Part(PART // 4, EXPERTS * 7 // 8, HIDDEN, 4 * WIDTH, seed=2)
+    small, part, wide = parts()
     for first in (small, part, wide):  # first calls (the kernel's build, its threads' start) are not timed
         first.call(8)[0]()
     fixed_ms = call_fixed_ms(small)
