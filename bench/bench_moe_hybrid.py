@@ -494,8 +494,8 @@ class Bench:
                    "position_max": _quantiles(positions)}
             if pair_positions is not None:
                 row["tolerance_position_max"] = _quantiles(pair_positions)
-                row["positions_above_pair_median"] = round(statistics.mean(
-                    p > statistics.median(pair_positions) for p in positions), 4)
+                median = statistics.median(pair_positions)
+                row["positions_above_pair_median"] = round(statistics.mean(p > median for p in positions), 4)
             return row
 
         self.references[model] = compare

@@ -565,8 +565,7 @@ def spec_command(
     "planner calibrate -o my-gpu.yaml",
     "planner plan spec.yaml --gpu-budget 8GB --hardware my-gpu.yaml",
     tail="Needs torch with CUDA and a GPU; takes about a minute (52-55 s on the H200). Measures the host-to-GPU "
-    "link, UVA "
-    "reads by token count, GPU memory and matmul rates, attention's read of a KV cache, eager-PyTorch "
+    "link, UVA reads by token count, GPU memory and matmul rates, attention's read of a KV cache, eager-PyTorch "
     "CPU costs (with transformers installed: per decoder block and per routed expert, and a block's GPU "
     "floor in CUDA graph replay; measured at the start and again at the end, the lower of each kept), and the "
     "host CPU's routed-expert kernel for the cpu backend (its rate and its cost a touched expert at 1, 2 and "

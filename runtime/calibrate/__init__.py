@@ -1,8 +1,8 @@
 """Measure a hardware profile on the local GPU (``planner calibrate``): link, UVA, memory,
-matmul and eager-PyTorch CPU costs, in about a minute (52-55 s on the H200). One module a measurement: ``timers`` (the clocks),
-``link`` (copies, UVA reads, matmuls), ``cpu`` (issue costs), ``experts`` (grouped expert matmuls), ``block``
-(what a block costs beyond its matrices), ``workspace``, and the host's expert kernel in runtime/calibrate_host.py;
-this module runs them in order (``calibrate``).
+matmul and eager-PyTorch CPU costs, in about a minute (52-55 s on the H200). One module a measurement:
+``timers`` (the clocks), ``link`` (copies, UVA reads, matmuls), ``cpu`` (issue costs), ``experts`` (grouped expert
+matmuls), ``block`` (what a block costs beyond its matrices), ``workspace``, and the host's expert kernel in
+runtime/calibrate_host.py; this module runs them in order (``calibrate``).
 
 Every figure is the median of several CUDA-event (GPU work) or wall-clock (CPU issue) timings:
 - ``h2d_gbps``: pinned host -> GPU copies of 256 MiB;
@@ -68,8 +68,8 @@ __all__ = ["COMPUTE_ROWS", "DENSE_ROWS", "EXPERT_ROWS", "LLAMA_8B_BLOCK", "REPLA
            "MOE_FLOOR_BLOCKS", "MOE_FLOOR_SHAPE", "QUEUE_CYCLES", "TINY", "TINY_BLOCKS",
            "TINY_WIDE_HEADS", "TOKENS", "block_compute", "block_cpu_us", "block_gpu_floor",
            "block_reads", "_by_depth", "calibrate", "captured", "cpu_costs", "cpu_figures", "least_cpu",
-           "_forward_ms", "gpu_ms", "graph_ms", "kv_read", "link", "matmuls", "model_cpu_costs", "moe_block_bytes", "moe_experts",
-           "_per_block_us", "read_by_rows", "shared_link", "steadiness", "tflops_by_rows", "tiny_llama",
+           "_forward_ms", "gpu_ms", "graph_ms", "kv_read", "link", "matmuls", "model_cpu_costs", "moe_block_bytes",
+           "moe_experts", "_per_block_us", "read_by_rows", "shared_link", "steadiness", "tflops_by_rows", "tiny_llama",
            "tiny_moe", "_uniform_routing", "uva_line", "warm_up", "workspace"]
 
 
